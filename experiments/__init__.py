@@ -1,0 +1,1 @@
+"""Built-in workloads. Each module is an msexp experiment: `build(params) -> Workload`."""

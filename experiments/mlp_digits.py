@@ -1,0 +1,26 @@
+"""Seed 000's network, Dense 784-512-512-10, on digits upsampled to 28x28."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments._digits import digits, source
+from msexp.experiment import Workload
+
+DEFAULTS = {"epochs": 5, "batch_size": 64, "lr": 0.02, "optimizer": "momentum"}
+PARAMS = {"hidden": 512}
+
+
+def build(params: dict[str, Any]) -> Workload:
+    from mindspore import nn
+
+    hidden = params["hidden"]
+    network = nn.SequentialCell(
+        nn.Flatten(),
+        nn.Dense(28 * 28, hidden), nn.ReLU(),
+        nn.Dense(hidden, hidden), nn.ReLU(),
+        nn.Dense(hidden, 10),
+    )
+    x_train, y_train, x_eval, y_eval = digits(28)
+    return Workload(network, nn.CrossEntropyLoss(), (x_train, y_train), (x_eval, y_eval),
+                    data_source=source(28))

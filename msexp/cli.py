@@ -1,0 +1,239 @@
+"""The `msexp` command line: parses options and calls one core function per command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from msexp.errors import MsexpError, SpecError
+
+app = typer.Typer(
+    help="Sweep MindSpore training techniques and compare every trial in MLflow.\n\n"
+         "Example: msexp sweep sweeps/accum.yaml",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+console = Console()
+err_console = Console(stderr=True)
+_state = {"debug": False}
+
+SweepFileArg = Annotated[Path, typer.Argument(help="The sweep YAML file.", show_default=False)]
+TrackingOpt = Annotated[Optional[str], typer.Option(
+    "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+    help="MLflow tracking URI [default: sqlite:///mlruns/mlflow.db].")]
+StorageOpt = Annotated[Optional[str], typer.Option(
+    "--storage", envvar="MSEXP_STORAGE",
+    help="Optuna storage: an RDB URL (postgresql://...) or a .journal file "
+         "[default: mlruns/optuna.journal].")]
+StudyOpt = Annotated[Optional[str], typer.Option(
+    "--study", help="Study name [default: the sweep's name]; a new name starts afresh.")]
+
+
+@app.callback()
+def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False):
+    """Sweep MindSpore training techniques and compare every trial in MLflow."""
+    _state["debug"] = debug
+
+
+def _fail(exc: MsexpError) -> typer.Exit:
+    if _state["debug"]:
+        raise exc
+    err_console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(exc.exit_code)
+
+
+def _load(path: Path):
+    from msexp.spec import load_spec
+
+    try:
+        return load_spec(path)
+    except MsexpError as exc:
+        raise _fail(exc) from None
+
+
+@app.command()
+def validate(file: SweepFileArg) -> None:
+    """Check a sweep file without running anything.
+
+    Example: msexp validate sweeps/accum.yaml
+    """
+    spec = _load(file)
+    console.print(f"{file}: ok ({spec.method.value}, {spec.n_trials()} trials)")
+
+
+@app.command()
+def plan(file: SweepFileArg) -> None:
+    """List the trials a sweep would run, without running any.
+
+    Example: msexp plan sweeps/accum.yaml
+    """
+    from msexp.space import derived
+
+    spec = _load(file)
+    swept = [p.name for p in spec.space.params]
+    if spec.method.value != "grid":
+        table = Table(title=f"{spec.name}: {spec.method.value}, {spec.n_trials()} trials over")
+        for column in ("param", "distribution", "when"):
+            table.add_column(column)
+        for p in spec.space.params:
+            dist = (", ".join(map(str, p.values)) if p.values is not None else
+                    f"{p.low} .. {p.high}" + (" log" if p.log else "")
+                    + (f" step {p.step}" if p.step else ""))
+            table.add_row(p.name, dist, _when_text(p.when))
+        console.print(table)
+        console.print(f"fixed: {_kv(spec.space.resolve({}), exclude=swept)}")
+        return
+    table = Table(title=f"{spec.name}: grid of {spec.n_trials()} trials on {spec.file.experiment}")
+    table.add_column("#", justify="right")
+    for name in swept:
+        table.add_column(name)
+    table.add_column("micro_batch", justify="right")
+    table.add_column("effective_batch", justify="right")
+    for i, point in enumerate(spec.space.grid()[:spec.n_trials()]):
+        values = spec.space.resolve(point)
+        extra = derived(values)
+        table.add_row(str(i), *(_cell(point.get(n, "-")) for n in swept),
+                      str(extra["micro_batch"]), str(extra["effective_batch"]))
+    console.print(table)
+    console.print(f"fixed: {_kv(spec.space.resolve({}), exclude=swept)}")
+
+
+@app.command()
+def sweep(
+    file: SweepFileArg,
+    tracking_uri: TrackingOpt = None,
+    storage: StorageOpt = None,
+    study: StudyOpt = None,
+    workers: Annotated[Optional[int], typer.Option(
+        "--workers", min=1, help="Trials run at once [default: budget.workers].")] = None,
+) -> None:
+    """Run a sweep: every trial is a MindSpore job, every result lands in MLflow.
+
+    Running the same command again resumes the study without re-running finished trials.
+
+    Example: msexp sweep sweeps/accum.yaml --workers 2
+    """
+    from msexp.study import run_sweep
+
+    spec = _load(file)
+    try:
+        with _SweepProgress(spec) as progress:
+            outcome = run_sweep(spec, progress, tracking_uri, storage, study, workers)
+    except MsexpError as exc:
+        raise _fail(exc) from None
+    _summary(spec, outcome)
+    if outcome.interrupted:
+        err_console.print("interrupted: run the same command again to resume")
+        raise typer.Exit(130)
+
+
+@app.command("run")
+def run_one(
+    experiment: Annotated[str, typer.Argument(
+        help="Built-in name, package.module[:build] or path/to/file.py[:build].",
+        show_default=False)],
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", "-s", help="A knob value, key=value (repeatable).")] = None,
+) -> None:
+    """Run one trial in the foreground, for debugging; nothing is recorded.
+
+    Example: msexp run mlp_digits --set micro_size=4 --set epochs=2
+    """
+    import yaml
+
+    from msexp.experiment import load_experiment
+    from msexp.space import parse_params
+
+    try:
+        exp = load_experiment(experiment, "--set")
+        fixed: dict[str, Any] = {}
+        for item in set_ or []:
+            key, sep, text = item.partition("=")
+            if not sep:
+                raise SpecError("--set", key, "must be key=value", item)
+            fixed[key.strip()] = yaml.safe_load(text)
+        space = parse_params("--set", exp.knobs, fixed, {})
+        space.check_trials(is_grid=True)
+        params = space.resolve({})
+    except MsexpError as exc:
+        raise _fail(exc) from None
+    console.print(f"[bold]{experiment}[/]: {_kv(params)}")
+    from msexp import trial
+
+    def emit(event: dict[str, Any]) -> None:
+        if event["event"] == "epoch":
+            console.print(f"epoch {event['epoch']}: {_kv(event['metrics'])}")
+        elif event["event"] == "start":
+            console.print(f"data: {event['data_source']}")
+
+    metrics = trial.run({"experiment": experiment, "params": params}, emit)
+    console.print(_kv(metrics))
+
+
+class _SweepProgress:
+    """Rich progress bar: trials done out of total and the best value so far."""
+
+    def __init__(self, spec):
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+
+        self.spec = spec
+        self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TextColumn("best {task.fields[best]}"),
+                            TimeElapsedColumn(), console=console)
+        self.task = None
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def start(self, total: int, done: int) -> None:
+        self.task = self.bar.add_task(self.spec.name, total=total, completed=done, best="-")
+
+    def trial_done(self, number: int, result, best: str) -> None:
+        metric = self.spec.objectives[0].metric
+        value = (result.metrics or result.last_epoch_metrics()).get(metric)
+        shown = f"{metric}={value:.4g}" if value is not None else result.error
+        self.bar.console.print(f"trial {number}: {result.status.value} {shown} "
+                               f"({result.wall_s:.1f} s)", markup=False, highlight=False)
+        self.bar.update(self.task, advance=1, best=best)
+
+
+def _summary(spec, outcome) -> None:
+    columns = [o.metric for o in spec.objectives]
+    columns += [m for m in ("eval_accuracy", "samples_per_s", "peak_mem_mb", "wall_s")
+                if m not in columns]
+    swept = [p.name for p in spec.space.params]
+    table = Table(title=f"{outcome.study.study_name}: trials")
+    for name in ("#", "status", *swept, *columns):
+        table.add_column(name, justify="right" if name not in ("status",) else "left")
+    for t in outcome.study.get_trials(deepcopy=False):
+        if not t.state.is_finished():
+            continue
+        metrics = t.user_attrs.get("metrics", {})
+        status = t.user_attrs.get("status", t.state.name)
+        table.add_row(str(t.number), status, *(_cell(t.params.get(n, "-")) for n in swept),
+                      *(_cell(metrics.get(c, "-")) for c in columns))
+    console.print(table)
+    runs, parent, command = outcome.tracker.ui_links(outcome.experiment_id, outcome.parent_run_id)
+    if command:
+        console.print(f"serve the store:  {command}")
+    console.print(f"compare trials:   {runs}")
+    console.print(f"sweep run:        {parent}")
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _kv(values: dict[str, Any], exclude: Any = ()) -> str:
+    return ", ".join(f"{k}={_cell(v)}" for k, v in values.items() if k not in exclude)
+
+
+def _when_text(when) -> str:
+    return ", ".join(f"{k} in {list(v)}" for k, v in (when or {}).items())

@@ -1,0 +1,164 @@
+"""Experiments: what a user brings (network, loss, data) and how msexp finds it.
+
+An experiment is a module (built-in in `experiments/`, `package.module`, or a `.py`
+file) with a `build(params) -> Workload` function. It may also define:
+
+- `DEFAULTS`: defaults for msexp's own knobs (epochs, batch_size, lr, ...).
+- `PARAMS`: its own knobs with their defaults, e.g. `{"hidden": 512}`; these are
+  sweepable next to msexp's knobs and reach `build` in `params`.
+- `METRICS`: names of extra eval metrics that `Workload.metrics` computes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Mapping
+
+from msexp.errors import ExperimentError
+from msexp.knobs import KNOBS, Knob, infer_knob
+
+Metric = Callable[[Any, Any], float]
+"""An extra eval metric: (logits, labels) as NumPy arrays -> float."""
+
+
+@dataclass
+class Workload:
+    """What `build` returns: msexp adds accumulation, AMP, loss scaling and the optimizer.
+
+    Attributes:
+        network: a `mindspore.nn.Cell` producing logits.
+        loss_fn: a Cell or function `(logits, labels) -> scalar loss`.
+        train: `(inputs, labels)` NumPy arrays, or an unbatched `mindspore.dataset` dataset.
+        eval: the same for evaluation.
+        data_source: a short description of the data, recorded in MLflow.
+        metrics: extra eval metrics, name -> function of (logits, labels).
+    """
+
+    network: Any
+    loss_fn: Any
+    train: Any
+    eval: Any
+    data_source: str = ""
+    metrics: dict[str, Metric] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A resolved experiment: where it came from and the knobs it adds."""
+
+    ref: str
+    build: Callable[[dict[str, Any]], Workload]
+    defaults: Mapping[str, Any]
+    own_knobs: Mapping[str, Knob]
+    metrics: tuple[str, ...]
+
+    @property
+    def knobs(self) -> dict[str, Knob]:
+        """msexp's knobs with this experiment's defaults, plus the experiment's own."""
+        merged = {name: _with_default(k, self.defaults.get(name, k.default))
+                  for name, k in KNOBS.items()}
+        merged.update(self.own_knobs)
+        return merged
+
+
+def _with_default(knob: Knob, default: Any) -> Knob:
+    from dataclasses import replace
+
+    return knob if default == knob.default else replace(knob, default=default)
+
+
+def load_experiment(ref: str, source: str = "experiment") -> Experiment:
+    """Import an experiment by built-in name, `package.module[:build]` or `file.py[:build]`.
+
+    Raises:
+        ExperimentError: the module does not import, has no callable `build`,
+            or declares knobs that are malformed or clash with msexp's.
+    """
+    target, _, attr = ref.partition(":")
+    attr = attr or "build"
+    module = _import(target, source)
+    build = getattr(module, attr, None)
+    if not callable(build):
+        raise ExperimentError(source, "experiment",
+                              f"{target} has no function `{attr}(params) -> Workload`", ref)
+    defaults = dict(getattr(module, "DEFAULTS", {}))
+    for name, value in defaults.items():
+        knob = KNOBS.get(name)
+        rule = "is not an msexp knob" if knob is None else knob.check(value)
+        if rule:
+            raise ExperimentError(source, f"experiment DEFAULTS.{name}", rule, value)
+    own: dict[str, Knob] = {}
+    for name, value in dict(getattr(module, "PARAMS", {})).items():
+        if name in KNOBS:
+            raise ExperimentError(source, f"experiment PARAMS.{name}",
+                                  "clashes with an msexp knob of the same name", value)
+        try:
+            own[name] = infer_knob(name, value, f"declared by {target}")
+        except TypeError as exc:
+            raise ExperimentError(source, f"experiment PARAMS.{name}", str(exc), value) from None
+    metrics = tuple(getattr(module, "METRICS", ()))
+    return Experiment(ref, build, defaults, own, metrics)
+
+
+def _import(target: str, source: str) -> ModuleType:
+    is_file = target.endswith(".py") or "/" in target
+    try:
+        if is_file:
+            return _import_file(Path(target), source)
+        name = target if "." in target else f"experiments.{target}"
+        return importlib.import_module(name)
+    except ExperimentError:
+        raise
+    except ModuleNotFoundError as exc:
+        if not is_file and "." not in target and exc.name == f"experiments.{target}":
+            raise ExperimentError(source, "experiment", f"no built-in experiment named "
+                                  f"{target} (built-ins: {', '.join(builtin_names())})",
+                                  target) from None
+        raise ExperimentError(source, "experiment", _import_failure(exc), target) from None
+    except Exception as exc:  # the user's module raised while importing
+        raise ExperimentError(source, "experiment", _import_failure(exc), target) from None
+
+
+def _import_file(path: Path, source: str) -> ModuleType:
+    if not path.is_file():
+        raise ExperimentError(source, "experiment", "file not found", str(path))
+    name = f"msexp_user_{path.stem}_{abs(hash(str(path.resolve())))}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _import_failure(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        last = frames[-1]
+        where = f" at {Path(last.filename).name}:{last.lineno}"
+        if last.line:
+            where += f" `{last.line.strip()}`"
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        where = f" at {Path(exc.filename or '?').name}:{exc.lineno} `{(exc.text or '').strip()}`"
+    return f"does not import: {type(exc).__name__}: {exc}{where}"
+
+
+def builtin_names() -> list[str]:
+    """Names of the workloads shipped in `experiments/`."""
+    import experiments
+
+    folder = Path(experiments.__file__).parent
+    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))

@@ -1,0 +1,218 @@
+"""Running trials in worker processes: timeouts, stops, crashes, logs.
+
+A failed trial is data, not an exception: `TrialProcess.run` always returns a
+`TrialResult` whose status says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable
+
+POLL_S = 0.05
+STOP_GRACE_S = 1.5
+LOG_TAIL_LINES = 40
+
+
+class Status(str, Enum):
+    """How a trial ended."""
+
+    COMPLETE = "COMPLETE"
+    FAILED = "FAILED"
+    PRUNED = "PRUNED"
+    TIMEOUT = "TIMEOUT"
+
+
+@dataclass
+class TrialResult:
+    """Everything a trial produced, whatever its status."""
+
+    status: Status
+    metrics: dict[str, float] = field(default_factory=dict)
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+    data_source: str = ""
+    wall_s: float = 0.0
+    log_path: Path | None = None
+    events_path: Path | None = None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last lines of the trial's log."""
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def last_epoch_metrics(self) -> dict[str, float]:
+        """Per-epoch metrics of the last epoch that finished (for pruned/failed trials)."""
+        return dict(self.epochs[-1]["metrics"]) if self.epochs else {}
+
+
+OnEpoch = Callable[[dict[str, Any]], bool]
+"""Called with each epoch event; returns True to stop (prune) the trial."""
+
+
+class TrialProcess:
+    """Runs trials, each in a fresh `python -m msexp.trial` process.
+
+    A fresh process per trial keeps trials independent (no shared graphs, exact peak
+    memory). The next process is started, and imports MindSpore, while the current
+    trial runs, so short trials do not wait for the import.
+    """
+
+    def __init__(self, threads: int | None = None, cwd: Path | None = None):
+        self.threads, self.cwd = threads, cwd
+        self._proc: subprocess.Popen | None = None
+        self._spare: subprocess.Popen | None = None
+        self._exiting: list[subprocess.Popen] = []
+
+    def _spawn(self) -> subprocess.Popen:
+        env = dict(os.environ)
+        if self.threads:
+            env["MSEXP_THREADS"] = str(self.threads)
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        env.setdefault("GLOG_v", "2")
+        return subprocess.Popen(
+            [sys.executable, "-m", "msexp.trial"], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.cwd, env=env,
+            start_new_session=True, text=True)
+
+    def _take_process(self) -> subprocess.Popen:
+        proc = self._spare if self._spare and self._spare.poll() is None else self._spawn()
+        self._spare = None
+        return proc
+
+    def run(self, request: dict[str, Any], timeout: float, on_epoch: OnEpoch | None = None
+            ) -> TrialResult:
+        """Run one trial; never raises for anything the trial does."""
+        events_path, log_path = Path(request["events"]), Path(request["log"])
+        events_path.parent.mkdir(parents=True, exist_ok=True)
+        events_path.write_text("")
+        log_path.write_text("")
+        started = time.monotonic()
+        proc = self._proc = self._take_process()
+        result = TrialResult(Status.FAILED, log_path=log_path, events_path=events_path)
+        try:
+            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.close()  # one trial per process
+        except (BrokenPipeError, OSError):
+            pass  # the process died at start-up; reported below from its exit code
+        self._spare = self._spawn()
+        reader = _EventReader(events_path)
+        stop_sent_at: float | None = None
+        ended = False
+        while not ended:
+            for event in reader.read():
+                ended |= self._absorb(event, result, on_epoch)
+                if result.status is Status.PRUNED and stop_sent_at is None:
+                    stop_sent_at = time.monotonic()
+                    self._signal(signal.SIGUSR1)
+            if ended:
+                break
+            now = time.monotonic()
+            if proc.poll() is not None:
+                for event in reader.read():
+                    ended |= self._absorb(event, result, on_epoch)
+                if not ended and result.status is not Status.PRUNED:
+                    result.status = Status.FAILED
+                    result.error = _exit_reason(proc.returncode)
+                break
+            if now - started > timeout:
+                self.kill()
+                result.status = Status.TIMEOUT
+                result.error = f"exceeded trial_timeout of {timeout:g} s"
+                break
+            if stop_sent_at is not None and now - stop_sent_at > STOP_GRACE_S:
+                self.kill()
+                break
+            time.sleep(POLL_S)
+        result.wall_s = time.monotonic() - started
+        self._reap()
+        return result
+
+    @staticmethod
+    def _absorb(event: dict[str, Any], result: TrialResult, on_epoch: OnEpoch | None) -> bool:
+        kind = event.get("event")
+        if kind == "start":
+            result.data_source = event.get("data_source", "")
+        elif kind == "epoch":
+            result.epochs.append(event)
+            if on_epoch and result.status is not Status.PRUNED and on_epoch(event):
+                result.status = Status.PRUNED
+        elif kind == "result":
+            result.metrics = event["metrics"]
+            result.status = Status.COMPLETE
+        elif kind == "error" and result.status is not Status.PRUNED:
+            result.status = Status.FAILED
+            result.error = event["message"]
+        return kind == "end"
+
+    def _signal(self, signum: int) -> None:
+        if self._proc and self._proc.poll() is None:
+            try:
+                os.kill(self._proc.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """Kill the running trial's process group (the trial and anything it started)."""
+        if self._proc is not None:
+            _kill_group(self._proc)
+        self._reap()
+
+    def _reap(self) -> None:
+        """Let the finished trial's process exit on its own; collect those that have."""
+        if self._proc is not None:
+            self._exiting.append(self._proc)
+            self._proc = None
+        self._exiting = [p for p in self._exiting if p.poll() is None]
+
+    def close(self) -> None:
+        """Kill every process this runner started, the spare included."""
+        for proc in (self._proc, self._spare, *self._exiting):
+            if proc is not None:
+                _kill_group(proc)
+                proc.wait()
+        self._proc = self._spare = None
+        self._exiting = []
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _EventReader:
+    """Reads complete JSON lines appended to an events file."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.partial = path, 0, ""
+
+    def read(self) -> list[dict[str, Any]]:
+        with self.path.open("r", encoding="utf-8") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+            self.offset = f.tell()
+        lines = (self.partial + chunk).split("\n")
+        self.partial = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"trial process killed by {name}"
+    return f"trial process exited with code {code}"

@@ -1,0 +1,273 @@
+"""The search space: swept params, fixed values, conditions, grid points and samples."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from msexp.errors import SpecError
+from msexp.knobs import Knob, condition_holds
+
+if TYPE_CHECKING:
+    import optuna
+
+_PARAM_KEYS = ("values", "when", "low", "high", "log", "step")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One swept knob: a list of values, or a range for samplers."""
+
+    name: str
+    written: Any
+    values: tuple[Any, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    is_int: bool = False
+    when: Mapping[str, tuple[Any, ...]] = None  # type: ignore[assignment]
+
+    def suggest(self, trial: optuna.Trial) -> Any:
+        """Ask an Optuna trial for this param's value."""
+        if self.values is not None:
+            return _decode(trial.suggest_categorical(self.name, [_encode(v) for v in self.values]))
+        if self.is_int:
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log,
+                                     step=int(self.step or 1))
+        return trial.suggest_float(self.name, self.low, self.high, log=self.log, step=self.step)
+
+    def optuna_value(self, value: Any) -> Any:
+        """The value as Optuna stores it (lists become JSON text)."""
+        return _encode(value)
+
+    def candidates(self) -> list[Any]:
+        """Every value the param can take, where that is a short finite list."""
+        if self.values is not None:
+            return list(self.values)
+        if self.is_int and (self.high - self.low) / (self.step or 1) < 10_000:
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        return []
+
+
+def derived(values: Mapping[str, Any]) -> dict[str, int]:
+    """Values computed from a trial's knobs: the micro-batch and the effective batch."""
+    return {"micro_batch": values["batch_size"] // values["micro_size"],
+            "effective_batch": values["batch_size"]}
+
+
+def _encode(value: Any) -> Any:
+    return json.dumps(value) if isinstance(value, (list, dict)) else value
+
+
+def _decode(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) and value[:1] in "[{" else value
+
+
+class Space:
+    """Swept params in dependency order, fixed values, and the knobs they refer to."""
+
+    def __init__(self, source: str, knobs: Mapping[str, Knob], fixed: Mapping[str, Any],
+                 params: list[Param]):
+        self.source, self.knobs, self.fixed, self.params = source, knobs, dict(fixed), params
+
+    def resolve(self, assigned: Mapping[str, Any]) -> dict[str, Any]:
+        """The complete values of a trial: defaults, fixed, then assigned, in knob order.
+
+        Knobs whose condition does not hold are left out, so two trials that differ
+        only in a knob that does not apply resolve to the same values.
+        """
+        values = {name: knob.default for name, knob in self.knobs.items()}
+        values.update(self.fixed)
+        values.update(assigned)
+        return {name: value for name, value in values.items()
+                if value is not None and self._applies(name, values)}
+
+    def _applies(self, name: str, values: Mapping[str, Any]) -> bool:
+        if not self.knobs[name].applies(values):
+            return False
+        param = next((p for p in self.params if p.name == name), None)
+        return param is None or condition_holds(param.when, values)
+
+    def active(self, param: Param, assigned: Mapping[str, Any]) -> bool:
+        """Whether `param` applies, given the params assigned before it."""
+        values = {name: knob.default for name, knob in self.knobs.items()}
+        values.update(self.fixed)
+        values.update(assigned)
+        return self._applies(param.name, values)
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every grid point, each listing only the params that apply to it."""
+        points: list[dict[str, Any]] = [{}]
+        for param in self.params:
+            points = [
+                {**point, param.name: value}
+                for point in points
+                for value in (param.values if self.active(param, point) else (None,))
+            ]
+            points = [{k: v for k, v in p.items() if v is not None} for p in points]
+        return points
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Ask `trial` for every param that applies (define-by-run)."""
+        assigned: dict[str, Any] = {}
+        for param in self.params:
+            if self.active(param, assigned):
+                assigned[param.name] = param.suggest(trial)
+        return assigned
+
+    def check_trials(self, is_grid: bool) -> None:
+        """Reject a batch_size that micro_size does not divide, in any trial that can run."""
+        combos = self.grid() if is_grid else self._combos("batch_size", "micro_size")
+        for assigned in combos:
+            values = self.resolve(assigned)
+            batch, micro = values["batch_size"], values["micro_size"]
+            if batch % micro:
+                key = "micro_size" if "micro_size" in assigned or "batch_size" not in assigned \
+                    else "batch_size"
+                section = "params" if key in assigned else "fixed"
+                raise SpecError(self.source, f"{section}.{key}",
+                                f"micro_size must divide batch_size (batch_size={batch}, "
+                                f"micro_size={micro})", assigned.get(key, values[key]))
+
+    def _combos(self, *names: str) -> list[dict[str, Any]]:
+        swept = [p for p in self.params if p.name in names and p.candidates()]
+        return [dict(zip([p.name for p in swept], combo))
+                for combo in itertools.product(*(p.candidates() for p in swept))]
+
+
+def parse_params(source: str, knobs: Mapping[str, Knob], fixed: Mapping[str, Any],
+                 params: Mapping[str, Any]) -> Space:
+    """Check `fixed` and `params` against the knobs and build the search space."""
+    for name, value in fixed.items():
+        knob = _knob(source, knobs, f"fixed.{name}", name, value)
+        rule = knob.check(value)
+        if rule:
+            raise SpecError(source, f"fixed.{name}", rule, value)
+    parsed = []
+    for name, written in params.items():
+        key = f"params.{name}"
+        knob = _knob(source, knobs, key, name, written)
+        if name in fixed:
+            raise SpecError(source, key, "is also set in fixed; set a knob in one place", written)
+        parsed.append(_parse_param(source, key, knob, knobs, written))
+    space = Space(source, knobs, fixed, _dependency_order(source, parsed, knobs))
+    return space
+
+
+def _knob(source: str, knobs: Mapping[str, Knob], key: str, name: str, value: Any) -> Knob:
+    if name not in knobs:
+        raise SpecError(source, key, "is not a knob of msexp or of the experiment "
+                        "(see `msexp knobs`)", value)
+    return knobs[name]
+
+
+def _parse_param(source: str, key: str, knob: Knob, knobs: Mapping[str, Knob],
+                 written: Any) -> Param:
+    if isinstance(written, list):
+        written = {"values": written}
+    if not isinstance(written, dict):
+        raise SpecError(source, key, "must be a list of values or a mapping with values "
+                        "or low/high", written)
+    for extra in set(written) - set(_PARAM_KEYS):
+        raise SpecError(source, f"{key}.{extra}", "unknown key (allowed: "
+                        + ", ".join(_PARAM_KEYS) + ")", written[extra])
+    when = _parse_when(source, f"{key}.when", knobs, knob.name, written.get("when", {}))
+    if "values" in written:
+        return _parse_values(source, key, knob, written, when)
+    return _parse_range(source, key, knob, written, when)
+
+
+def _parse_values(source: str, key: str, knob: Knob, written: dict, when: dict) -> Param:
+    for other in ("low", "high", "log", "step"):
+        if other in written:
+            raise SpecError(source, f"{key}.{other}", "use either values or low/high",
+                            written[other])
+    values = written["values"]
+    if not isinstance(values, list) or not values:
+        raise SpecError(source, f"{key}.values", "must be a non-empty list", values)
+    for i, value in enumerate(values):
+        rule = knob.check(value)
+        if rule:
+            raise SpecError(source, f"{key}.values.{i}" if "when" in written else f"{key}.{i}",
+                            rule, value)
+    if len({repr(v) for v in values}) != len(values):
+        raise SpecError(source, key, "values must be unique", values)
+    return Param(knob.name, written, values=tuple(values), when=when)
+
+
+def _parse_range(source: str, key: str, knob: Knob, written: dict, when: dict) -> Param:
+    if knob.type not in (int, float):
+        raise SpecError(source, key, f"a range needs a numeric knob; {knob.name} takes "
+                        "a list of values", written)
+    for bound in ("low", "high"):
+        if bound not in written:
+            raise SpecError(source, f"{key}.{bound}", "required key is missing",
+                            show_value=False)
+        rule = knob.check(written[bound])
+        if rule:
+            raise SpecError(source, f"{key}.{bound}", rule, written[bound])
+    low, high = written["low"], written["high"]
+    log, step = written.get("log", False), written.get("step")
+    if low > high:
+        raise SpecError(source, key, "low <= high must hold",
+                        f"low={low} high={high}")
+    if not isinstance(log, bool):
+        raise SpecError(source, f"{key}.log", "must be a boolean", log)
+    if log and low <= 0:
+        raise SpecError(source, f"{key}.low", "a log range needs low > 0", low)
+    if step is not None:
+        if log:
+            raise SpecError(source, f"{key}.step", "a log range takes no step", step)
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0:
+            raise SpecError(source, f"{key}.step", "must be a number > 0", step)
+        if knob.type is int and not isinstance(step, int):
+            raise SpecError(source, f"{key}.step", f"{knob.name} is an integer knob, "
+                            "so step must be an integer", step)
+    return Param(knob.name, written, low=low, high=high, log=log, step=step,
+                 is_int=knob.type is int, when=when)
+
+
+def _parse_when(source: str, key: str, knobs: Mapping[str, Knob], owner: str,
+                written: Any) -> dict[str, tuple[Any, ...]]:
+    if not isinstance(written, dict):
+        raise SpecError(source, key, "must map knob names to a value or a list of values",
+                        written)
+    when = {}
+    for name, allowed in written.items():
+        knob = _knob(source, knobs, f"{key}.{name}", name, allowed)
+        if name == owner:
+            raise SpecError(source, f"{key}.{name}", "a param cannot depend on itself", allowed)
+        allowed = tuple(allowed) if isinstance(allowed, list) else (allowed,)
+        for value in allowed:
+            rule = knob.check(value)
+            if rule:
+                raise SpecError(source, f"{key}.{name}", rule, value)
+        when[name] = allowed
+    return when
+
+
+def _dependency_order(source: str, params: list[Param], knobs: Mapping[str, Knob]) -> list[Param]:
+    """Order params so every param comes after the params its condition refers to."""
+    by_name = {p.name: p for p in params}
+    ordered: list[Param] = []
+    visiting: set[str] = set()
+
+    def visit(param: Param) -> None:
+        if param in ordered:
+            return
+        if param.name in visiting:
+            raise SpecError(source, f"params.{param.name}.when",
+                            "conditions must not form a cycle", dict(param.when))
+        visiting.add(param.name)
+        for dep in (*param.when, *knobs[param.name].when):
+            if dep in by_name:
+                visit(by_name[dep])
+        visiting.discard(param.name)
+        ordered.append(param)
+
+    for param in params:
+        visit(param)
+    return ordered

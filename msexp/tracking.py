@@ -1,0 +1,150 @@
+"""MLflow recording: one parent run per sweep, one nested child run per trial."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from msexp.runner import Status, TrialResult
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+STORE_DIR = Path("mlruns")
+DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
+UI_PORT = 5000
+_CHUNK = 1000  # MLflow accepts at most 1000 metrics per log_batch call
+
+_RUN_STATUS = {Status.COMPLETE: "FINISHED", Status.PRUNED: "KILLED",
+               Status.FAILED: "FAILED", Status.TIMEOUT: "FAILED"}
+
+
+def tracking_uri(override: str | None = None) -> str:
+    """--tracking-uri, else MLFLOW_TRACKING_URI, else the embedded store under mlruns/."""
+    return override or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def redact(url: str) -> str:
+    """Hide the password in a URL such as postgresql://user:secret@host/db."""
+    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)
+
+
+class Tracker:
+    """Writes sweeps and trials to one MLflow tracking store."""
+
+    def __init__(self, uri: str | None = None):
+        from mlflow import MlflowClient
+
+        self.uri = tracking_uri(uri)
+        if self.uri == DEFAULT_URI:
+            STORE_DIR.mkdir(exist_ok=True)
+        self.client: MlflowClient = MlflowClient(self.uri)
+
+    def experiment_id(self, name: str) -> str:
+        """The id of experiment `name`, created on first use (artifacts under mlruns/)."""
+        found = self.client.get_experiment_by_name(name)
+        if found:
+            return found.experiment_id
+        location = None
+        if self.uri == DEFAULT_URI:
+            location = (STORE_DIR / "artifacts" / name).resolve().as_uri()
+        return self.client.create_experiment(name, artifact_location=location)
+
+    def parent_run(self, experiment_id: str, study: str, tags: Mapping[str, str],
+                   sweep_file: Path) -> str:
+        """The sweep's parent run: the study's existing one when resuming, else a new one."""
+        runs = self.client.search_runs(
+            [experiment_id], f"tags.`msexp.study` = '{study}' and tags.`msexp.role` = 'sweep'",
+            max_results=1, order_by=["attributes.start_time DESC"])
+        if runs:
+            run_id = runs[0].info.run_id
+            self.client.update_run(run_id, status="RUNNING")
+            return run_id
+        run = self.client.create_run(experiment_id, run_name=study, tags={
+            "msexp.role": "sweep", "msexp.study": study, **tags})
+        self.client.log_artifact(run.info.run_id, str(sweep_file))
+        return run.info.run_id
+
+    def log_trial(self, experiment_id: str, parent_id: str, number: int,
+                  params: Mapping[str, Any], result: TrialResult, started: float) -> str:
+        """Record one finished trial as a child run and return its run id."""
+        from mlflow.entities import Param
+
+        tags = {"mlflow.parentRunId": parent_id, "msexp.role": "trial",
+                "msexp.trial": str(number), "status": result.status.value}
+        if result.error:
+            tags["error"] = result.error[:5000]
+        run = self.client.create_run(experiment_id, start_time=int(started * 1000),
+                                     run_name=f"trial-{number:04d}", tags=tags)
+        run_id = run.info.run_id
+        logged = {**params, "data_source": result.data_source} if result.data_source else params
+        param_list = [Param(k, _param_text(v)) for k, v in logged.items()]
+        metrics = _metrics(result)
+        for i in range(0, len(param_list), 100):
+            self.client.log_batch(run_id, params=param_list[i:i + 100])
+        for i in range(0, len(metrics), _CHUNK):
+            self.client.log_batch(run_id, metrics=metrics[i:i + _CHUNK])
+        for path in (result.log_path, result.events_path):
+            if path and path.exists():
+                self.client.log_artifact(run_id, str(path))
+        self.client.set_terminated(run_id, _RUN_STATUS[result.status],
+                                   end_time=int((started + result.wall_s) * 1000))
+        return run_id
+
+    def finish_parent(self, parent_id: str, best: Mapping[str, float], status: str) -> None:
+        """Log the best trial's metrics on the parent run and close it."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(f"best_{k}", float(v), now, 0) for k, v in best.items()]
+        if metrics:
+            self.client.log_batch(parent_id, metrics=metrics)
+        self.client.set_terminated(parent_id, status)
+
+    def ui_links(self, experiment_id: str, parent_id: str) -> tuple[str, str, str | None]:
+        """(runs table URL, parent run URL, command that serves the store or None)."""
+        if self.uri.startswith(("http://", "https://")):
+            base, command = self.uri.rstrip("/"), None
+        else:
+            base = f"http://127.0.0.1:{UI_PORT}"
+            command = f"mlflow ui --backend-store-uri {self.uri} --port {UI_PORT}"
+        return (f"{base}/#/experiments/{experiment_id}/runs",
+                f"{base}/#/experiments/{experiment_id}/runs/{parent_id}", command)
+
+
+def _param_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def _metrics(result: TrialResult) -> list:
+    from mlflow.entities import Metric
+
+    metrics: list[Metric] = []
+    start_ms = int(time.time() * 1000) - len(result.epochs) - 2
+    step = 0
+    for i, epoch in enumerate(result.epochs):
+        ts = start_ms + i
+        first = epoch["step"] - len(epoch["series"]["train_loss"]) + 1
+        for name, values in epoch["series"].items():
+            metrics += [Metric(name, float(v), ts, first + j) for j, v in enumerate(values)
+                        if _finite(v)]
+        step = epoch["step"]
+        metrics.append(Metric("epoch", float(epoch["epoch"]), ts, step))
+        metrics += [Metric(k, float(v), ts, step) for k, v in epoch["metrics"].items()
+                    if _finite(v)]
+    final = result.metrics or result.last_epoch_metrics()
+    end_ms = start_ms + len(result.epochs) + 1
+    metrics += [Metric(k, float(v), end_ms, step) for k, v in final.items() if _finite(v)]
+    metrics.append(Metric("wall_s", result.wall_s, end_ms, step))
+    return metrics
+
+
+def _finite(value: Any) -> bool:
+    import math
+
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -1,0 +1,78 @@
+"""Turning a workload's data (NumPy arrays or a MindSpore dataset) into batches."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+
+Batch = tuple[np.ndarray, np.ndarray]
+
+
+def describe(data: Any) -> str:
+    """What the data is, for errors: 'arrays (N samples)' or the dataset's class name."""
+    if isinstance(data, tuple):
+        return f"arrays ({len(data[0])} samples)"
+    return type(data).__name__
+
+
+def check_data(data: Any, name: str) -> None:
+    """Raise TypeError unless `data` is (inputs, labels) arrays or a MindSpore dataset."""
+    if isinstance(data, (tuple, list)):
+        if len(data) != 2 or not all(hasattr(a, "shape") for a in data):
+            raise TypeError(f"Workload.{name} must be (inputs, labels) arrays")
+        if len(data[0]) != len(data[1]):
+            raise TypeError(f"Workload.{name} has {len(data[0])} inputs but "
+                            f"{len(data[1])} labels")
+        return
+    from mindspore.dataset import Dataset
+
+    if not isinstance(data, Dataset):
+        raise TypeError(f"Workload.{name} must be (inputs, labels) arrays or a "
+                        f"mindspore.dataset dataset, got {type(data).__name__}")
+
+
+def num_samples(data: Any) -> int:
+    """Number of samples in arrays or an unbatched dataset."""
+    return len(data[0]) if isinstance(data, (tuple, list)) else data.get_dataset_size()
+
+
+def updates(data: Any, batch_size: int, micro_size: int, seed: int,
+            shard: tuple[int, int] = (0, 1)) -> Iterator[list[Batch]]:
+    """One epoch of updates, each a list of `micro_size` micro-batches (remainder dropped).
+
+    Arrays are shuffled by `seed`; `shard=(rank, size)` gives each data-parallel rank
+    its slice of every global batch.
+    """
+    rank, size = shard
+    micro = batch_size // micro_size // size
+    if isinstance(data, (tuple, list)):
+        x, y = data
+        order = np.random.default_rng(seed).permutation(len(x))
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+            ids = order[start:start + batch_size]
+            ids = ids[rank * len(ids) // size:(rank + 1) * len(ids) // size]
+            yield [(x[ids[i:i + micro]], y[ids[i:i + micro]])
+                   for i in range(0, micro * micro_size, micro)]
+        return
+    import mindspore.dataset as ds
+
+    ds.config.set_seed(seed)
+    stream = data.shuffle(buffer_size=4096).batch(micro, drop_remainder=True)
+    group: list[Batch] = []
+    for i, (x, y) in enumerate(stream.create_tuple_iterator(num_epochs=1, output_numpy=True)):
+        if i % size == rank:  # each rank keeps every size-th micro-batch
+            group.append((x, y))
+        if len(group) == micro_size:
+            yield group
+            group = []
+
+
+def eval_batches(data: Any, batch_size: int = 512) -> Iterator[Batch]:
+    """The evaluation set in order, in batches of at most `batch_size`."""
+    if isinstance(data, (tuple, list)):
+        x, y = data
+        for start in range(0, len(x), batch_size):
+            yield x[start:start + batch_size], y[start:start + batch_size]
+        return
+    yield from data.batch(batch_size).create_tuple_iterator(num_epochs=1, output_numpy=True)

@@ -1,0 +1,154 @@
+"""The training loop every trial runs: epochs of updates, evaluation and metrics."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import mindspore as ms
+import numpy as np
+from mindspore import ops
+
+from msexp.experiment import Workload
+from msexp.training import data
+from msexp.training.amp import apply_amp
+from msexp.training.loss_scale import make_scaler
+from msexp.training.memory import PeakMemory
+from msexp.training.optim import make_optimizer
+from msexp.training.step import TrainStep
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+class Diverged(RuntimeError):
+    """The loss or the weights became NaN/inf."""
+
+
+class Stopped(RuntimeError):
+    """The orchestrator asked the trial to stop (pruning)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Stop the clock when `metric` reaches `value` (epochs_to_target, time_to_target_s)."""
+
+    metric: str
+    value: float
+    maximize: bool
+
+    def reached(self, metrics: dict[str, float]) -> bool:
+        got = metrics.get(self.metric)
+        if got is None:
+            return False
+        return got >= self.value if self.maximize else got <= self.value
+
+
+def train(workload: Workload, params: dict[str, Any], emit: Emit,
+          stop_requested: Callable[[], bool] = lambda: False,
+          target: Target | None = None) -> dict[str, float]:
+    """Train `workload` as `params` say, emitting one event per epoch; return final metrics.
+
+    Raises:
+        Diverged: the eval loss or the training loss of a clean update is not finite.
+        Stopped: `stop_requested()` became true.
+    """
+    for name in ("train", "eval"):
+        data.check_data(workload.train if name == "train" else workload.eval, name)
+    memory = PeakMemory()
+    batch, micro_size, epochs = params["batch_size"], params["micro_size"], params["epochs"]
+    n_train = data.num_samples(workload.train)
+    steps_per_epoch = n_train // batch
+    if steps_per_epoch < 1:
+        raise ValueError(f"batch_size {batch} is larger than the training set ({n_train})")
+    network = apply_amp(workload.network, params)
+    optimizer = make_optimizer(params, network.trainable_params(), steps_per_epoch)
+    scaler, drop = make_scaler(params)
+    step = TrainStep(network, workload.loss_fn, optimizer, micro_size, scaler, drop)
+    evaluate = _evaluator(network, workload)
+
+    update_s: list[float] = []
+    overflow = skipped = 0
+    global_step = 0
+    start = time.perf_counter()
+    final: dict[str, float] = {}
+    for epoch in range(1, epochs + 1):
+        network.set_train(True)
+        losses, scales = [], []
+        for micro_batches in data.updates(workload.train, batch, micro_size,
+                                          params["seed"] * 1000 + epoch):
+            if stop_requested():
+                raise Stopped(f"stopped at epoch {epoch}, step {global_step}")
+            tensors = [(ms.Tensor(x), ms.Tensor(y)) for x, y in micro_batches]
+            began = time.perf_counter()
+            loss, finite = step(tensors)
+            update_s.append(time.perf_counter() - began)
+            global_step += 1
+            if not finite:
+                overflow += 1
+                skipped += drop
+            elif not math.isfinite(loss):
+                raise Diverged(f"train_loss is {loss} at epoch {epoch}, step {global_step}")
+            losses.append(loss)
+            if step.loss_scale is not None:
+                scales.append(step.loss_scale)
+        network.set_train(False)
+        metrics = evaluate()
+        if not math.isfinite(metrics["eval_loss"]):
+            raise Diverged(f"eval_loss is {metrics['eval_loss']} after epoch {epoch}")
+        metrics["train_loss"] = float(np.mean([v for v in losses if math.isfinite(v)] or [np.nan]))
+        elapsed = time.perf_counter() - start
+        event = {"event": "epoch", "epoch": epoch, "step": global_step, "elapsed_s": elapsed,
+                 "metrics": metrics, "series": {"train_loss": losses}}
+        if scales:
+            event["series"]["loss_scale"] = scales
+        emit(event)
+        final.update(metrics)
+        if target and "epochs_to_target" not in final and target.reached(metrics):
+            final["epochs_to_target"] = epoch
+            final["time_to_target_s"] = elapsed
+    steady = update_s[1:] or update_s
+    step_s = statistics.median(steady)
+    final.update(
+        step_ms=step_s * 1000,
+        compile_s=max(0.0, update_s[0] - step_s),
+        samples_per_s=batch * len(steady) / sum(steady),
+        peak_mem_mb=memory.peak_mb(),
+        train_s=time.perf_counter() - start,
+        overflow_steps=overflow,
+        skipped_updates=skipped,
+    )
+    if step.loss_scale is not None:
+        final["loss_scale"] = step.loss_scale
+    return final
+
+
+def _evaluator(network: Any, workload: Workload) -> Callable[[], dict[str, float]]:
+    @ms.jit
+    def forward(x, y):
+        logits = ops.cast(network(x), ms.float32)
+        return logits, workload.loss_fn(logits, y)
+
+    def evaluate() -> dict[str, float]:
+        total = correct = 0
+        loss_sum = 0.0
+        all_logits, all_labels = [], []
+        for x, y in data.eval_batches(workload.eval):
+            logits, loss = forward(ms.Tensor(x), ms.Tensor(y))
+            logits = logits.asnumpy()
+            loss_sum += float(loss.asnumpy()) * len(y)
+            correct += int((logits.argmax(axis=1) == y).sum())
+            total += len(y)
+            if workload.metrics:
+                all_logits.append(logits)
+                all_labels.append(y)
+        metrics = {"eval_loss": loss_sum / total, "eval_accuracy": correct / total}
+        if workload.metrics:
+            logits, labels = np.concatenate(all_logits), np.concatenate(all_labels)
+            for name, fn in workload.metrics.items():
+                metrics[name] = float(fn(logits, labels))
+        return metrics
+
+    return evaluate
