@@ -55,6 +55,13 @@ class Pruner(_Strict):
     reduction_factor: int = Field(3, ge=2)
 
 
+class Data(_Strict):
+    """Where a workload reads its data; without it the workload uses its built-in data."""
+
+    format: Literal["mnist", "cifar10", "imagefolder"]
+    path: str = Field(min_length=1)
+
+
 class SweepFile(_Strict):
     """The YAML document as written, checked for keys and types."""
 
@@ -67,6 +74,7 @@ class SweepFile(_Strict):
     fixed: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
     pruner: Pruner = Pruner()
+    data: Optional[Data] = None
 
     @field_validator("objective", mode="before")
     @classmethod

@@ -217,7 +217,8 @@ class Sweep:
         folder = (TRIALS_DIR / self.study.study_name / f"trial-{trial.number:04d}").resolve()
         request = {"experiment": _experiment_ref(spec.file.experiment), "params": params,
                    "events": str(folder / "events.jsonl"), "log": str(folder / "trial.log"),
-                   "target": _target(spec)}
+                   "target": _target(spec),
+                   "data": spec.file.data.model_dump() if spec.file.data else None}
         started = time.time()
         result = process.run(request, spec.budget.trial_timeout, self._pruning_hook(trial))
         if self.stopping.is_set():

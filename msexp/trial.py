@@ -5,7 +5,8 @@ per line on stdin and runs them one after another, so MindSpore is imported once
 worker, not once per trial. Each trial gets its own log (stdout and stderr at the file
 descriptor level, so MindSpore's C++ logs land there too) and its own events file.
 
-Request: {"experiment", "params", "events", "log", "target": {metric, value, maximize}}.
+Request: {"experiment", "params", "events", "log", "target": {metric, value, maximize},
+"data": {format, path} or null}. `build` receives the params plus "data".
 Events: {"event": "start"|"epoch"|"result"|"error"|"end", ...}.
 """
 
@@ -36,7 +37,7 @@ def run(request: dict[str, Any], emit: Callable[[dict[str, Any]], None],
     ms.set_seed(params["seed"])
     np.random.seed(params["seed"])
     experiment = load_experiment(request["experiment"])
-    workload = experiment.build(dict(params))
+    workload = experiment.build({**params, "data": request.get("data")})
     if not isinstance(workload, Workload):
         raise TypeError(f"build() must return msexp.Workload, got {type(workload).__name__}")
     emit({"event": "start", "data_source": workload.data_source, "pid": os.getpid()})

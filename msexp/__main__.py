@@ -1,0 +1,3 @@
+from msexp.cli import app
+
+app(prog_name="msexp")
