@@ -1,12 +1,15 @@
 """Experiments: what a user brings (network, loss, data) and how msexp finds it.
 
-An experiment is a module (built-in in `experiments/`, `package.module`, or a `.py`
-file) with a `build(params) -> Workload` function. It may also define:
+An experiment is a module with a `build(params) -> Workload` function: a built-in name
+(`mlp_digits`, a module in `experiments/`), `package.module[:build]` (a bare module name
+needs the colon: `mymodel:build`), or `path/to/file.py[:build]`. It may also define:
 
 - `DEFAULTS`: defaults for msexp's own knobs (epochs, batch_size, lr, ...).
 - `PARAMS`: its own knobs with their defaults, e.g. `{"hidden": 512}`; these are
   sweepable next to msexp's knobs and reach `build` in `params`.
 - `METRICS`: names of extra eval metrics that `Workload.metrics` computes.
+- `DATA_FORMATS`: the `data.format` values its `build` reads from `params["data"]`
+  (see `msexp.datasets`); without it any format passes to `build` unchecked.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class Experiment:
     defaults: Mapping[str, Any]
     own_knobs: Mapping[str, Knob]
     metrics: tuple[str, ...]
+    data_formats: tuple[str, ...] | None = None
 
     @property
     def knobs(self) -> dict[str, Knob]:
@@ -80,9 +84,9 @@ def load_experiment(ref: str, source: str = "experiment") -> Experiment:
         ExperimentError: the module does not import, has no callable `build`,
             or declares knobs that are malformed or clash with msexp's.
     """
-    target, _, attr = ref.partition(":")
+    target, colon, attr = ref.partition(":")
     attr = attr or "build"
-    module = _import(target, source)
+    module = _import(target, source, builtin=not colon and "." not in target)
     build = getattr(module, attr, None)
     if not callable(build):
         raise ExperimentError(source, "experiment",
@@ -103,20 +107,21 @@ def load_experiment(ref: str, source: str = "experiment") -> Experiment:
         except TypeError as exc:
             raise ExperimentError(source, f"experiment PARAMS.{name}", str(exc), value) from None
     metrics = tuple(getattr(module, "METRICS", ()))
-    return Experiment(ref, build, defaults, own, metrics)
+    formats = getattr(module, "DATA_FORMATS", None)
+    return Experiment(ref, build, defaults, own, metrics,
+                      None if formats is None else tuple(formats))
 
 
-def _import(target: str, source: str) -> ModuleType:
+def _import(target: str, source: str, builtin: bool) -> ModuleType:
     is_file = target.endswith(".py") or "/" in target
     try:
         if is_file:
             return _import_file(Path(target), source)
-        name = target if "." in target else f"experiments.{target}"
-        return importlib.import_module(name)
+        return importlib.import_module(f"experiments.{target}" if builtin else target)
     except ExperimentError:
         raise
     except ModuleNotFoundError as exc:
-        if not is_file and "." not in target and exc.name == f"experiments.{target}":
+        if builtin and not is_file and exc.name == f"experiments.{target}":
             raise ExperimentError(source, "experiment", f"no built-in experiment named "
                                   f"{target} (built-ins: {', '.join(builtin_names())})",
                                   target) from None

@@ -122,25 +122,27 @@ def _param_text(value: Any) -> str:
 
 
 def _metrics(result: TrialResult) -> list:
+    """Per-update series, per-epoch values and final values, all on the update-step axis."""
     from mlflow.entities import Metric
 
     metrics: list[Metric] = []
     start_ms = int(time.time() * 1000) - len(result.epochs) - 2
     step = 0
+    logged_last: dict[str, float] = {}
     for i, epoch in enumerate(result.epochs):
-        ts = start_ms + i
-        first = epoch["step"] - len(epoch["series"]["train_loss"]) + 1
-        for name, values in epoch["series"].items():
+        ts, series = start_ms + i, epoch["series"]
+        first = epoch["step"] - len(series["train_loss"]) + 1
+        for name, values in series.items():
             metrics += [Metric(name, float(v), ts, first + j) for j, v in enumerate(values)
                         if _finite(v)]
         step = epoch["step"]
-        metrics.append(Metric("epoch", float(epoch["epoch"]), ts, step))
-        metrics += [Metric(k, float(v), ts, step) for k, v in epoch["metrics"].items()
-                    if _finite(v)]
-    final = result.metrics or result.last_epoch_metrics()
+        logged_last = {k: v for k, v in epoch["metrics"].items() if k not in series}
+        logged_last["epoch"] = epoch["epoch"]
+        metrics += [Metric(k, float(v), ts, step) for k, v in logged_last.items() if _finite(v)]
+    final = {**(result.metrics or result.last_epoch_metrics()), "wall_s": result.wall_s}
     end_ms = start_ms + len(result.epochs) + 1
-    metrics += [Metric(k, float(v), end_ms, step) for k, v in final.items() if _finite(v)]
-    metrics.append(Metric("wall_s", result.wall_s, end_ms, step))
+    metrics += [Metric(k, float(v), end_ms, step) for k, v in final.items()
+                if _finite(v) and logged_last.get(k) != v]
     return metrics
 
 

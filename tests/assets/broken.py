@@ -1,0 +1,32 @@
+"""An experiment that misbehaves in every way a real one can, chosen by its `mode` knob."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from experiments import mlp_digits
+
+DEFAULTS = {**mlp_digits.DEFAULTS, "epochs": 1}
+PARAMS = {"mode": "works", "hidden": 32}
+
+
+def build(params):
+    mode = params["mode"]
+    print(f"mode {mode} in pid {os.getpid()}", flush=True)
+    if mode == "raises":
+        raise RuntimeError("the experiment is broken on purpose")
+    if mode == "exits":
+        sys.exit(3)
+    if mode == "hangs":
+        time.sleep(600)
+    workload = mlp_digits.build(params)
+    if mode == "nan":
+        loss_fn = workload.loss_fn
+
+        def nan_loss(logits, labels):
+            return loss_fn(logits, labels) * float("nan")
+
+        workload.loss_fn = nan_loss
+    return workload

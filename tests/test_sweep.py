@@ -1,0 +1,166 @@
+"""End to end: a sweep file becomes trial processes, an Optuna study and MLflow runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from tests.conftest import msexp_cmd, write
+
+URI = "sqlite:///mlruns/mlflow.db"
+
+
+def runs_of(name: str):
+    client = MlflowClient(URI)
+    experiment = client.get_experiment_by_name(name)
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("msexp.role") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("msexp.role") == "trial"]
+    return client, parents, children
+
+
+def test_tiny_sweep_lands_in_mlflow_and_resumes(workdir: Path) -> None:
+    sweep = write(workdir / "tiny.yaml", """
+        name: tiny
+        experiment: mlp_digits
+        fixed: {epochs: 2, batch_size: 64, hidden: 32}
+        params:
+          micro_size: [1, 2]
+    """)
+    result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "2/2" in result.output and "compare trials:" in result.output
+    assert "mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db" in result.output
+
+    client, parents, children = runs_of("tiny")
+    assert len(parents) == 1 and len(children) == 2
+    parent = parents[0]
+    assert parent.data.tags["msexp.sweep"] == "tiny"
+    assert parent.data.tags["msexp.method"] == "grid"
+    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["tiny.yaml"]
+    assert parent.info.status == "FINISHED"
+    assert "best_eval_accuracy" in parent.data.metrics
+
+    by_micro = {c.data.params["micro_size"]: c for c in children}
+    assert set(by_micro) == {"1", "2"}
+    for micro, child in by_micro.items():
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.data.tags["status"] == "COMPLETE"
+        assert child.info.status == "FINISHED"
+        p = child.data.params
+        assert p["micro_batch"] == str(64 // int(micro)) and p["effective_batch"] == "64"
+        assert p["optimizer"] == "momentum" and p["amp_level"] == "O0"
+        assert "sklearn digits" in p["data_source"]
+        m = child.data.metrics
+        for name in ("eval_accuracy", "train_loss", "samples_per_s", "step_ms", "compile_s",
+                     "peak_mem_mb", "wall_s", "eval_loss"):
+            assert name in m, name
+        assert m["eval_accuracy"] > 0.5 and m["peak_mem_mb"] > 50
+        losses = client.get_metric_history(child.info.run_id, "train_loss")
+        assert len(losses) == 2 * (1437 // 64) + 1  # every update, plus the final value
+        accuracy = client.get_metric_history(child.info.run_id, "eval_accuracy")
+        assert [a.step for a in accuracy] == [22, 44]  # per epoch, on the update axis
+        artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
+        assert {"trial.log", "events.jsonl"} <= artifacts
+
+    again = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
+    assert again.exit_code == 0, again.output
+    assert "trial 0:" not in again.output, "a finished trial must not run again"
+    _, parents, children = runs_of("tiny")
+    assert len(parents) == 1 and len(children) == 2
+
+
+def test_failing_trials_are_recorded_and_the_sweep_goes_on(workdir: Path) -> None:
+    sweep = write(workdir / "broken.yaml", """
+        name: broken
+        experiment: broken:build
+        budget: {trial_timeout: 20}
+        params:
+          mode: [raises, exits, hangs, nan, works]
+    """)
+    result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    client, _, children = runs_of("broken")
+    by_mode = {c.data.params["mode"]: c for c in children}
+    assert {m: c.data.tags["status"] for m, c in by_mode.items()} == {
+        "raises": "FAILED", "exits": "FAILED", "hangs": "TIMEOUT", "nan": "FAILED",
+        "works": "COMPLETE"}
+    assert "the experiment is broken on purpose" in by_mode["raises"].data.tags["error"]
+    assert by_mode["exits"].data.tags["error"] == "trial process exited with code 3"
+    assert "trial_timeout of 20 s" in by_mode["hangs"].data.tags["error"]
+    assert "Diverged" in by_mode["nan"].data.tags["error"]
+    log = Path(client.download_artifacts(by_mode["raises"].info.run_id, "trial.log", "dl"))
+    assert "RuntimeError: the experiment is broken on purpose" in log.read_text()
+    hung_pid = int(Path(client.download_artifacts(by_mode["hangs"].info.run_id, "trial.log",
+                                                  "dl2")).read_text().split("pid ")[1].split()[0])
+    assert not psutil.pid_exists(hung_pid), "the timed-out process group must be killed"
+
+    study = optuna.load_study(study_name="broken", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend("mlruns/optuna.journal")))
+    states = sorted(t.state.name for t in study.trials)
+    assert states == ["COMPLETE", "FAIL", "FAIL", "FAIL", "FAIL"]
+
+
+def test_ctrl_c_stops_cleanly_and_leaves_no_process(workdir: Path) -> None:
+    sweep = write(workdir / "slow.yaml", """
+        name: slow
+        experiment: broken:build
+        params:
+          mode: [hangs, works]
+    """)
+    proc = subprocess.Popen(msexp_cmd("sweep", str(sweep)), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=os.environ)
+    deadline = time.time() + 60
+    trial_pids: list[int] = []
+    while time.time() < deadline and not trial_pids:
+        time.sleep(0.5)
+        log = next(Path("mlruns/trials/slow").glob("trial-*/trial.log"), None) \
+            if Path("mlruns/trials/slow").exists() else None
+        if log and "pid" in log.read_text():
+            trial_pids = [int(log.read_text().split("pid ")[1].split()[0])]
+    assert trial_pids, "the trial never started"
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "interrupted: run the same command again to resume" in output
+    assert "Traceback" not in output
+    time.sleep(0.5)
+    alive = [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], "no trial process may outlive the sweep"
+    study = optuna.load_study(study_name="slow", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend("mlruns/optuna.journal")))
+    waiting = [t for t in study.trials if t.state.name == "WAITING"]
+    assert {t.system_attrs["fixed_params"]["mode"] for t in waiting} == {"hangs", "works"}, \
+        "the interrupted and the unstarted point are left to resume"
+
+
+@pytest.mark.parametrize("uri_source", ["option", "env"])
+def test_tracking_uri_overrides_the_embedded_store(workdir: Path, uri_source: str) -> None:
+    sweep = write(workdir / "one.yaml", """
+        name: one
+        experiment: broken:build
+        params: {mode: [raises]}
+    """)
+    uri = f"sqlite:///{workdir / 'other.db'}"
+    args, env = ["sweep", str(sweep)], {"COLUMNS": "200"}
+    if uri_source == "option":
+        args += ["--tracking-uri", uri]
+    else:
+        env["MLFLOW_TRACKING_URI"] = uri
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert (workdir / "other.db").exists() and not (workdir / "mlruns" / "mlflow.db").exists()
+    runs = MlflowClient(uri).search_runs(
+        [MlflowClient(uri).get_experiment_by_name("one").experiment_id])
+    assert len(runs) == 2
