@@ -129,6 +129,139 @@ def sweep(
         raise typer.Exit(130)
 
 
+@app.command()
+def worker(
+    file: SweepFileArg,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+    study: StudyOpt = None,
+    workers: Annotated[int, typer.Option("--workers", min=1,
+                                         help="Trials this worker runs at once.")] = 1,
+) -> None:
+    """Join a sweep's study from another process or machine and run trials until none are left.
+
+    Every worker on the same storage shares one study: no grid point runs twice.
+    Output is one line per trial, for logs.
+
+    Example: msexp worker sweeps/accum.yaml --storage postgresql://msexp@db/msexp
+    """
+    from msexp.study import run_sweep
+
+    spec = _load(file)
+    try:
+        outcome = run_sweep(spec, _LineProgress(spec), tracking_uri, storage, study, workers)
+    except MsexpError as exc:
+        raise _fail(exc) from None
+    if outcome.interrupted:
+        raise typer.Exit(130)
+
+
+@app.command()
+def report(
+    file: Annotated[Optional[Path], typer.Argument(
+        help="The sweep file (or give --study and --storage).", show_default=False)] = None,
+    study: StudyOpt = None,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Show a study's trials, best trial (or Pareto set) and parameter importances.
+
+    Optuna's plots (optimization history, parallel coordinates, importances, Pareto front)
+    are saved as HTML under mlruns/reports/ and logged on the sweep's MLflow parent run.
+
+    Example: msexp report sweeps/accum.yaml
+    """
+    from msexp.report import REPORTS_DIR, build_report, log_report
+    from msexp.tracking import Tracker
+
+    loaded = _existing_study(file, study, storage)
+    rep = build_report(loaded, REPORTS_DIR / loaded.study_name)
+    _trials_table(loaded)
+    names = rep.objective_names()
+    if rep.best:
+        title = "Pareto set" if rep.multi_objective else "best trial"
+        table = Table(title=title)
+        for column in ("#", *names, "params"):
+            table.add_column(column)
+        for t in rep.best:
+            table.add_row(str(t.number), *(_cell(v) for v in t.values), _kv(t.params))
+        console.print(table)
+    if rep.importances:
+        console.print("importance: " + ", ".join(f"{k}={v:.2f}" for k, v in
+                                                  rep.importances.items()))
+    for path in rep.plots:
+        console.print(f"plot: {path}")
+    run_id = log_report(rep, Tracker(tracking_uri))
+    if run_id:
+        console.print(f"logged on MLflow run {run_id}")
+
+
+@app.command()
+def status(
+    file: Annotated[Optional[Path], typer.Argument(
+        help="The sweep file (or give --study and --storage).", show_default=False)] = None,
+    study: StudyOpt = None,
+    storage: StorageOpt = None,
+) -> None:
+    """Show a study's progress: trials by state and the trials running now.
+
+    Example: msexp status sweeps/accum.yaml
+    """
+    import time
+
+    from msexp.report import state_counts
+
+    loaded = _existing_study(file, study, storage)
+    counts = state_counts(loaded)
+    total = loaded.user_attrs.get("msexp.total", "?")
+    done = sum(v for k, v in counts.items() if k not in ("RUNNING", "WAITING"))
+    console.print(f"{loaded.study_name}: {done} finished of {total}; "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for t in loaded.get_trials(deepcopy=False, states=(optuna_states().RUNNING,)):
+        beat = t.user_attrs.get("heartbeat")
+        age = f", heartbeat {time.time() - beat:.0f} s ago" if beat else ""
+        console.print(f"  running #{t.number} on {t.user_attrs.get('owner', '?')}{age}: "
+                      f"{_kv(t.params)}")
+
+
+def optuna_states():
+    from optuna.trial import TrialState
+
+    return TrialState
+
+
+def _existing_study(file: Path | None, study: str | None, storage: str | None):
+    import optuna
+
+    from msexp.study import open_storage, storage_label
+
+    if file is None and study is None:
+        raise _fail(SpecError("msexp", "", "give a sweep file or --study NAME", show_value=False))
+    name = study or _load(file).name
+    try:
+        return optuna.load_study(study_name=name, storage=open_storage(storage))
+    except KeyError:
+        raise _fail(MsexpError(f"no study named {name!r} in {storage_label(storage)}")) from None
+
+
+def _trials_table(study) -> None:
+    names = study.user_attrs.get("msexp.objectives", [])
+    columns = [*names, *(m for m in ("eval_accuracy", "samples_per_s", "peak_mem_mb", "wall_s")
+                         if m not in names)]
+    swept = sorted({k for t in study.trials for k in t.params})
+    table = Table(title=f"{study.study_name}: trials")
+    for name in ("#", "status", *swept, *columns):
+        table.add_column(name, justify="left" if name == "status" else "right")
+    for t in study.get_trials(deepcopy=False):
+        if not t.state.is_finished():
+            continue
+        metrics = t.user_attrs.get("metrics", {})
+        table.add_row(str(t.number), t.user_attrs.get("status", t.state.name),
+                      *(_cell(t.params.get(n, "-")) for n in swept),
+                      *(_cell(metrics.get(c, "-")) for c in columns))
+    console.print(table)
+
+
 @app.command("run")
 def run_one(
     experiment: Annotated[str, typer.Argument(
@@ -176,8 +309,13 @@ class _SweepProgress:
     """Rich progress bar: trials done out of total and the best value so far."""
 
     def __init__(self, spec):
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.spec = spec
         self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
@@ -204,22 +342,24 @@ class _SweepProgress:
         self.bar.update(self.task, advance=1, best=best)
 
 
+class _LineProgress:
+    """One plain line per trial, for logs of workers that no one watches."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.total = 0
+
+    def start(self, total: int, done: int) -> None:
+        self.total = total
+        console.print(f"{self.spec.name}: {done}/{total} trials done", highlight=False)
+
+    def trial_done(self, number: int, result, best: str) -> None:
+        console.print(f"trial {number}: {result.status.value} ({result.wall_s:.1f} s); "
+                      f"best {best}", markup=False, highlight=False)
+
+
 def _summary(spec, outcome) -> None:
-    columns = [o.metric for o in spec.objectives]
-    columns += [m for m in ("eval_accuracy", "samples_per_s", "peak_mem_mb", "wall_s")
-                if m not in columns]
-    swept = [p.name for p in spec.space.params]
-    table = Table(title=f"{outcome.study.study_name}: trials")
-    for name in ("#", "status", *swept, *columns):
-        table.add_column(name, justify="right" if name not in ("status",) else "left")
-    for t in outcome.study.get_trials(deepcopy=False):
-        if not t.state.is_finished():
-            continue
-        metrics = t.user_attrs.get("metrics", {})
-        status = t.user_attrs.get("status", t.state.name)
-        table.add_row(str(t.number), status, *(_cell(t.params.get(n, "-")) for n in swept),
-                      *(_cell(metrics.get(c, "-")) for c in columns))
-    console.print(table)
+    _trials_table(outcome.study)
     runs, parent, command = outcome.tracker.ui_links(outcome.experiment_id, outcome.parent_run_id)
     if command:
         console.print(f"serve the store:  {command}")

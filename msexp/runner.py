@@ -72,7 +72,6 @@ class TrialProcess:
         self.threads, self.cwd = threads, cwd
         self._proc: subprocess.Popen | None = None
         self._spare: subprocess.Popen | None = None
-        self._exiting: list[subprocess.Popen] = []
 
     def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ)
@@ -135,7 +134,7 @@ class TrialProcess:
                 break
             time.sleep(POLL_S)
         result.wall_s = time.monotonic() - started
-        self._reap()
+        self.kill()  # the trial has flushed its log and events; its process is done
         return result
 
     @staticmethod
@@ -163,26 +162,19 @@ class TrialProcess:
                 pass
 
     def kill(self) -> None:
-        """Kill the running trial's process group (the trial and anything it started)."""
-        if self._proc is not None:
-            _kill_group(self._proc)
-        self._reap()
-
-    def _reap(self) -> None:
-        """Let the finished trial's process exit on its own; collect those that have."""
-        if self._proc is not None:
-            self._exiting.append(self._proc)
-            self._proc = None
-        self._exiting = [p for p in self._exiting if p.poll() is None]
+        """Kill the current trial's process group (the trial and anything it started)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _kill_group(proc)
+            proc.wait()
 
     def close(self) -> None:
         """Kill every process this runner started, the spare included."""
-        for proc in (self._proc, self._spare, *self._exiting):
-            if proc is not None:
-                _kill_group(proc)
-                proc.wait()
-        self._proc = self._spare = None
-        self._exiting = []
+        self.kill()
+        if self._spare is not None:
+            _kill_group(self._spare)
+            self._spare.wait()
+            self._spare = None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -13,9 +14,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
+import psutil
 from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
+from msexp.report import REPORTS_DIR, build_report, log_report
 from msexp.runner import Status, TrialProcess, TrialResult
 from msexp.space import derived
 from msexp.spec import Method, SweepSpec
@@ -92,16 +95,22 @@ def fingerprint(spec: SweepSpec) -> str:
 
 
 def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None = None
-               ) -> optuna.Study:
-    """Create the sweep's study, or load it to resume; a new grid study enqueues its points."""
+               ) -> tuple[optuna.Study, bool]:
+    """Create the sweep's study, or load it to resume or join; returns (study, created).
+
+    A new grid study enqueues its points; workers take them atomically, so no grid
+    point runs twice, whatever the number of workers and machines.
+    """
     name = study_name or spec.name
     storage = open_storage(storage_url)
     directions = [o.direction for o in spec.objectives]
     kwargs = dict(study_name=name, storage=storage, sampler=make_sampler(spec),
                   pruner=make_pruner(spec))
+    created = True
     try:
         study = optuna.create_study(directions=directions, **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
+        created = False
         study = optuna.load_study(**kwargs)
         if study.user_attrs.get("msexp.fingerprint") not in (None, fingerprint(spec)):
             raise MsexpError(f"{spec.path}: study {name!r} in {storage_label(storage_url)} was "
@@ -115,10 +124,61 @@ def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None 
             for i, point in enumerate(points):
                 study.enqueue_trial({k: by_name[k].optuna_value(v) for k, v in point.items()},
                                     user_attrs={"grid_point": i})
+        study.set_user_attr("msexp.retries", spec.budget.retries)
+        study.set_user_attr("msexp.total", spec.n_trials())
+        study.set_user_attr("msexp.objectives", [o.metric for o in spec.objectives])
         study.set_user_attr("msexp.sweep", spec.name)
         study.set_user_attr("msexp.experiment", spec.file.experiment)
         study.set_user_attr("msexp.fingerprint", fingerprint(spec))
-    return study
+    return study, created
+
+
+HEARTBEAT_S = 5.0
+PARENT_WAIT_S = 30.0
+STALE_AFTER_S = 60.0
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner_is_dead(owner: str) -> bool:
+    host, _, pid = owner.rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid))
+
+
+def requeue(study: optuna.Study, frozen: optuna.trial.FrozenTrial, count_attempt: bool) -> bool:
+    """Queue a copy of an unfinished trial; False when its retries are used up."""
+    attempts = frozen.user_attrs.get("attempt", 0) + count_attempt
+    limit = study.user_attrs.get("msexp.retries", 0)
+    if attempts > limit:
+        return False
+    attrs = {k: v for k, v in frozen.user_attrs.items() if k in ("grid_point",)}
+    study.enqueue_trial(frozen.params or frozen.system_attrs.get("fixed_params", {}),
+                        user_attrs={**attrs, "retry_of": frozen.number, "attempt": attempts})
+    return True
+
+
+def fail_stale_trials(study: optuna.Study) -> list[int]:
+    """Fail RUNNING trials whose orchestrator died (no heartbeat), and retry them.
+
+    A trial's owner writes a heartbeat every few seconds; a trial is stale when its
+    owner is a dead process on this host, or its heartbeat is older than a minute.
+    """
+    failed = []
+    now = time.time()
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = frozen.user_attrs.get("owner", "")
+        beat = frozen.user_attrs.get("heartbeat", frozen.datetime_start.timestamp()
+                                     if frozen.datetime_start else now)
+        if owner == _owner() or not (_owner_is_dead(owner) or now - beat > STALE_AFTER_S):
+            continue
+        if study._storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL):
+            study._storage.set_trial_user_attr(frozen._trial_id, "error",
+                                               "orchestrator stopped (no heartbeat)")
+            requeue(study, frozen, count_attempt=True)
+            failed.append(frozen.number)
+    return failed
 
 
 def _claim_waiting(study: optuna.Study) -> optuna.Trial | None:
@@ -131,10 +191,17 @@ def _claim_waiting(study: optuna.Study) -> optuna.Trial | None:
 
 
 def finished_count(study: optuna.Study) -> int:
-    """Trials that ended, not counting attempts that were retried."""
+    """Trials that ended, not counting attempts that were queued again."""
     trials = study.get_trials(deepcopy=False)
-    retried = {t.system_attrs.get("failed_trial") for t in trials} - {None}
+    retried = {t.user_attrs.get("retry_of") for t in trials} - {None}
     return sum(t.state.is_finished() and t.number not in retried for t in trials)
+
+
+def started_count(study: optuna.Study) -> int:
+    """Trials taken from the budget: started ones, not counting queued retries."""
+    trials = study.get_trials(deepcopy=False)
+    return sum(t.state is not TrialState.WAITING and "retry_of" not in t.user_attrs
+               for t in trials)
 
 
 @dataclass
@@ -152,7 +219,7 @@ class SweepOutcome:
 class Sweep:
     """Runs a study's remaining trials with `workers` trial processes in parallel."""
 
-    def __init__(self, spec: SweepSpec, tracker: Tracker, study: optuna.Study,
+    def __init__(self, spec: SweepSpec, tracker: Tracker, study: optuna.Study, created: bool,
                  storage_url: str | None, workers: int, progress: Progress):
         self.spec, self.tracker, self.study, self.progress = spec, tracker, study, progress
         self.storage_url, self.workers = storage_url, workers
@@ -162,15 +229,33 @@ class Sweep:
         threads = max(1, (os.cpu_count() or 1) // workers)
         self.processes = [TrialProcess(threads=threads, cwd=Path.cwd()) for _ in range(workers)]
         self.experiment_id = tracker.experiment_id(spec.name)
-        self.parent_id = tracker.parent_run(
-            self.experiment_id, study.study_name,
-            {"msexp.sweep": spec.name, "msexp.method": spec.method.value,
-             "msexp.experiment": spec.file.experiment,
-             "msexp.storage": storage_label(storage_url)}, spec.path)
+        self.parent_id = self._parent_run(created)
         self.outcome = SweepOutcome(study, self.experiment_id, self.parent_id, tracker)
+
+    def _parent_run(self, created: bool) -> str:
+        """The study's one parent run: made by the study's creator, found by every other."""
+        with self.lock:
+            deadline = time.monotonic() + (0 if created else PARENT_WAIT_S)
+            while True:
+                run_id = self.study._storage.get_study_user_attrs(
+                    self.study._study_id).get("mlflow_parent_run_id")
+                if run_id and self.tracker.has_run(run_id):
+                    self.tracker.reopen(run_id)
+                    return run_id
+                if run_id or time.monotonic() >= deadline:
+                    break  # another tracking store, or a creator that never made one
+                time.sleep(0.5)
+            run_id = self.tracker.parent_run(
+                self.experiment_id, self.study.study_name,
+                {"msexp.sweep": self.spec.name, "msexp.method": self.spec.method.value,
+                 "msexp.experiment": self.spec.file.experiment,
+                 "msexp.storage": storage_label(self.storage_url)}, self.spec.path)
+            self.study.set_user_attr("mlflow_parent_run_id", run_id)
+            return run_id
 
     def run(self) -> SweepOutcome:
         """Run until the budget is spent; Ctrl-C stops cleanly and leaves the rest to resume."""
+        fail_stale_trials(self.study)
         self.progress.start(self.total, finished_count(self.study))
         threads = [threading.Thread(target=self._work, args=(p,), daemon=True)
                    for p in self.processes]
@@ -190,9 +275,10 @@ class Sweep:
         finally:
             for p in self.processes:
                 p.close()
-        best = self._best_metrics()
-        self.tracker.finish_parent(self.parent_id, best,
-                                   "KILLED" if self.outcome.interrupted else "FINISHED")
+        report = build_report(self.study, REPORTS_DIR / self.study.study_name)
+        log_report(report, self.tracker)
+        self.tracker.client.set_terminated(
+            self.parent_id, "KILLED" if self.outcome.interrupted else "FINISHED")
         return self.outcome
 
     def _next_trial(self) -> optuna.Trial | None:
@@ -201,10 +287,16 @@ class Sweep:
                 return None
             trial = _claim_waiting(self.study)
             if trial or self.spec.method is Method.grid:
-                return trial
-            started = sum(t.state is not TrialState.WAITING
-                          for t in self.study.get_trials(deepcopy=False))
-            return self.study.ask() if started < self.total else None
+                return self._own(trial)
+            if started_count(self.study) >= self.total:
+                return None
+            return self._own(self.study.ask())
+
+    def _own(self, trial: optuna.Trial | None) -> optuna.Trial | None:
+        if trial is not None:
+            trial.set_user_attr("owner", _owner())
+            trial.set_user_attr("heartbeat", time.time())
+        return trial
 
     def _work(self, process: TrialProcess) -> None:
         while (trial := self._next_trial()) is not None:
@@ -220,11 +312,14 @@ class Sweep:
                    "target": _target(spec),
                    "data": spec.file.data.model_dump() if spec.file.data else None}
         started = time.time()
-        result = process.run(request, spec.budget.trial_timeout, self._pruning_hook(trial))
+        with _Heartbeat(self.study, trial, self.lock):
+            result = process.run(request, spec.budget.trial_timeout, self._pruning_hook(trial))
         if self.stopping.is_set():
-            with self.lock:  # interrupted, not finished: give it back for the next run
+            with self.lock:  # interrupted, not finished: queue it again for the next run
+                trial.set_user_attr("error", "interrupted")
                 self.study.tell(trial, state=TrialState.FAIL)
-                self.study.enqueue_trial(trial.params, user_attrs=dict(trial.user_attrs))
+                requeue(self.study, self.study._storage.get_trial(trial._trial_id),
+                        count_attempt=False)
             return
         logged = {**params, **derived(params), "experiment": spec.file.experiment}
         run_id = self.tracker.log_trial(self.experiment_id, self.parent_id, trial.number,
@@ -277,13 +372,27 @@ class Sweep:
             return "-"
         return f"{self.spec.objectives[0].metric}={best.value:.4g} (#{best.number})"
 
-    def _best_metrics(self) -> dict[str, float]:
-        if len(self.spec.objectives) > 1:
-            return {}
-        try:
-            return dict(self.study.best_trial.user_attrs.get("metrics", {}))
-        except ValueError:
-            return {}
+
+class _Heartbeat:
+    """Writes the trial's heartbeat while it runs, so a dead orchestrator can be told."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial, lock: threading.Lock):
+        self.study, self.trial, self.lock = study, trial, lock
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while not self.done.wait(HEARTBEAT_S):
+            with self.lock:
+                self.trial.set_user_attr("heartbeat", time.time())
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 def _experiment_ref(ref: str) -> str:
@@ -304,7 +413,8 @@ def run_sweep(spec: SweepSpec, progress: Progress, tracking_uri: str | None = No
               storage_url: str | None = None, study_name: str | None = None,
               workers: int | None = None) -> SweepOutcome:
     """Open (or resume) the sweep's study and run its remaining trials."""
-    study = open_study(spec, storage_url, study_name)
+    study, created = open_study(spec, storage_url, study_name)
     tracker = Tracker(tracking_uri)
-    sweep = Sweep(spec, tracker, study, storage_url, workers or spec.budget.workers, progress)
+    sweep = Sweep(spec, tracker, study, created, storage_url, workers or spec.budget.workers,
+                  progress)
     return sweep.run()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from msexp.runner import Status, TrialResult
 
@@ -53,16 +54,23 @@ class Tracker:
             location = (STORE_DIR / "artifacts" / name).resolve().as_uri()
         return self.client.create_experiment(name, artifact_location=location)
 
+    def has_run(self, run_id: str) -> bool:
+        """Whether the run exists in this store."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_run(run_id)
+            return True
+        except MlflowException:
+            return False
+
+    def reopen(self, run_id: str) -> None:
+        """Mark a sweep's parent run as running again (resume, or another worker)."""
+        self.client.update_run(run_id, status="RUNNING")
+
     def parent_run(self, experiment_id: str, study: str, tags: Mapping[str, str],
                    sweep_file: Path) -> str:
-        """The sweep's parent run: the study's existing one when resuming, else a new one."""
-        runs = self.client.search_runs(
-            [experiment_id], f"tags.`msexp.study` = '{study}' and tags.`msexp.role` = 'sweep'",
-            max_results=1, order_by=["attributes.start_time DESC"])
-        if runs:
-            run_id = runs[0].info.run_id
-            self.client.update_run(run_id, status="RUNNING")
-            return run_id
+        """Create the sweep's parent run, with the sweep file attached."""
         run = self.client.create_run(experiment_id, run_name=study, tags={
             "msexp.role": "sweep", "msexp.study": study, **tags})
         self.client.log_artifact(run.info.run_id, str(sweep_file))
@@ -93,16 +101,6 @@ class Tracker:
         self.client.set_terminated(run_id, _RUN_STATUS[result.status],
                                    end_time=int((started + result.wall_s) * 1000))
         return run_id
-
-    def finish_parent(self, parent_id: str, best: Mapping[str, float], status: str) -> None:
-        """Log the best trial's metrics on the parent run and close it."""
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        metrics = [Metric(f"best_{k}", float(v), now, 0) for k, v in best.items()]
-        if metrics:
-            self.client.log_batch(parent_id, metrics=metrics)
-        self.client.set_terminated(parent_id, status)
 
     def ui_links(self, experiment_id: str, parent_id: str) -> tuple[str, str, str | None]:
         """(runs table URL, parent run URL, command that serves the store or None)."""

@@ -1,0 +1,113 @@
+"""What a study found: trials, the best trial or Pareto set, importances, Optuna's plots."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from msexp.tracking import STORE_DIR, Tracker
+
+REPORTS_DIR = STORE_DIR / "reports"
+
+
+@dataclass
+class Report:
+    """A study's results, ready to print or log."""
+
+    study: optuna.Study
+    best: list[FrozenTrial]
+    importances: dict[str, float] = field(default_factory=dict)
+    plots: list[Path] = field(default_factory=list)
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.study.directions) > 1
+
+    def objective_names(self) -> list[str]:
+        names = self.study.user_attrs.get("msexp.objectives")
+        return names or [f"value{i}" for i in range(len(self.study.directions))]
+
+
+def build_report(study: optuna.Study, plots_dir: Path | None = None) -> Report:
+    """Collect the best trial(s), importances and (if `plots_dir`) Optuna's HTML plots."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    best = list(study.best_trials) if complete else []
+    report = Report(study, best)
+    if len(complete) >= 2 and _varied_params(complete):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                report.importances = dict(optuna.importance.get_param_importances(study))
+            except (RuntimeError, ValueError):
+                report.importances = {}
+    if plots_dir is not None and complete:
+        report.plots = _write_plots(report, plots_dir)
+    return report
+
+
+def _varied_params(trials: list[FrozenTrial]) -> bool:
+    names = {name for t in trials for name in t.params}
+    return any(len({repr(t.params.get(n)) for t in trials}) > 1 for n in names)
+
+
+def _write_plots(report: Report, folder: Path) -> list[Path]:
+    from optuna import visualization as vis
+
+    folder.mkdir(parents=True, exist_ok=True)
+    study, names = report.study, report.objective_names()
+    figures: dict[str, Any] = {}
+    if report.multi_objective:
+        figures["pareto_front"] = vis.plot_pareto_front(study, target_names=names)
+        for i, name in enumerate(names):
+            figures[f"history_{name}"] = vis.plot_optimization_history(
+                study, target=lambda t, i=i: t.values[i], target_name=name)
+    else:
+        figures["optimization_history"] = vis.plot_optimization_history(
+            study, target_name=names[0])
+        if report.importances:
+            figures["param_importances"] = vis.plot_param_importances(study)
+    if report.importances or len(study.trials) > 1:
+        target = (lambda t: t.values[0]) if report.multi_objective else None
+        figures["parallel_coordinate"] = vis.plot_parallel_coordinate(
+            study, target=target, target_name=names[0])
+    paths = []
+    for name, figure in figures.items():
+        path = folder / f"{name}.html"
+        figure.write_html(str(path), include_plotlyjs="cdn")
+        paths.append(path)
+    return paths
+
+
+def log_report(report: Report, tracker: Tracker) -> str | None:
+    """Attach the plots and the best metrics to the study's MLflow parent run."""
+    run_id = report.study.user_attrs.get("mlflow_parent_run_id")
+    if not run_id or not tracker.has_run(run_id):
+        return None
+    for path in report.plots:
+        tracker.client.log_artifact(run_id, str(path), "report")
+    if not report.multi_objective and report.best:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = report.best[0].user_attrs.get("metrics", {})
+        tracker.client.log_batch(run_id, metrics=[
+            Metric(f"best_{k}", float(v), now, 0) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and math.isfinite(v)])
+        tracker.client.set_tag(run_id, "best_trial", str(report.best[0].number))
+    return run_id
+
+
+def state_counts(study: optuna.Study) -> dict[str, int]:
+    """Trials per state, with msexp's statuses (TIMEOUT) where the trial has one."""
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        name = t.user_attrs.get("status", t.state.name) if t.state.is_finished() else t.state.name
+        counts[name] = counts.get(name, 0) + 1
+    return counts
