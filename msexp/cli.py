@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -377,3 +378,118 @@ def _kv(values: dict[str, Any], exclude: Any = ()) -> str:
 
 def _when_text(when) -> str:
     return ", ".join(f"{k} in {list(v)}" for k, v in (when or {}).items())
+
+
+new_app = typer.Typer(help="Write a new experiment or sweep file that works as written.",
+                      no_args_is_help=True)
+app.add_typer(new_app, name="new")
+
+
+@new_app.command("experiment")
+def new_experiment(
+    name: Annotated[str, typer.Argument(help="Python identifier; writes NAME.py.",
+                                        show_default=False)],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write NAME.py: a commented experiment (network, loss, data) that trains as written.
+
+    Example: msexp new experiment my_model
+    """
+    from msexp.scaffold import new_experiment as write
+
+    try:
+        path = write(name, force=force)
+    except MsexpError as exc:
+        raise _fail(exc) from None
+    console.print(f"wrote {path}; next: msexp new sweep --experiment {path}")
+
+
+class SweepMethod(str, Enum):
+    grid = "grid"
+    tpe = "tpe"
+
+
+@new_app.command("sweep")
+def new_sweep(
+    experiment: Annotated[str, typer.Option(
+        "--experiment", help="Built-in name, package.module:build or path/to/file.py.",
+        show_default=False)],
+    method: Annotated[SweepMethod, typer.Option("--method", help="grid or tpe.")
+                      ] = SweepMethod.grid,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Where to write [default: sweeps/<experiment>.yaml].")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a sweep file over the main knobs of an experiment; it validates as written.
+
+    Example: msexp new sweep --experiment my_model.py --method tpe
+    """
+    from msexp.scaffold import new_sweep as write
+
+    try:
+        path = write(experiment, method.value, output, force)
+    except MsexpError as exc:
+        raise _fail(exc) from None
+    _load(path)
+    console.print(f"wrote {path}; next: msexp plan {path} && msexp sweep {path}")
+
+
+@app.command()
+def knobs(
+    experiment: Annotated[Optional[str], typer.Option(
+        "--experiment", help="Add this experiment's own knobs and defaults.")] = None,
+) -> None:
+    """List every knob: type, allowed values, default and condition (when).
+
+    Example: msexp knobs --experiment mlp_digits
+    """
+    table = Table(title="knobs" + (f" of {experiment}" if experiment else ""))
+    for column in ("knob", "type", "allowed", "default", "when", "meaning"):
+        table.add_column(column)
+    for knob in _knob_table(experiment).values():
+        allowed = (", ".join(map(str, knob.choices)) if knob.choices else
+                   " ".join(f"{op} {getattr(knob, attr):g}" for attr, op in
+                            (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+                            if getattr(knob, attr) is not None))
+        table.add_row(knob.name, knob.type.__name__, allowed, _cell(knob.default),
+                      _when_text(knob.when), knob.help)
+    console.print(table)
+
+
+@app.command()
+def schema(
+    experiment: Annotated[Optional[str], typer.Option(
+        "--experiment", help="Include this experiment's own knobs.")] = None,
+) -> None:
+    """Print the JSON Schema of sweep files, for editor completion and checks.
+
+    Example: msexp schema > sweep.schema.json
+    """
+    import json
+
+    from msexp.knobs import METRICS
+    from msexp.schema import sweep_schema
+
+    metrics = METRICS + tuple(m for e in _experiments(experiment) for m in e.metrics)
+    typer.echo(json.dumps(sweep_schema(_knob_table(experiment), metrics), indent=2))
+
+
+def _experiments(ref: str | None) -> list:
+    from msexp.experiment import builtin_names, load_experiment
+
+    try:
+        return [load_experiment(r, "--experiment") for r in ([ref] if ref else builtin_names())]
+    except MsexpError as exc:
+        raise _fail(exc) from None
+
+
+def _knob_table(ref: str | None) -> dict:
+    """One experiment's knobs (with its defaults), or msexp's plus every built-in's own."""
+    if ref:
+        return dict(_experiments(ref)[0].knobs)
+    from msexp.knobs import KNOBS
+
+    merged = dict(KNOBS)
+    for exp in _experiments(None):
+        merged.update(exp.own_knobs)
+    return merged

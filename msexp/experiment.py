@@ -18,10 +18,11 @@ import importlib
 import importlib.util
 import sys
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from msexp.errors import ExperimentError
 from msexp.knobs import KNOBS, Knob, infer_knob
@@ -84,9 +85,9 @@ def load_experiment(ref: str, source: str = "experiment") -> Experiment:
         ExperimentError: the module does not import, has no callable `build`,
             or declares knobs that are malformed or clash with msexp's.
     """
-    target, colon, attr = ref.partition(":")
+    target, _, attr = ref.partition(":")
     attr = attr or "build"
-    module = _import(target, source, builtin=not colon and "." not in target)
+    module = _import(target, source, builtin=is_builtin(ref))
     build = getattr(module, attr, None)
     if not callable(build):
         raise ExperimentError(source, "experiment",
@@ -110,6 +111,54 @@ def load_experiment(ref: str, source: str = "experiment") -> Experiment:
     formats = getattr(module, "DATA_FORMATS", None)
     return Experiment(ref, build, defaults, own, metrics,
                       None if formats is None else tuple(formats))
+
+
+def workload_problem(workload: Any, declared_metrics: tuple[str, ...] = ()) -> str | None:
+    """What is wrong with what `build` returned, or None if it is a usable Workload."""
+    from mindspore import nn
+
+    from msexp.training.data import check_data
+
+    if not isinstance(workload, Workload):
+        return f"build() must return msexp.experiment.Workload, got {type(workload).__name__}"
+    if not isinstance(workload.network, nn.Cell):
+        return f"Workload.network must be a mindspore.nn.Cell, got " \
+               f"{type(workload.network).__name__}"
+    if not callable(workload.loss_fn):
+        return "Workload.loss_fn must be a Cell or function (logits, labels) -> loss"
+    for name in ("train", "eval"):
+        try:
+            check_data(getattr(workload, name), name)
+        except TypeError as exc:
+            return str(exc)
+    for name, fn in workload.metrics.items():
+        if not callable(fn):
+            return f"Workload.metrics[{name!r}] must be a function (logits, labels) -> float"
+    missing = [name for name in declared_metrics if name not in workload.metrics]
+    if missing:
+        return f"METRICS declares {', '.join(missing)} but Workload.metrics does not compute it"
+    return None
+
+
+def check_build(experiment: Experiment, params: dict[str, Any], source: str) -> None:
+    """Call `build` once with a trial's params and check what it returns.
+
+    Raises:
+        ExperimentError: `build` raised, or returned something msexp cannot train.
+    """
+    try:
+        workload = experiment.build(dict(params))
+    except Exception as exc:
+        raise ExperimentError(source, "experiment", "build() " + _import_failure(exc).replace(
+            "does not import: ", "raised "), experiment.ref) from None
+    problem = workload_problem(workload, experiment.metrics)
+    if problem:
+        raise ExperimentError(source, "experiment", problem, experiment.ref)
+
+
+def is_builtin(ref: str) -> bool:
+    """Whether `ref` names a workload shipped in `experiments/`."""
+    return ":" not in ref and "." not in ref and "/" not in ref
 
 
 def _import(target: str, source: str, builtin: bool) -> ModuleType:

@@ -9,10 +9,13 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from msexp.datasets import check_data
+from msexp.device import check_precision
 from msexp.errors import SpecError
-from msexp.experiment import Experiment, load_experiment
+from msexp.experiment import Experiment, check_build, is_builtin, load_experiment
 from msexp.knobs import EPOCH_METRICS, METRICS
 from msexp.space import Space, parse_params
+from msexp.thor_spec import check_split_indices
 
 
 class Method(str, Enum):
@@ -43,7 +46,7 @@ class Budget(_Strict):
     trials: Optional[int] = Field(None, ge=1)
     trial_timeout: float = Field(600.0, gt=0)
     workers: int = Field(1, ge=1)
-    retries: int = Field(0, ge=0)
+    retries: int = Field(1, ge=0)
 
 
 class Pruner(_Strict):
@@ -51,6 +54,7 @@ class Pruner(_Strict):
 
     type: Literal["none", "median", "percentile", "hyperband"] = "none"
     warmup_epochs: int = Field(1, ge=0)
+    startup_trials: int = Field(2, ge=0)
     percentile: float = Field(25.0, gt=0, lt=100)
     reduction_factor: int = Field(3, ge=2)
 
@@ -156,6 +160,10 @@ def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
     _check_method(source, spec)
     _check_objectives(source, spec)
     space.check_trials(spec.method is Method.grid)
+    if file.data is not None:
+        check_data(source, file.data.model_dump(), experiment.data_formats, file.experiment)
+    check_precision(source, space)
+    check_split_indices(source, spec)
     return spec
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 
 import optuna
 import psutil
+from optuna.storages.journal._file import BaseJournalFileLock
 from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
@@ -46,10 +48,33 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
     if url is None or url.endswith(".journal"):
         from optuna.storages.journal import JournalFileBackend
 
-        path = Path(url or JOURNAL)
+        path = Path(url or JOURNAL).resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        return optuna.storages.JournalStorage(
+            JournalFileBackend(str(path), lock_obj=FlockLock(str(path) + ".flock")))
     return optuna.storages.RDBStorage(url)
+
+
+class FlockLock(BaseJournalFileLock):
+    """A journal lock the kernel releases when its holder dies, even by kill -9.
+
+    Optuna's default lock files outlive a killed holder and block others for 30 s.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._handles: dict[int, Any] = {}
+
+    def acquire(self) -> bool:
+        handle = open(self.path, "a")  # noqa: SIM115  (closed in release)
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        self._handles[threading.get_ident()] = handle
+        return True
+
+    def release(self) -> None:
+        handle = self._handles.pop(threading.get_ident())
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 def storage_label(url: str | None) -> str:
@@ -75,9 +100,11 @@ def make_pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
     """The pruner the sweep file asks for, acting on per-epoch values."""
     p = spec.pruner
     if p.type == "median":
-        return optuna.pruners.MedianPruner(n_warmup_steps=p.warmup_epochs)
+        return optuna.pruners.MedianPruner(n_startup_trials=p.startup_trials,
+                                           n_warmup_steps=p.warmup_epochs)
     if p.type == "percentile":
-        return optuna.pruners.PercentilePruner(p.percentile, n_warmup_steps=p.warmup_epochs)
+        return optuna.pruners.PercentilePruner(p.percentile, n_startup_trials=p.startup_trials,
+                                               n_warmup_steps=p.warmup_epochs)
     if p.type == "hyperband":
         epochs = spec.space.resolve({})["epochs"]
         return optuna.pruners.HyperbandPruner(min_resource=max(1, p.warmup_epochs),
@@ -173,9 +200,9 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
                                      if frozen.datetime_start else now)
         if owner == _owner() or not (_owner_is_dead(owner) or now - beat > STALE_AFTER_S):
             continue
+        study._storage.set_trial_user_attr(frozen._trial_id, "error",
+                                           "orchestrator stopped (no heartbeat)")
         if study._storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL):
-            study._storage.set_trial_user_attr(frozen._trial_id, "error",
-                                               "orchestrator stopped (no heartbeat)")
             requeue(study, frozen, count_attempt=True)
             failed.append(frozen.number)
     return failed

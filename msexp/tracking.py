@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +44,31 @@ class Tracker:
         self.uri = tracking_uri(uri)
         if self.uri == DEFAULT_URI:
             STORE_DIR.mkdir(exist_ok=True)
-        self.client: MlflowClient = MlflowClient(self.uri)
+        with self.writing():  # the first client of a new SQLite store creates its tables
+            self.client: MlflowClient = MlflowClient(self.uri)
+            self.client.search_experiments(max_results=1)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Serialise writers of a local SQLite store across processes (no-op otherwise)."""
+        if not self.uri.startswith("sqlite:///"):
+            yield
+            return
+        lock = Path(self.uri[len("sqlite:///"):]).with_suffix(".lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with lock.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def experiment_id(self, name: str) -> str:
         """The id of experiment `name`, created on first use (artifacts under mlruns/)."""
+        with self.writing():
+            return self._experiment_id(name)
+
+    def _experiment_id(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
         if found:
             return found.experiment_id
@@ -71,14 +94,20 @@ class Tracker:
     def parent_run(self, experiment_id: str, study: str, tags: Mapping[str, str],
                    sweep_file: Path) -> str:
         """Create the sweep's parent run, with the sweep file attached."""
-        run = self.client.create_run(experiment_id, run_name=study, tags={
-            "msexp.role": "sweep", "msexp.study": study, **tags})
-        self.client.log_artifact(run.info.run_id, str(sweep_file))
+        with self.writing():
+            run = self.client.create_run(experiment_id, run_name=study, tags={
+                "msexp.role": "sweep", "msexp.study": study, **tags})
+            self.client.log_artifact(run.info.run_id, str(sweep_file))
         return run.info.run_id
 
     def log_trial(self, experiment_id: str, parent_id: str, number: int,
                   params: Mapping[str, Any], result: TrialResult, started: float) -> str:
         """Record one finished trial as a child run and return its run id."""
+        with self.writing():
+            return self._log_trial(experiment_id, parent_id, number, params, result, started)
+
+    def _log_trial(self, experiment_id: str, parent_id: str, number: int,
+                   params: Mapping[str, Any], result: TrialResult, started: float) -> str:
         from mlflow.entities import Param
 
         tags = {"mlflow.parentRunId": parent_id, "msexp.role": "trial",
@@ -88,7 +117,9 @@ class Tracker:
         run = self.client.create_run(experiment_id, start_time=int(started * 1000),
                                      run_name=f"trial-{number:04d}", tags=tags)
         run_id = run.info.run_id
-        logged = {**params, "data_source": result.data_source} if result.data_source else params
+        logged = {**params, **result.impl}
+        if result.data_source:
+            logged["data_source"] = result.data_source
         param_list = [Param(k, _param_text(v)) for k, v in logged.items()]
         metrics = _metrics(result)
         for i in range(0, len(param_list), 100):

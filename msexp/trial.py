@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from msexp.experiment import Workload, load_experiment
+from msexp.experiment import load_experiment, workload_problem
 
 _stop = False
 
@@ -38,13 +38,28 @@ def run(request: dict[str, Any], emit: Callable[[dict[str, Any]], None],
     np.random.seed(params["seed"])
     experiment = load_experiment(request["experiment"])
     workload = experiment.build({**params, "data": request.get("data")})
-    if not isinstance(workload, Workload):
-        raise TypeError(f"build() must return msexp.Workload, got {type(workload).__name__}")
-    emit({"event": "start", "data_source": workload.data_source, "pid": os.getpid()})
+    problem = workload_problem(workload, experiment.metrics)
+    if problem:
+        raise TypeError(problem)
+    impl = _implementations(params)
+    params = {**params, **impl}
+    emit({"event": "start", "data_source": workload.data_source, "pid": os.getpid(),
+          "impl": impl})
     target = Target(**request["target"]) if request.get("target") else None
     metrics = train(workload, params, emit, stop_requested, target)
     emit({"event": "result", "metrics": metrics})
     return metrics
+
+
+def _implementations(params: dict[str, Any]) -> dict[str, str]:
+    """Implementations resolved for this device, e.g. {"thor_impl": "msexp"}."""
+    if params.get("optimizer") != "thor":
+        return {}
+    import mindspore as ms
+
+    from msexp.training.thor import resolve_impl
+
+    return {"thor_impl": resolve_impl(params["thor_impl"], ms.get_context("device_target"))}
 
 
 def _failure(exc: BaseException) -> dict[str, Any]:

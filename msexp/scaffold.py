@@ -1,0 +1,135 @@
+"""`msexp new`: an experiment file and a sweep file that work as written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from msexp.errors import MsexpError
+
+EXPERIMENT = '''"""{name}: an msexp experiment. Sweep it with `msexp new sweep --experiment {path}`.
+
+msexp imports this file, calls `build(params)` once per trial (in the trial's own
+process) and wraps what it returns with gradient accumulation, mixed precision, loss
+scaling and the optimizer. You write no training loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from msexp.experiment import Workload
+
+# Defaults for msexp's own knobs (see `msexp knobs`); a sweep file overrides them.
+DEFAULTS = {{"epochs": 5, "batch_size": 64, "lr": 0.05, "optimizer": "momentum"}}
+
+# This experiment's own knobs, with their defaults. Sweep them like msexp's knobs:
+#   params: {{hidden: [64, 256]}}
+PARAMS = {{"hidden": 128, "dropout": 0.0}}
+
+# Extra eval metrics computed by Workload.metrics; usable as objectives.
+METRICS = ("eval_top2_accuracy",)
+
+
+def top2_accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    """Share of samples whose label is among the two highest logits."""
+    top2 = np.argsort(logits, axis=1)[:, -2:]
+    return float((top2 == labels[:, None]).any(axis=1).mean())
+
+
+def load_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-learn's bundled digits (no download): 8x8 images as 64 features."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int32)
+    order = np.random.default_rng(0).permutation(len(y))  # a fixed train/eval split
+    train, held = order[300:], order[:300]
+    return x[train], y[train], x[held], y[held]
+
+
+def build(params: dict[str, Any]) -> Workload:
+    """Return the network, the loss and the data for one trial.
+
+    `params` holds every knob of the trial (msexp's and PARAMS), already validated.
+    Import MindSpore here, not at the top, so `msexp plan` stays fast.
+    """
+    from mindspore import nn
+
+    hidden = params["hidden"]
+    network = nn.SequentialCell(
+        nn.Dense(64, hidden), nn.ReLU(),
+        nn.Dropout(p=params["dropout"]) if params["dropout"] else nn.Identity(),
+        nn.Dense(hidden, 10),
+    )
+    x_train, y_train, x_eval, y_eval = load_data()
+    return Workload(
+        network=network,
+        loss_fn=nn.CrossEntropyLoss(),           # (logits, labels) -> scalar
+        train=(x_train, y_train),                # NumPy arrays or a mindspore.dataset
+        eval=(x_eval, y_eval),
+        data_source="sklearn digits, 8x8 as 64 features",   # recorded in MLflow
+        metrics={{"eval_top2_accuracy": top2_accuracy}},
+    )
+'''
+
+SWEEP = {
+    "grid": '''# A grid over the main knobs of {experiment}. Check it with `msexp plan {path}`,
+# run it with `msexp sweep {path}`, compare the trials in the MLflow UI.
+name: {name}
+experiment: {experiment}
+method: grid
+objective:
+  - {{metric: eval_accuracy, direction: maximize}}
+budget: {{trial_timeout: 600, workers: 1}}
+fixed: {{epochs: 3, batch_size: 64}}
+params:
+  micro_size: [1, 4]              # gradient accumulation: micro-batch = batch_size / micro_size
+  optimizer: [momentum, adam]
+''',
+    "tpe": '''# A TPE study over the main knobs of {experiment}. Check it with `msexp plan {path}`,
+# run it with `msexp sweep {path}`, compare the trials in the MLflow UI.
+name: {name}
+experiment: {experiment}
+method: tpe
+objective:
+  - {{metric: eval_accuracy, direction: maximize}}
+budget: {{trials: 12, trial_timeout: 600, workers: 1}}
+fixed: {{epochs: 3, batch_size: 64}}
+params:
+  lr: {{low: 0.001, high: 0.3, log: true}}
+  micro_size: [1, 2, 4]
+  optimizer: [momentum, adam]
+pruner: {{type: median, warmup_epochs: 1}}
+''',
+}
+
+
+def new_experiment(name: str, folder: Path = Path("."), force: bool = False) -> Path:
+    """Write `NAME.py`, an experiment that trains as written."""
+    if not name.isidentifier():
+        raise MsexpError(f"msexp new experiment: NAME must be a Python identifier, got {name}")
+    path = folder / f"{name}.py"
+    _write(path, EXPERIMENT.format(name=name, path=path), force)
+    return path
+
+
+def new_sweep(experiment: str, method: str = "grid", output: Path | None = None,
+              force: bool = False) -> Path:
+    """Write a sweep file over the main knobs of `experiment` that validates as written."""
+    target = experiment.partition(":")[0]
+    stem = Path(target).stem if target.endswith(".py") else target.rsplit(".", 1)[-1]
+    if target.endswith(".py") and ":" not in experiment:
+        experiment = f"{target}:build"
+    path = output or Path("sweeps") / f"{stem}.yaml"
+    _write(path, SWEEP[method].format(name=stem, experiment=experiment, path=path), force)
+    return path
+
+
+def _write(path: Path, text: str, force: bool) -> None:
+    if path.exists() and not force:
+        raise MsexpError(f"{path}: exists already; pass --force to overwrite")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")

@@ -1,0 +1,216 @@
+"""Optuna at full strength: methods, pruning, parallel workers, resume, reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from msexp.spec import load_spec
+from msexp.study import open_storage, run_sweep
+from tests.conftest import msexp_cmd, write
+
+URI = "sqlite:///mlruns/mlflow.db"
+JOURNAL = "mlruns/optuna.journal"
+
+
+class Quiet:
+    def start(self, total: int, done: int) -> None:
+        self.total = total
+
+    def trial_done(self, number, result, best) -> None:
+        pass
+
+
+def load(name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=open_storage(None))
+
+
+def child_runs(name: str) -> list:
+    client = MlflowClient(URI)
+    experiment = client.get_experiment_by_name(name)
+    return [r for r in client.search_runs([experiment.experiment_id])
+            if r.data.tags.get("msexp.role") == "trial"]
+
+
+@pytest.mark.parametrize("method", ["random", "tpe", "cmaes", "nsga2"])
+def test_each_sampler_runs_its_budget(method: str, workdir: Path) -> None:
+    spec = load_spec(write(workdir / "s.yaml", f"""
+        name: s-{method}
+        experiment: broken:build
+        method: {method}
+        budget: {{trials: 3}}
+        fixed: {{hidden: 16}}
+        params:
+          lr: {{low: 0.001, high: 0.2, log: true}}
+          momentum: {{low: 0.5, high: 0.95}}
+          batch_size: {{low: 32, high: 96, step: 32}}
+    """))
+    outcome = run_sweep(spec, Quiet())
+    study = outcome.study
+    assert len(study.trials) == 3
+    assert all(t.state.name == "COMPLETE" for t in study.trials)
+    for t in study.trials:
+        assert 0.001 <= t.params["lr"] <= 0.2 and t.params["batch_size"] in (32, 64, 96)
+    runs = child_runs(f"s-{method}")
+    assert sorted(float(r.data.params["lr"]) for r in runs) == \
+        sorted(t.params["lr"] for t in study.trials)
+
+
+def test_pruned_trial_stops_within_two_seconds(workdir: Path) -> None:
+    spec = load_spec(write(workdir / "p.yaml", """
+        name: prune
+        experiment: broken:build
+        method: grid
+        fixed: {epochs: 40, hidden: 16, optimizer: sgd}
+        params:
+          lr: [0.1, 0.00001]
+        pruner: {type: median, warmup_epochs: 0, startup_trials: 1}
+    """))
+    outcome = run_sweep(spec, Quiet())
+    good, bad = outcome.results[0], outcome.results[1]
+    assert good.status.value == "COMPLETE" and len(good.epochs) == 40
+    assert bad.status.value == "PRUNED"
+    assert len(bad.epochs) < 10, "the pruned trial must stop early"
+    assert bad.stop_s is not None and bad.stop_s < 2.0
+    pid = next(e for e in json.loads("[" + ",".join(
+        bad.events_path.read_text().splitlines()) + "]") if e["event"] == "start")["pid"]
+    assert not psutil.pid_exists(pid)
+    assert outcome.study.trials[1].state.name == "PRUNED"
+    run = next(r for r in child_runs("prune") if r.data.params["lr"] == "1e-05")
+    assert run.data.tags["status"] == "PRUNED" and run.info.status == "KILLED"
+    assert "eval_accuracy" in run.data.metrics, "metrics so far are kept"
+
+
+def test_two_workers_share_a_grid_without_duplicates(workdir: Path) -> None:
+    sweep = write(workdir / "w.yaml", """
+        name: shared
+        experiment: broken:build
+        fixed: {hidden: 16}
+        params:
+          lr: [0.01, 0.02, 0.03]
+          micro_size: [1, 2]
+    """)
+    workers = [subprocess.Popen(msexp_cmd("worker", str(sweep)), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [w.communicate(timeout=300)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    assert all("trial" in out for out in outputs), "both workers must have run trials"
+    study = load("shared")
+    points = [(t.params["lr"], t.params["micro_size"]) for t in study.trials]
+    assert len(points) == 6 and len(set(points)) == 6
+    runs = child_runs("shared")
+    assert sorted(r.data.tags["msexp.trial"] for r in runs) == [str(i) for i in range(6)]
+    parent = study.user_attrs["mlflow_parent_run_id"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent}
+
+
+def test_kill_9_then_resume_reruns_only_the_interrupted_trial(workdir: Path) -> None:
+    sweep = write(workdir / "k.yaml", """
+        name: killed
+        experiment: broken:build
+        budget: {retries: 1}
+        fixed: {hidden: 16}
+        params:
+          epochs: [1, 1, 30]
+          lr: [0.02]
+          mode: [works]
+          micro_size: [1]
+          seed: [1, 2]
+    """.replace("epochs: [1, 1, 30]", "epochs: [1, 30]"))
+    proc = subprocess.Popen(msexp_cmd("sweep", str(sweep)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if not Path(JOURNAL).exists():
+            continue
+        states = [t.state.name for t in load("killed").trials]
+        if states.count("COMPLETE") == 2 and "RUNNING" in states:
+            break
+    else:
+        pytest.fail("the sweep never reached its third trial")
+    running = next(t for t in load("killed").trials if t.state.name == "RUNNING")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    completed_before = {t.number for t in load("killed").trials if t.state.name == "COMPLETE"}
+
+    result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    study = load("killed")
+    assert study.trials[running.number].state.name == "FAIL"
+    retry = [t for t in study.trials if t.user_attrs.get("retry_of") == running.number]
+    assert len(retry) == 1 and retry[0].state.name == "COMPLETE"
+    assert retry[0].params == running.params
+    ran_again = [t for t in study.trials if t.number > running.number and
+                 t.params in [study.trials[n].params for n in completed_before]]
+    assert ran_again == [], "finished trials must not run again"
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(complete) == 4 and len({json.dumps(t.params, sort_keys=True)
+                                       for t in complete}) == 4
+    assert len(child_runs("killed")) == 4
+
+
+def test_multi_objective_report_shows_the_pareto_set(workdir: Path) -> None:
+    sweep = write(workdir / "m.yaml", """
+        name: multi
+        experiment: broken:build
+        method: nsga2
+        objective:
+          - {metric: eval_accuracy, direction: maximize}
+          - {metric: wall_s, direction: minimize}
+        budget: {trials: 3}
+        fixed: {hidden: 16}
+        params:
+          hidden: [8, 64]
+          lr: {low: 0.001, high: 0.1, log: true}
+    """.replace("        fixed: {hidden: 16}\n", ""))
+    assert CliRunner().invoke(app, ["sweep", str(sweep)]).exit_code == 0
+    result = CliRunner().invoke(app, ["report", str(sweep)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Pareto set" in result.output
+    assert Path("mlruns/reports/multi/pareto_front.html").exists()
+    study = load("multi")
+    client = MlflowClient(URI)
+    artifacts = {a.path for a in client.list_artifacts(study.user_attrs["mlflow_parent_run_id"],
+                                                       "report")}
+    assert "report/pareto_front.html" in artifacts
+
+
+def test_report_logs_plots_and_best_metrics_and_optuna_cli_reads_the_study(
+        workdir: Path) -> None:
+    sweep = write(workdir / "r.yaml", """
+        name: rep
+        experiment: broken:build
+        fixed: {hidden: 16}
+        params:
+          lr: [0.005, 0.05]
+    """)
+    assert CliRunner().invoke(app, ["sweep", str(sweep)]).exit_code == 0
+    result = CliRunner().invoke(app, ["report", "--study", "rep"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "best trial" in result.output and "importance: lr=1.00" in result.output
+    study = load("rep")
+    run = MlflowClient(URI).get_run(study.user_attrs["mlflow_parent_run_id"])
+    assert run.data.metrics["best_eval_accuracy"] == study.best_value
+    assert run.data.tags["msexp.study"] == "rep"
+    assert run.data.tags["msexp.storage"] == "mlruns/optuna.journal"
+    out = subprocess.run([str(Path(sys.executable).parent / "optuna"), "trials", "--study-name",
+                          "rep", "--storage", JOURNAL, "--storage-class", "JournalFileBackend",
+                          "-f", "json"], capture_output=True, text=True, check=True).stdout
+    trials = json.loads(out)
+    assert sorted(t["params_lr"] if "params_lr" in t else t["params"]["lr"] for t in trials) \
+        == [0.005, 0.05]
+    status = CliRunner().invoke(app, ["status", str(sweep)])
+    assert "rep: 2 finished of 2; COMPLETE 2" in status.output
