@@ -164,6 +164,10 @@ def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
         check_data(source, file.data.model_dump(), experiment.data_formats, file.experiment)
     check_precision(source, space)
     check_split_indices(source, spec)
+    if not is_builtin(file.experiment):
+        first = space.grid()[0] if spec.method is Method.grid else {}
+        data = file.data.model_dump() if file.data else None
+        check_build(experiment, {**space.resolve(first), "data": data}, source)
     return spec
 
 

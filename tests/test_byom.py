@@ -1,0 +1,165 @@
+"""Bring your own model: any experiment file sweeps like a built-in one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from tests.conftest import ASSETS, ROOT, write
+
+MODEL = """
+    import numpy as np
+    from msexp.experiment import Workload
+
+    DEFAULTS = {"epochs": 1, "batch_size": 32, "lr": 0.05}
+    PARAMS = {"width": 16}
+    METRICS = ("eval_margin",)
+
+
+    def margin(logits, labels):
+        return float(np.mean(logits.max(axis=1) - logits.mean(axis=1)))
+
+
+    def build(params):
+        from mindspore import nn
+
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(256, 8)).astype(np.float32)
+        y = (x[:, 0] > 0).astype(np.int32)
+        net = nn.SequentialCell(nn.Dense(8, params["width"]), nn.ReLU(),
+                                nn.Dense(params["width"], 2))
+        return Workload(net, nn.CrossEntropyLoss(), (x[:192], y[:192]), (x[192:], y[192:]),
+                        data_source="synthetic sign task", metrics={"eval_margin": margin})
+"""
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def test_own_file_experiment_sweeps_into_mlflow(workdir: Path, tmp_path_factory) -> None:
+    outside = tmp_path_factory.mktemp("elsewhere")
+    model = write(outside / "my_net.py", MODEL)
+    sweep = write(workdir / "own.yaml", f"""
+        name: own
+        experiment: {model}:build
+        objective: {{metric: eval_margin, direction: maximize}}
+        params:
+          micro_size: [1, 2]
+          width: [8, 32]
+    """)
+    result = run("sweep", str(sweep))
+    assert result.exit_code == 0, result.output
+    client = MlflowClient("sqlite:///mlruns/mlflow.db")
+    exp = client.get_experiment_by_name("own")
+    runs = [r for r in client.search_runs([exp.experiment_id])
+            if r.data.tags.get("msexp.role") == "trial"]
+    assert sorted((r.data.params["micro_size"], r.data.params["width"]) for r in runs) == \
+        [("1", "32"), ("1", "8"), ("2", "32"), ("2", "8")]
+    for r in runs:
+        assert r.data.tags["status"] == "COMPLETE"
+        assert "eval_margin" in r.data.metrics and "eval_accuracy" in r.data.metrics
+        assert r.data.params["data_source"] == "synthetic sign task"
+
+
+@pytest.mark.parametrize("case, source, expected", [
+    ("syntax", "def build(params:\n", "does not import: SyntaxError"),
+    ("raises", "import numpy\nraise ImportError('needs torch')\ndef build(p): pass\n",
+     "does not import: ImportError: needs torch at bad.py:2 `raise ImportError('needs torch')`"),
+    ("no_build", "X = 1\n", "has no function `build(params) -> Workload`"),
+    ("wrong_return", "def build(params):\n    return 1, 2\n",
+     "build() must return msexp.experiment.Workload, got tuple"),
+    ("build_raises", "def build(params):\n    return params['missing']\n",
+     "build() raised KeyError: 'missing' at bad.py:2 `return params['missing']`"),
+    ("bad_data", MODEL.replace("(x[:192], y[:192])", "x[:192]"),
+     "Workload.train must be (inputs, labels) arrays or a mindspore.dataset dataset"),
+])
+def test_experiment_errors_are_one_line_at_plan_time(case: str, source: str, expected: str,
+                                                     workdir: Path) -> None:
+    import textwrap
+
+    write(workdir / "bad.py", textwrap.dedent(source))
+    sweep = write(workdir / "s.yaml", "name: s\nexperiment: bad.py:build\n")
+    result = run("plan", str(sweep))
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{sweep}: experiment: "), result.output
+    assert expected in lines[0], lines[0]
+    assert not (workdir / "mlruns").exists()
+
+
+def test_param_nobody_declares_is_rejected(workdir: Path) -> None:
+    write(workdir / "net.py", MODEL)
+    sweep = write(workdir / "s.yaml", "name: s\nexperiment: net.py:build\n"
+                                      "params: {depth: [1, 2]}\n")
+    result = run("validate", str(sweep))
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"{sweep}: params.depth: is not a knob of msexp or of the "
+                                     "experiment (see `msexp knobs`), got [1, 2]")
+
+
+def test_module_reference_works(workdir: Path) -> None:
+    sweep = write(workdir / "s.yaml", "name: s\nexperiment: broken:build\n")
+    assert run("validate", str(sweep)).exit_code == 0
+
+
+def test_scaffolded_experiment_and_sweep_run_end_to_end(workdir: Path) -> None:
+    assert run("new", "experiment", "my_model").exit_code == 0
+    result = run("new", "sweep", "--experiment", "my_model.py", "--method", "tpe")
+    assert result.exit_code == 0, result.output
+    sweep = workdir / "sweeps" / "my_model.yaml"
+    spec = yaml.safe_load(sweep.read_text())
+    assert spec["experiment"] == "my_model.py:build" and spec["method"] == "tpe"
+    spec["budget"]["trials"] = 2
+    spec["fixed"]["epochs"] = 1
+    sweep.write_text(yaml.safe_dump(spec))
+    result = run("sweep", str(sweep))
+    assert result.exit_code == 0, result.output
+    assert "2/2" in result.output
+    assert run("new", "experiment", "my_model").exit_code == 1, "never overwrite silently"
+
+
+def test_knobs_lists_types_defaults_and_conditions() -> None:
+    result = run("knobs", "--experiment", "mlp_digits")
+    assert result.exit_code == 0
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in result.output.splitlines() if line.startswith("│")}
+    assert rows["micro_size"][:3] == ["int", ">= 1", "1"]
+    assert rows["lr"][2] == "0.02"  # mlp_digits' default
+    assert rows["loss_scale_window"][3] == "loss_scale in ['dynamic']"
+    assert rows["hidden"][:3] == ["int", "", "512"]
+
+
+SCHEMA_REJECTS = {
+    "unknown_top_key", "unknown_nested_key", "wrong_type", "out_of_range", "knob_out_of_range",
+    "knob_wrong_type", "knob_bad_choice", "unknown_knob", "missing_name", "bad_method",
+    "bad_objective", "bad_direction", "when_unknown_knob", "not_mapping", "bad_pruner",
+}
+# Rules JSON Schema cannot state: YAML syntax, divisibility, low <= high, experiment import,
+# grid-only lists, a knob both fixed and swept. `msexp validate` checks those.
+BEYOND_SCHEMA = {"malformed", "indivisible", "indivisible_fixed", "range_inverted",
+                 "unknown_experiment", "grid_with_range", "fixed_and_swept"}
+
+
+def test_json_schema_accepts_every_sweep_and_rejects_the_bad_corpus() -> None:
+    result = run("schema")
+    assert result.exit_code == 0
+    schema = json.loads(result.output)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    sweeps = sorted((ROOT / "sweeps").glob("*.yaml"))
+    assert sweeps
+    for path in sweeps:
+        errors = list(validator.iter_errors(yaml.safe_load(path.read_text())))
+        assert errors == [], f"{path.name}: {errors[0].message if errors else ''}"
+    bad = {p.stem: p for p in (ASSETS / "bad").glob("*.yaml")}
+    assert set(bad) == SCHEMA_REJECTS | BEYOND_SCHEMA, "classify every bad file"
+    for stem in sorted(SCHEMA_REJECTS):
+        assert not validator.is_valid(yaml.safe_load(bad[stem].read_text())), stem
