@@ -1,8 +1,9 @@
 """A plain hand-written MindSpore training loop: seed 000's MLP on digits, no msexp.
 
-Usage: python benchmarks/handwritten_mlp.py EPOCHS BATCH {fused|split}
+Usage: python benchmarks/handwritten_mlp.py EPOCHS BATCH {fused|split} [MICRO_SIZE]
   fused: grad and optimizer in one ms.jit step, as the tutorials write it;
   split: grad in one ms.jit function, optimizer in another.
+  MICRO_SIZE > 1 accumulates gradients as seed 000 does (Accumulator with buffers).
 Prints one JSON line: samples_per_s (steady-state updates), train_s, eval_accuracy.
 """
 
@@ -18,6 +19,7 @@ sys.path.insert(0, ".")
 from experiments._digits import digits  # noqa: E402  (the same data as msexp's workload)
 
 epochs, batch, style = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+micro_size = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 ms.set_seed(0)
 x_train, y_train, x_eval, y_eval = digits(28)
 net = nn.SequentialCell(nn.Flatten(), nn.Dense(784, 512), nn.ReLU(), nn.Dense(512, 512),
@@ -27,7 +29,7 @@ opt = nn.Momentum(net.trainable_params(), 0.02, 0.9)
 
 
 def forward(x, y):
-    return loss_fn(net(x), y)
+    return loss_fn(net(x), y) / micro_size
 
 
 grad_fn = ms.value_and_grad(forward, None, opt.parameters)
@@ -51,7 +53,31 @@ def opt_step(grads):
     return True
 
 
+inner_grads = opt.parameters.clone(prefix="accumulate_", init="zeros")
+hyper_map = ops.HyperMap()
+
+
+@ms.jit
+def accumulate_step(x, y):
+    loss, grads = grad_fn(x, y)
+    hyper_map(ops.partial(ops.assign_add), inner_grads, grads)
+    return loss
+
+
+@ms.jit
+def apply_step():
+    opt(inner_grads)
+    hyper_map(ops.partial(ops.assign), inner_grads, hyper_map(ops.zeros_like, inner_grads))
+    return True
+
+
 def train_step(x, y):
+    if micro_size > 1:
+        m = len(x) // micro_size
+        losses = [accumulate_step(ms.Tensor(x[i * m:(i + 1) * m]),
+                                  ms.Tensor(y[i * m:(i + 1) * m])) for i in range(micro_size)]
+        apply_step()
+        return sum(losses[1:], losses[0])
     if style == "fused":
         return fused_step(x, y)
     loss, grads = grad_step(x, y)
@@ -66,7 +92,8 @@ for epoch in range(epochs):
     for i in range(0, len(order) - batch + 1, batch):
         ids = order[i:i + batch]
         t = time.perf_counter()
-        loss = train_step(ms.Tensor(x_train[ids]), ms.Tensor(y_train[ids]))
+        loss = train_step(ms.Tensor(x_train[ids]), ms.Tensor(y_train[ids])) \
+            if micro_size == 1 else train_step(x_train[ids], y_train[ids])
         float(loss.asnumpy())
         times.append(time.perf_counter() - t)
     logits = net(ms.Tensor(x_eval)).asnumpy()

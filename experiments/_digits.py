@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -34,3 +35,15 @@ def digits(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 def source(size: int) -> str:
     """How the data is described in MLflow."""
     return f"sklearn digits (1797 images, 8x8 upsampled to {size}x{size}, {EVAL_SIZE} held out)"
+
+
+def train_and_eval(data: dict[str, Any] | None, size: int) -> tuple[Any, Any, str]:
+    """(train, eval, description): the sweep's `data` folder as 1 x size x size images
+    if it names one, else the built-in digits."""
+    if data:
+        from msexp.datasets import load
+
+        loaded = load(data, size, channels=1)
+        return loaded.train, loaded.eval, loaded.description
+    x_train, y_train, x_eval, y_eval = digits(size)
+    return (x_train, y_train), (x_eval, y_eval), source(size)

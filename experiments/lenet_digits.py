@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments._digits import digits, source
+from experiments._digits import train_and_eval
 from msexp.experiment import Workload
 
+DATA_FORMATS = ("mnist", "imagefolder")
 DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 0.02, "optimizer": "momentum"}
 
 
@@ -29,6 +30,5 @@ def lenet5(num_classes: int = 10, channels: int = 1) -> Any:
 def build(params: dict[str, Any]) -> Workload:
     from mindspore import nn
 
-    x_train, y_train, x_eval, y_eval = digits(32)
-    return Workload(lenet5(), nn.CrossEntropyLoss(), (x_train, y_train), (x_eval, y_eval),
-                    data_source=source(32))
+    train, held, description = train_and_eval(params.get("data"), 32)
+    return Workload(lenet5(), nn.CrossEntropyLoss(), train, held, data_source=description)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments._digits import digits, source
+from experiments._digits import train_and_eval
 from msexp.experiment import Workload
 
+DATA_FORMATS = ("mnist", "imagefolder")
 DEFAULTS = {"epochs": 5, "batch_size": 64, "lr": 0.02, "optimizer": "momentum"}
 PARAMS = {"hidden": 512}
 
@@ -21,6 +22,5 @@ def build(params: dict[str, Any]) -> Workload:
         nn.Dense(hidden, hidden), nn.ReLU(),
         nn.Dense(hidden, 10),
     )
-    x_train, y_train, x_eval, y_eval = digits(28)
-    return Workload(network, nn.CrossEntropyLoss(), (x_train, y_train), (x_eval, y_eval),
-                    data_source=source(28))
+    train, held, description = train_and_eval(params.get("data"), 28)
+    return Workload(network, nn.CrossEntropyLoss(), train, held, data_source=description)

@@ -141,7 +141,7 @@ def workload_problem(workload: Any, declared_metrics: tuple[str, ...] = ()) -> s
 
 
 def check_build(experiment: Experiment, params: dict[str, Any], source: str) -> None:
-    """Call `build` once with a trial's params and check what it returns.
+    """Call `build` once (with the sweep's fixed values and defaults) and check its result.
 
     Raises:
         ExperimentError: `build` raised, or returned something msexp cannot train.
@@ -198,7 +198,8 @@ def _import_file(path: Path, source: str) -> ModuleType:
 
 
 def _import_failure(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<frozen")]
     where = ""
     if frames:
         last = frames[-1]

@@ -5,8 +5,9 @@ This table is the single source for validation, `msexp knobs` and the JSON Schem
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 _TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
                list: "a list"}
@@ -83,17 +84,19 @@ def infer_knob(name: str, default: Any, help: str = "declared by the experiment"
 
 _SCALED = ("fixed", "dynamic")
 _AMP = ("O1", "O2", "O3")
+_THOR = {"optimizer": ("thor",)}
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("epochs", int, 5, "passes over the training set", ge=1),
     Knob("batch_size", int, 64, "global batch per optimizer update", ge=1),
     Knob("micro_size", int, 1, "micro-batches one update is split into (gradient accumulation)",
          ge=1),
+    Knob("devices", int, 1, "data-parallel processes per trial (launched through msrun)", ge=1),
     Knob("lr", float, 0.01, "peak learning rate", gt=0),
     Knob("optimizer", str, "momentum", "optimizer",
-         choices=("sgd", "momentum", "adam", "adamw")),
+         choices=("sgd", "momentum", "adam", "adamw", "thor")),
     Knob("momentum", float, 0.9, "momentum coefficient", ge=0, lt=1,
-         when={"optimizer": ("momentum",)}),
+         when={"optimizer": ("momentum", "thor")}),
     Knob("weight_decay", float, 0.0, "L2 weight decay", ge=0),
     Knob("lr_schedule", str, "constant", "learning-rate schedule after warm-up",
          choices=("constant", "cosine")),
@@ -104,7 +107,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("amp_dtype", str, "float16", "low-precision type used by AMP",
          choices=("float16", "bfloat16"), when={"amp_level": _AMP}),
     Knob("keep_batchnorm_fp32", bool, True, "keep BatchNorm in float32 under AMP",
-         when={"amp_level": _AMP}),
+         when={"amp_level": ("O2", "O3")}),  # O1 never casts normalisation
     Knob("loss_scale", str, "none", "loss scaling", choices=("none", "fixed", "dynamic")),
     Knob("loss_scale_value", float, 65536.0, "loss scale (initial scale when dynamic)", gt=0,
          when={"loss_scale": _SCALED}),
@@ -114,12 +117,23 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          when={"loss_scale": ("dynamic",)}),
     Knob("drop_overflow_update", bool, True, "skip an update whose gradients overflow",
          when={"loss_scale": ("fixed",)}),
+    Knob("thor.frequency", int, 10, "THOR: recompute A, G and their inverses every N updates",
+         ge=2, when=_THOR),
+    Knob("thor.split_indices", list, [], "THOR: layer indices closing each group (all-reduce "
+         "groups in data-parallel runs); [] is one group", when=_THOR),
+    Knob("thor.damping_init", float, 0.3, "THOR: initial damping", gt=0, when=_THOR),
+    Knob("thor.damping_decay", float, 0.5, "THOR: damping is multiplied by this every 10 epochs",
+         gt=0, when=_THOR),
+    Knob("thor.lr_decay", float, 0.0, "THOR: exponent of seed 004's polynomial lr decay "
+         "(0: lr_schedule applies)", ge=0, when=_THOR),
+    Knob("thor_impl", str, "auto", "THOR implementation: auto (MindSpore's on Ascend, else "
+         "msexp's), mindspore, msexp", choices=("auto", "mindspore", "msexp"), when=_THOR),
 )}
 
 METRICS = (
     "train_loss", "eval_loss", "eval_accuracy", "samples_per_s", "step_ms", "compile_s",
     "peak_mem_mb", "wall_s", "overflow_steps", "skipped_updates", "loss_scale",
-    "epochs_to_target", "time_to_target_s",
+    "epochs_to_target", "time_to_target_s", "thor_inverse_s",
 )
 """Metric names, one vocabulary for trial events, Optuna objectives and MLflow."""
 

@@ -77,12 +77,41 @@ def _write_plots(report: Report, folder: Path) -> list[Path]:
         target = (lambda t: t.values[0]) if report.multi_objective else None
         figures["parallel_coordinate"] = vis.plot_parallel_coordinate(
             study, target=target, target_name=names[0])
+    tradeoffs = _tradeoffs(study)
+    if tradeoffs is not None:
+        figures["tradeoffs"] = tradeoffs
     paths = []
     for name, figure in figures.items():
         path = folder / f"{name}.html"
-        figure.write_html(str(path), include_plotlyjs="cdn")
+        figure.write_html(str(path), include_plotlyjs=True)  # viewable offline
         paths.append(path)
     return paths
+
+
+TRADEOFF_METRICS = ("eval_accuracy", "samples_per_s", "peak_mem_mb", "wall_s",
+                    "epochs_to_target", "overflow_steps")
+
+
+def _tradeoffs(study: optuna.Study) -> Any:
+    """One bar chart per metric, a bar per trial: what each setting costs and buys."""
+    from plotly.subplots import make_subplots
+
+    trials = [t for t in study.get_trials(deepcopy=False)
+              if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    metrics = [m for m in TRADEOFF_METRICS  # a metric that is zero everywhere says nothing
+               if any(t.user_attrs.get("metrics", {}).get(m) for t in trials)]
+    if not trials or not metrics:
+        return None
+    swept = sorted({k for t in trials for k in t.params})
+    labels = [f"#{t.number} " + " ".join(f"{k}={t.params[k]}" for k in swept if k in t.params)
+              for t in trials]
+    figure = make_subplots(rows=len(metrics), cols=1, subplot_titles=metrics,
+                           shared_xaxes=True, vertical_spacing=0.04)
+    for row, metric in enumerate(metrics, start=1):
+        values = [t.user_attrs.get("metrics", {}).get(metric) for t in trials]
+        figure.add_bar(x=labels, y=values, name=metric, row=row, col=1, showlegend=False)
+    figure.update_layout(height=220 * len(metrics), title=f"{study.study_name}: trade-offs")
+    return figure
 
 
 def log_report(report: Report, tracker: Tracker) -> str | None:

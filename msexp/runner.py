@@ -6,6 +6,7 @@ A failed trial is data, not an exception: `TrialProcess.run` always returns a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -40,9 +41,28 @@ class TrialResult:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
     data_source: str = ""
+    impl: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
     log_path: Path | None = None
     events_path: Path | None = None
+    stop_s: float | None = None
+    rank_logs: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready copy (for the spool of results waiting for MLflow)."""
+        data = dict(self.__dict__)
+        data["status"] = self.status.value
+        for key in ("log_path", "events_path", "rank_logs"):
+            data[key] = str(data[key]) if data[key] else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrialResult:
+        """Inverse of `to_json`."""
+        data = dict(data, status=Status(data["status"]))
+        for key in ("log_path", "events_path", "rank_logs"):
+            data[key] = Path(data[key]) if data.get(key) else None
+        return cls(**data)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last lines of the trial's log."""
@@ -82,7 +102,7 @@ class TrialProcess:
         return subprocess.Popen(
             [sys.executable, "-m", "msexp.trial"], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.cwd, env=env,
-            start_new_session=True, text=True)
+            start_new_session=True, text=True, preexec_fn=_die_with_parent)
 
     def _take_process(self) -> subprocess.Popen:
         proc = self._spare if self._spare and self._spare.poll() is None else self._spawn()
@@ -133,15 +153,21 @@ class TrialProcess:
                 self.kill()
                 break
             time.sleep(POLL_S)
-        result.wall_s = time.monotonic() - started
         self.kill()  # the trial has flushed its log and events; its process is done
+        now = time.monotonic()
+        result.wall_s = now - started
+        if stop_sent_at is not None:
+            result.stop_s = now - stop_sent_at
         return result
 
     @staticmethod
     def _absorb(event: dict[str, Any], result: TrialResult, on_epoch: OnEpoch | None) -> bool:
         kind = event.get("event")
-        if kind == "start":
+        if kind == "launch":
+            result.rank_logs = Path(event["rank_logs"])
+        elif kind == "start":
             result.data_source = event.get("data_source", "")
+            result.impl = event.get("impl", {})
         elif kind == "epoch":
             result.epochs.append(event)
             if on_epoch and result.status is not Status.PRUNED and on_epoch(event):
@@ -156,10 +182,8 @@ class TrialProcess:
 
     def _signal(self, signum: int) -> None:
         if self._proc and self._proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self._proc.pid, signum)
-            except ProcessLookupError:
-                pass
 
     def kill(self) -> None:
         """Kill the current trial's process group (the trial and anything it started)."""
@@ -177,11 +201,17 @@ class TrialProcess:
             self._spare = None
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the orchestrator dies, even by kill -9 (Linux)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _EventReader:

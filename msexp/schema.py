@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from msexp.knobs import METRICS, Knob
 from msexp.spec import Budget, Data, Method, Objective, Pruner, SweepFile

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from msexp.errors import SpecError
 from msexp.knobs import Knob, condition_holds
@@ -53,8 +54,9 @@ class Param:
 
 
 def derived(values: Mapping[str, Any]) -> dict[str, int]:
-    """Values computed from a trial's knobs: the micro-batch and the effective batch."""
-    return {"micro_batch": values["batch_size"] // values["micro_size"],
+    """Values computed from a trial's knobs: the per-device micro-batch and the effective batch."""
+    devices = values.get("devices", 1)
+    return {"micro_batch": values["batch_size"] // (values["micro_size"] * devices),
             "effective_batch": values["batch_size"]}
 
 
@@ -77,13 +79,17 @@ class Space:
         """The complete values of a trial: defaults, fixed, then assigned, in knob order.
 
         Knobs whose condition does not hold are left out, so two trials that differ
-        only in a knob that does not apply resolve to the same values.
+        only in a knob that does not apply resolve to the same values. A swept param
+        whose `when` does not hold falls back to the knob's default.
         """
         values = {name: knob.default for name, knob in self.knobs.items()}
         values.update(self.fixed)
         values.update(assigned)
+        for param in self.params:
+            if not condition_holds(param.when, values):
+                values[param.name] = self.knobs[param.name].default
         return {name: value for name, value in values.items()
-                if value is not None and self._applies(name, values)}
+                if value is not None and self.knobs[name].applies(values)}
 
     def _applies(self, name: str, values: Mapping[str, Any]) -> bool:
         if not self.knobs[name].applies(values):
@@ -119,8 +125,8 @@ class Space:
         return assigned
 
     def check_trials(self, is_grid: bool) -> None:
-        """Reject a batch_size that micro_size does not divide, in any trial that can run."""
-        combos = self.grid() if is_grid else self._combos("batch_size", "micro_size")
+        """Reject a batch_size that micro_size (times devices) does not divide, in any trial."""
+        combos = self.grid() if is_grid else self._combos("batch_size", "micro_size", "devices")
         for assigned in combos:
             values = self.resolve(assigned)
             batch, micro = values["batch_size"], values["micro_size"]
@@ -131,6 +137,15 @@ class Space:
                 raise SpecError(self.source, f"{section}.{key}",
                                 f"micro_size must divide batch_size (batch_size={batch}, "
                                 f"micro_size={micro})", assigned.get(key, values[key]))
+            devices = values.get("devices", 1)
+            if batch % (micro * devices):
+                key = next((k for k in ("devices", "micro_size", "batch_size") if k in assigned),
+                           "devices")
+                section = "params" if key in assigned else "fixed"
+                raise SpecError(self.source, f"{section}.{key}",
+                                f"micro_size * devices must divide batch_size (batch_size={batch}, "
+                                f"micro_size={micro}, devices={devices})",
+                                assigned.get(key, values[key]))
 
     def _combos(self, *names: str) -> list[dict[str, Any]]:
         swept = [p for p in self.params if p.name in names and p.candidates()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import math
 import os
 import socket
@@ -26,6 +27,7 @@ from msexp.space import derived
 from msexp.spec import Method, SweepSpec
 from msexp.tracking import STORE_DIR, Tracker, redact
 
+_log = logging.getLogger("msexp")
 JOURNAL = STORE_DIR / "optuna.journal"
 TRIALS_DIR = STORE_DIR / "trials"
 
@@ -52,7 +54,14 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(
             JournalFileBackend(str(path), lock_obj=FlockLock(str(path) + ".flock")))
-    return optuna.storages.RDBStorage(url)
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except Exception:  # another worker is creating the same schema right now
+            if attempt == 4:
+                raise
+            time.sleep(1 + attempt)
+    raise AssertionError("unreachable")
 
 
 class FlockLock(BaseJournalFileLock):
@@ -90,7 +99,8 @@ def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
         Method.random: lambda: optuna.samplers.RandomSampler(seed=seed),
         Method.tpe: lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True,
                                                        group=True),
-        Method.cmaes: lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+        Method.cmaes: lambda: optuna.samplers.CmaEsSampler(seed=seed,
+                                                           warn_independent_sampling=False),
         Method.nsga2: lambda: optuna.samplers.NSGAIISampler(seed=seed),
     }
     return samplers[spec.method]()
@@ -118,7 +128,8 @@ def fingerprint(spec: SweepSpec) -> str:
     content = {"experiment": spec.file.experiment, "method": spec.method.value,
                "objective": [o.model_dump() for o in spec.objectives],
                "fixed": spec.file.fixed, "params": spec.file.params}
-    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    text = json.dumps(content, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None = None
@@ -143,8 +154,11 @@ def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None 
             raise MsexpError(f"{spec.path}: study {name!r} in {storage_label(storage_url)} was "
                              "created from a different sweep; pass --study NEW_NAME") from None
         if [d.name.lower() for d in study.directions] != directions:
-            raise MsexpError(f"{spec.path}: study {name!r} has other objective directions")
-    if "msexp.fingerprint" not in study.user_attrs:
+            raise MsexpError(
+                f"{spec.path}: study {name!r} has other objective directions") from None
+    if not created:
+        _wait_for_creator(study)
+    if "msexp.fingerprint" not in study._storage.get_study_user_attrs(study._study_id):
         if spec.method is Method.grid:
             points = spec.space.grid()[:spec.n_trials()]
             by_name = {p.name: p for p in spec.space.params}
@@ -156,12 +170,13 @@ def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None 
         study.set_user_attr("msexp.objectives", [o.metric for o in spec.objectives])
         study.set_user_attr("msexp.sweep", spec.name)
         study.set_user_attr("msexp.experiment", spec.file.experiment)
-        study.set_user_attr("msexp.fingerprint", fingerprint(spec))
+        study.set_user_attr("msexp.fingerprint", fingerprint(spec))  # last: marks it complete
     return study, created
 
 
 HEARTBEAT_S = 5.0
 PARENT_WAIT_S = 30.0
+CREATOR_WAIT_S = 10.0
 STALE_AFTER_S = 60.0
 
 
@@ -206,6 +221,15 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
             requeue(study, frozen, count_attempt=True)
             failed.append(frozen.number)
     return failed
+
+
+def _wait_for_creator(study: optuna.Study) -> None:
+    """Give the process that just created the study time to enqueue its grid."""
+    deadline = time.monotonic() + CREATOR_WAIT_S
+    while time.monotonic() < deadline:
+        if "msexp.fingerprint" in study._storage.get_study_user_attrs(study._study_id):
+            return
+        time.sleep(0.2)
 
 
 def _claim_waiting(study: optuna.Study) -> optuna.Trial | None:
@@ -303,9 +327,14 @@ class Sweep:
             for p in self.processes:
                 p.close()
         report = build_report(self.study, REPORTS_DIR / self.study.study_name)
-        log_report(report, self.tracker)
-        self.tracker.client.set_terminated(
-            self.parent_id, "KILLED" if self.outcome.interrupted else "FINISHED")
+        try:
+            self.tracker.flush_spool()
+            log_report(report, self.tracker)
+            self.tracker.client.set_terminated(
+                self.parent_id, "KILLED" if self.outcome.interrupted else "FINISHED")
+        except Exception as exc:  # the results are safe in Optuna and the spool
+            _log.warning(f"MLflow unreachable at the end of the sweep ({type(exc).__name__});"
+                          " run `msexp sync` and `msexp report` when it is back")
         return self.outcome
 
     def _next_trial(self) -> optuna.Trial | None:
@@ -349,8 +378,8 @@ class Sweep:
                         count_attempt=False)
             return
         logged = {**params, **derived(params), "experiment": spec.file.experiment}
-        run_id = self.tracker.log_trial(self.experiment_id, self.parent_id, trial.number,
-                                        logged, result, started)
+        run_id = self.tracker.record_trial(self.experiment_id, self.parent_id, trial.number,
+                                           logged, result, started)
         with self.lock:
             self._tell(trial, result, run_id)
             self.outcome.results[trial.number] = result
@@ -371,12 +400,12 @@ class Sweep:
 
         return on_epoch
 
-    def _tell(self, trial: optuna.Trial, result: TrialResult, run_id: str) -> None:
+    def _tell(self, trial: optuna.Trial, result: TrialResult, run_id: str | None) -> None:
         metrics = result.metrics or result.last_epoch_metrics()
         metrics = {**metrics, "wall_s": result.wall_s}
         trial.set_user_attr("status", result.status.value)
         trial.set_user_attr("metrics", {k: v for k, v in metrics.items() if math.isfinite(v)})
-        trial.set_user_attr("mlflow_run_id", run_id)
+        trial.set_user_attr("mlflow_run_id", run_id or "spooled")
         if result.error:
             trial.set_user_attr("error", result.error[:1000])
         values = None

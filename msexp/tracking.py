@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
+import logging
 import os
 import re
 import time
@@ -11,12 +13,15 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msexp.errors import MsexpError
 from msexp.runner import Status, TrialResult
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
+_log = logging.getLogger("msexp")
 STORE_DIR = Path("mlruns")
+SPOOL_DIR = STORE_DIR / "spool"
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 UI_PORT = 5000
 _CHUNK = 1000  # MLflow accepts at most 1000 metrics per log_batch call
@@ -44,9 +49,20 @@ class Tracker:
         self.uri = tracking_uri(uri)
         if self.uri == DEFAULT_URI:
             STORE_DIR.mkdir(exist_ok=True)
+        if self.uri.startswith(("http://", "https://")):
+            # fail over to the spool in seconds, not after minutes of retries
+            for key, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"),
+                               ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                               ("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")):
+                os.environ.setdefault(key, value)
         with self.writing():  # the first client of a new SQLite store creates its tables
-            self.client: MlflowClient = MlflowClient(self.uri)
-            self.client.search_experiments(max_results=1)
+            self.client: MlflowClient = MlflowClient(_absolute(self.uri))
+            try:
+                self.client.search_experiments(max_results=1)
+            except Exception as exc:
+                reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                raise MsexpError(f"cannot reach the MLflow tracking store {redact(self.uri)} "
+                                 f"({type(exc).__name__}: {reason})") from None
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -69,13 +85,21 @@ class Tracker:
             return self._experiment_id(name)
 
     def _experiment_id(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
         found = self.client.get_experiment_by_name(name)
         if found:
             return found.experiment_id
         location = None
         if self.uri == DEFAULT_URI:
             location = (STORE_DIR / "artifacts" / name).resolve().as_uri()
-        return self.client.create_experiment(name, artifact_location=location)
+        try:
+            return self.client.create_experiment(name, artifact_location=location)
+        except MlflowException:  # another worker created it first
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
 
     def has_run(self, run_id: str) -> bool:
         """Whether the run exists in this store."""
@@ -100,6 +124,46 @@ class Tracker:
             self.client.log_artifact(run.info.run_id, str(sweep_file))
         return run.info.run_id
 
+    def record_trial(self, experiment_id: str, parent_id: str, number: int,
+                     params: Mapping[str, Any], result: TrialResult, started: float
+                     ) -> str | None:
+        """Log a trial; if MLflow cannot take it now, keep it in the spool on disk.
+
+        Returns the run id, or None when the trial was spooled. Spooled trials are
+        delivered before the next trial is logged, or by `msexp sync`.
+        """
+        record = {"uri": self.uri, "experiment_id": experiment_id, "parent_id": parent_id,
+                  "number": number, "params": dict(params), "result": result.to_json(),
+                  "started": started}
+        self.flush_spool()
+        try:
+            return self.log_trial(experiment_id, parent_id, number, params, result, started)
+        except Exception as exc:  # unreachable server, broken store: keep the result
+            path = SPOOL_DIR / f"{parent_id}-{number:05d}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record, default=str))
+            _log.warning(f"MLflow at {redact(self.uri)} did not take trial {number} "
+                          f"({type(exc).__name__}); kept in {path}, delivered later or by "
+                          "`msexp sync`")
+            return None
+
+    def flush_spool(self) -> int:
+        """Deliver spooled trials of this tracking URI; returns how many were delivered."""
+        delivered = 0
+        for path in sorted(SPOOL_DIR.glob("*.json")) if SPOOL_DIR.exists() else []:
+            record = json.loads(path.read_text())
+            if record["uri"] != self.uri:
+                continue
+            try:
+                self.log_trial(record["experiment_id"], record["parent_id"], record["number"],
+                               record["params"], TrialResult.from_json(record["result"]),
+                               record["started"])
+            except Exception:
+                break  # still unreachable: keep the rest for later
+            path.unlink()
+            delivered += 1
+        return delivered
+
     def log_trial(self, experiment_id: str, parent_id: str, number: int,
                   params: Mapping[str, Any], result: TrialResult, started: float) -> str:
         """Record one finished trial as a child run and return its run id."""
@@ -109,6 +173,11 @@ class Tracker:
     def _log_trial(self, experiment_id: str, parent_id: str, number: int,
                    params: Mapping[str, Any], result: TrialResult, started: float) -> str:
         from mlflow.entities import Param
+
+        for partial in self.client.search_runs(  # left by an attempt that failed midway
+                [experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}' and "
+                f"tags.`msexp.trial` = '{number}'"):
+            self.client.delete_run(partial.info.run_id)
 
         tags = {"mlflow.parentRunId": parent_id, "msexp.role": "trial",
                 "msexp.trial": str(number), "status": result.status.value}
@@ -129,6 +198,8 @@ class Tracker:
         for path in (result.log_path, result.events_path):
             if path and path.exists():
                 self.client.log_artifact(run_id, str(path))
+        if result.rank_logs and result.rank_logs.is_dir():  # data parallel: every rank's log
+            self.client.log_artifacts(run_id, str(result.rank_logs), result.rank_logs.name)
         self.client.set_terminated(run_id, _RUN_STATUS[result.status],
                                    end_time=int((started + result.wall_s) * 1000))
         return run_id
@@ -142,6 +213,14 @@ class Tracker:
             command = f"mlflow ui --backend-store-uri {self.uri} --port {UI_PORT}"
         return (f"{base}/#/experiments/{experiment_id}/runs",
                 f"{base}/#/experiments/{experiment_id}/runs/{parent_id}", command)
+
+
+def _absolute(uri: str) -> str:
+    """A relative SQLite URI made absolute: MLflow caches stores by URI, not by file."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        return prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
 
 
 def _param_text(value: Any) -> str:

@@ -1,13 +1,16 @@
 """The trial process: runs trials from JSON requests and writes metrics as JSON lines.
 
-It never talks to Optuna or MLflow. `python -m msexp.trial --serve` reads one request
-per line on stdin and runs them one after another, so MindSpore is imported once per
-worker, not once per trial. Each trial gets its own log (stdout and stderr at the file
-descriptor level, so MindSpore's C++ logs land there too) and its own events file.
+It never talks to Optuna or MLflow. `python -m msexp.trial` imports MindSpore at once,
+then runs the requests it reads on stdin, one JSON object per line, until stdin closes.
+msexp's runner sends each process a single request and starts the next process while
+the current trial trains, so trials stay independent without waiting for the import.
+Each trial gets its own log (stdout and stderr at the file descriptor level, so
+MindSpore's C++ logs land there too) and its own events file.
 
 Request: {"experiment", "params", "events", "log", "target": {metric, value, maximize},
 "data": {format, path} or null}. `build` receives the params plus "data".
-Events: {"event": "start"|"epoch"|"result"|"error"|"end", ...}.
+Events: {"event": "start"|"epoch"|"result"|"error"|"end", ...}; a data-parallel trial
+(`devices` > 1, see `msexp.distributed`) first emits "launch" with its rank-log folder.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ def run(request: dict[str, Any], emit: Callable[[dict[str, Any]], None],
     from msexp.training.loop import Target, train
 
     params = request["params"]
+    if params.get("devices", 1) > 1:
+        from msexp.distributed import launch
+
+        return launch(request, emit, stop_requested)
     ms.set_seed(params["seed"])
     np.random.seed(params["seed"])
     experiment = load_experiment(request["experiment"])

@@ -35,3 +35,14 @@ def write(path: Path, text: str) -> Path:
 def msexp_cmd(*args: str) -> list[str]:
     """The command line that runs the msexp CLI with this interpreter."""
     return [sys.executable, "-m", "msexp", *args]
+
+
+def mlflow_client():
+    """A client of the embedded store in the current directory.
+
+    The URI is absolute: MLflow caches stores by URI, so a relative one would reach
+    the store of an earlier test's directory.
+    """
+    from mlflow import MlflowClient
+
+    return MlflowClient(f"sqlite:///{Path('mlruns/mlflow.db').resolve()}")

@@ -8,11 +8,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from tests.conftest import ASSETS, ROOT, write
+from tests.conftest import ASSETS, ROOT, mlflow_client, write
 
 MODEL = """
     import numpy as np
@@ -57,7 +56,7 @@ def test_own_file_experiment_sweeps_into_mlflow(workdir: Path, tmp_path_factory)
     """)
     result = run("sweep", str(sweep))
     assert result.exit_code == 0, result.output
-    client = MlflowClient("sqlite:///mlruns/mlflow.db")
+    client = mlflow_client()
     exp = client.get_experiment_by_name("own")
     runs = [r for r in client.search_runs([exp.experiment_id])
             if r.data.tags.get("msexp.role") == "trial"]

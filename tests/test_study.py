@@ -13,13 +13,12 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
-from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.spec import load_spec
 from msexp.study import open_storage, run_sweep
-from tests.conftest import msexp_cmd, write
+from tests.conftest import mlflow_client, msexp_cmd, write
 
 URI = "sqlite:///mlruns/mlflow.db"
 JOURNAL = "mlruns/optuna.journal"
@@ -38,7 +37,7 @@ def load(name: str) -> optuna.Study:
 
 
 def child_runs(name: str) -> list:
-    client = MlflowClient(URI)
+    client = mlflow_client()
     experiment = client.get_experiment_by_name(name)
     return [r for r in client.search_runs([experiment.experiment_id])
             if r.data.tags.get("msexp.role") == "trial"]
@@ -182,7 +181,7 @@ def test_multi_objective_report_shows_the_pareto_set(workdir: Path) -> None:
     assert "Pareto set" in result.output
     assert Path("mlruns/reports/multi/pareto_front.html").exists()
     study = load("multi")
-    client = MlflowClient(URI)
+    client = mlflow_client()
     artifacts = {a.path for a in client.list_artifacts(study.user_attrs["mlflow_parent_run_id"],
                                                        "report")}
     assert "report/pareto_front.html" in artifacts
@@ -202,7 +201,7 @@ def test_report_logs_plots_and_best_metrics_and_optuna_cli_reads_the_study(
     assert result.exit_code == 0, result.output
     assert "best trial" in result.output and "importance: lr=1.00" in result.output
     study = load("rep")
-    run = MlflowClient(URI).get_run(study.user_attrs["mlflow_parent_run_id"])
+    run = mlflow_client().get_run(study.user_attrs["mlflow_parent_run_id"])
     assert run.data.metrics["best_eval_accuracy"] == study.best_value
     assert run.data.tags["msexp.study"] == "rep"
     assert run.data.tags["msexp.storage"] == "mlruns/optuna.journal"

@@ -15,13 +15,13 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from tests.conftest import msexp_cmd, write
+from tests.conftest import mlflow_client, msexp_cmd, write
 
 URI = "sqlite:///mlruns/mlflow.db"
 
 
 def runs_of(name: str):
-    client = MlflowClient(URI)
+    client = mlflow_client()
     experiment = client.get_experiment_by_name(name)
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if r.data.tags.get("msexp.role") == "sweep"]
@@ -47,7 +47,10 @@ def test_tiny_sweep_lands_in_mlflow_and_resumes(workdir: Path) -> None:
     parent = parents[0]
     assert parent.data.tags["msexp.sweep"] == "tiny"
     assert parent.data.tags["msexp.method"] == "grid"
-    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["tiny.yaml"]
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert "tiny.yaml" in artifacts
+    assert "report/optimization_history.html" in {
+        a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert parent.info.status == "FINISHED"
     assert "best_eval_accuracy" in parent.data.metrics
 

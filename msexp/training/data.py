@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -59,13 +60,17 @@ def updates(data: Any, batch_size: int, micro_size: int, seed: int,
 
     ds.config.set_seed(seed)
     stream = data.shuffle(buffer_size=4096).batch(micro, drop_remainder=True)
+    left = data.get_dataset_size() // batch_size if size > 1 else -1  # equal on every rank
     group: list[Batch] = []
     for i, (x, y) in enumerate(stream.create_tuple_iterator(num_epochs=1, output_numpy=True)):
+        if left == 0:
+            return
         if i % size == rank:  # each rank keeps every size-th micro-batch
             group.append((x, y))
         if len(group) == micro_size:
             yield group
             group = []
+            left -= 1
 
 
 def eval_batches(data: Any, batch_size: int = 512) -> Iterator[Batch]:

@@ -48,8 +48,12 @@ class Target:
 
 def train(workload: Workload, params: dict[str, Any], emit: Emit,
           stop_requested: Callable[[], bool] = lambda: False,
-          target: Target | None = None) -> dict[str, float]:
+          target: Target | None = None, shard: tuple[int, int] = (0, 1),
+          reducer: Callable | None = None) -> dict[str, float]:
     """Train `workload` as `params` say, emitting one event per epoch; return final metrics.
+
+    In a data-parallel rank, `shard` is (rank, size) and `reducer` averages the
+    accumulated gradients over the ranks (see `TrainStep`).
 
     Raises:
         Diverged: the eval loss or the training loss of a clean update is not finite.
@@ -64,9 +68,9 @@ def train(workload: Workload, params: dict[str, Any], emit: Emit,
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size {batch} is larger than the training set ({n_train})")
     network = apply_amp(workload.network, params)
-    optimizer = make_optimizer(params, network.trainable_params(), steps_per_epoch)
+    optimizer = make_optimizer(params, network.trainable_params(), steps_per_epoch, network)
     scaler, drop = make_scaler(params)
-    step = TrainStep(network, workload.loss_fn, optimizer, micro_size, scaler, drop)
+    step = TrainStep(network, workload.loss_fn, optimizer, micro_size, scaler, drop, reducer)
     evaluate = _evaluator(network, workload)
 
     update_s: list[float] = []
@@ -78,7 +82,7 @@ def train(workload: Workload, params: dict[str, Any], emit: Emit,
         network.set_train(True)
         losses, scales = [], []
         for micro_batches in data.updates(workload.train, batch, micro_size,
-                                          params["seed"] * 1000 + epoch):
+                                          params["seed"] * 1000 + epoch, shard):
             if stop_requested():
                 raise Stopped(f"stopped at epoch {epoch}, step {global_step}")
             tensors = [(ms.Tensor(x), ms.Tensor(y)) for x, y in micro_batches]
@@ -122,6 +126,8 @@ def train(workload: Workload, params: dict[str, Any], emit: Emit,
     )
     if step.loss_scale is not None:
         final["loss_scale"] = step.loss_scale
+    if step.thor is not None:
+        final["thor_inverse_s"] = step.thor.inverse_s
     return final
 
 

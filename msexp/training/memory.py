@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import resource
 from pathlib import Path
 
@@ -33,10 +34,8 @@ class PeakMemory:
 
 def _reset_rss_peak() -> None:
     """Reset the kernel's RSS high-water mark to the current RSS (Linux >= 4.0)."""
-    try:
+    with contextlib.suppress(OSError):  # older kernels: the peak covers the whole process
         _CLEAR_REFS.write_text("5")
-    except OSError:
-        pass  # older kernels: the peak then covers the whole process
 
 
 def _rss_peak_kb() -> int:

@@ -4,6 +4,9 @@ Standalone accumulation follows seed 000: for each micro-batch take loss / micro
 run `value_and_grad`, add into buffers; after `micro_size` micro-batches unscale the sum
 once, check it is finite, step (or skip on overflow), adjust the scale and zero the buffers.
 `nn.GradAccumulationCell` is not used: outside (semi-)auto parallel it never updates weights.
+With THOR, a refresh update runs a second accumulate graph whose taps capture each layer's
+input and output gradient; the factors are collected after every micro-batch and inverted
+before the update.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import mindspore as ms
-from mindspore import amp, nn, ops
+from mindspore import ParameterTuple, amp, nn, ops
+
+from msexp.training.thor import Thor
 
 
 class TrainStep:
@@ -24,13 +29,16 @@ class TrainStep:
         micro_size: number of micro-batches per update.
         scaler: a MindSpore LossScaler, or None for no scaling.
         drop_overflow_update: skip the update when the unscaled gradients are not finite.
+        reducer: data parallel: `(grads, loss) -> (grads, loss)` averaged over the ranks,
+            applied once per update to the accumulated gradients; None in one process.
     """
 
     def __init__(self, network: nn.Cell, loss_fn: Callable, optimizer: nn.Optimizer,
                  micro_size: int, scaler: amp.LossScaler | None = None,
-                 drop_overflow_update: bool = False):
+                 drop_overflow_update: bool = False, reducer: Callable | None = None):
         self.micro_size = micro_size
         self.scaler = scaler
+        self.thor = optimizer if isinstance(optimizer, Thor) else None
         weights = optimizer.parameters
         hyper_map = ops.HyperMap()
 
@@ -69,16 +77,61 @@ class TrainStep:
         @ms.jit
         def update():
             finite = apply(buffers)
-            hyper_map(ops.partial(ops.assign), buffers,
-                      hyper_map(ops.zeros_like, buffers))
+            hyper_map(ops.partial(ops.assign), buffers, hyper_map(ops.zeros_like, buffers))
             return finite
 
+        @ms.jit
+        def update_reduced(loss):
+            grads, loss = reducer(buffers, loss)
+            finite = apply(grads)
+            hyper_map(ops.partial(ops.assign), buffers, hyper_map(ops.zeros_like, buffers))
+            return finite, loss
+
+        def accumulate_with_factors(probes: list) -> Callable:
+            n = len(weights)
+            grad_with_probes = ms.value_and_grad(forward, None,
+                                                 ParameterTuple([*weights, *probes]), has_aux=True)
+
+            @ms.jit
+            def accumulate_capturing(x, y):
+                (_, loss), grads = grad_with_probes(x, y)
+                hyper_map(ops.partial(ops.assign_add), buffers, grads[:n])
+                return loss, grads[n:]
+
+            return accumulate_capturing
+
         self._accumulate, self._update = accumulate, update
+        self._update_reduced = None if reducer is None else update_reduced
+        self._make_capturing = accumulate_with_factors
+        self._capturing: Callable | None = None
 
     def __call__(self, micro_batches: list[tuple[Any, Any]]) -> tuple[float, bool]:
-        losses = [self._accumulate(x, y) for x, y in micro_batches]
-        finite = self._update()
+        if self.thor is not None and self.thor.refresh_due():
+            losses = self._refresh(micro_batches)
+        else:
+            losses = [self._accumulate(x, y) for x, y in micro_batches]
+        if self._update_reduced is None:
+            finite = self._update()
+        else:
+            local = sum(float(loss.asnumpy()) for loss in losses) / len(losses)
+            finite, mean = self._update_reduced(ms.Tensor(local, ms.float32))
+            losses = [mean]
+        if self.thor is not None:
+            self.thor.advance()
         return sum(float(loss.asnumpy()) for loss in losses) / len(losses), bool(finite.asnumpy())
+
+    def _refresh(self, micro_batches: list[tuple[Any, Any]]) -> list:
+        thor = self.thor
+        if self._capturing is None:
+            self._capturing = self._make_capturing(thor.probes(micro_batches[0][0]))
+        losses = []
+        with thor.capturing():
+            for x, y in micro_batches:
+                loss, douts = self._capturing(x, y)
+                thor.collect(douts, self.loss_scale or 1.0)
+                losses.append(loss)
+        thor.invert()
+        return losses
 
     @property
     def loss_scale(self) -> float | None:

@@ -1,0 +1,77 @@
+"""Sweep efficiency on sweeps/accum.yaml: msexp with 1 and 2 workers vs a shell loop.
+
+Prints, side by side in one run:
+  efficiency = sum(train+eval time of the trials) / (sweep wall time x workers)
+  for 1 and 2 workers, the 2-vs-1 speed-up, and msexp's wall time against a plain
+  shell loop that runs a hand-written MindSpore script once per configuration.
+Each msexp sweep runs as the `msexp sweep` command in a fresh folder (fresh stores).
+
+Usage: python benchmarks/sweep_efficiency.py [--sweep sweeps/accum.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def msexp_sweep(sweep: Path, workers: int) -> tuple[float, float]:
+    """(wall seconds of `msexp sweep`, sum of the trials' train+eval seconds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        began = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "msexp", "sweep", str(sweep), "--workers",
+                        str(workers)], cwd=tmp, check=True, capture_output=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        wall = time.perf_counter() - began
+        busy = 0.0
+        for events in Path(tmp, "mlruns", "trials").glob("*/*/events.jsonl"):
+            for line in events.read_text().splitlines():
+                event = json.loads(line)
+                if event["event"] == "result":
+                    busy += event["metrics"]["train_s"]
+    return wall, busy
+
+
+def shell_loop(sweep: Path) -> float:
+    """Wall seconds of a bash loop running the hand-written script once per configuration."""
+    spec = yaml.safe_load(sweep.read_text())
+    fixed = spec["fixed"]
+    micro_sizes = " ".join(str(m) for m in spec["params"]["micro_size"])
+    loop = (f"for m in {micro_sizes}; do {sys.executable} benchmarks/handwritten_mlp.py "
+            f"{fixed['epochs']} {fixed['batch_size']} fused $m > /dev/null; done")
+    began = time.perf_counter()
+    subprocess.run(["bash", "-c", loop], cwd=ROOT, check=True)
+    return time.perf_counter() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", type=Path, default=ROOT / "sweeps" / "accum.yaml")
+    args = parser.parse_args()
+    sweep = args.sweep.resolve()
+    loop = shell_loop(sweep)
+    one_wall, one_busy = msexp_sweep(sweep, 1)
+    two_wall, two_busy = msexp_sweep(sweep, 2)
+    print(f"{sweep.name}: {len(yaml.safe_load(sweep.read_text())['params']['micro_size'])} "
+          "trials")
+    print(f"{'':22} {'wall_s':>8} {'busy_s':>8} {'efficiency':>10}")
+    print(f"{'shell loop':22} {loop:8.2f}")
+    print(f"{'msexp, 1 worker':22} {one_wall:8.2f} {one_busy:8.2f} {one_busy / one_wall:10.2f}")
+    print(f"{'msexp, 2 workers':22} {two_wall:8.2f} {two_busy:8.2f} "
+          f"{two_busy / (2 * two_wall):10.2f}")
+    print(f"msexp 1 worker / shell loop wall time: {one_wall / loop:.2f}")
+    print(f"2 workers speed-up over 1: {one_wall / two_wall:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

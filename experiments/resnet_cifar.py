@@ -1,0 +1,104 @@
+"""A CIFAR-style ResNet v1.5 with BatchNorm: the AMP workload (O2 keeps BatchNorm in FP32).
+
+Depth counts weighted layers as in He et al.'s CIFAR ResNets: 6n+2 with basic blocks
+(8, 14, 20, ...) and 9n+2 with bottleneck blocks (11, 20, 29, ...), n blocks per stage,
+three stages of width, 2*width and 4*width channels. Without a `data` section it trains
+on seeded synthetic 32x32x3 images (see `experiments/_patterns.py`); with one it reads
+CIFAR-10 binaries or an image folder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments._patterns import patterns
+from msexp.experiment import Workload
+
+DATA_FORMATS = ("cifar10", "imagefolder")
+DEFAULTS = {"epochs": 4, "batch_size": 64, "lr": 0.05, "optimizer": "momentum",
+            "weight_decay": 0.0001}
+PARAMS = {"depth": 8, "width": 16, "block": "basic"}
+BLOCK_LAYERS = {"basic": 6, "bottleneck": 9}  # weighted layers per block in all three stages
+
+
+def blocks_per_stage(depth: int, block: str) -> int:
+    """n in depth = 6n+2 (basic) or 9n+2 (bottleneck).
+
+    Raises:
+        ValueError: unknown block or a depth the block cannot make.
+    """
+    if block not in BLOCK_LAYERS:
+        raise ValueError(f"block must be one of {', '.join(BLOCK_LAYERS)}, got {block!r}")
+    per = BLOCK_LAYERS[block]
+    if depth < per + 2 or (depth - 2) % per:
+        raise ValueError(f"depth must be {per}n+2 with {block} blocks (e.g. {per + 2}, "
+                         f"{2 * per + 2}), got {depth}")
+    return (depth - 2) // per
+
+
+def resnet(depth: int = 8, width: int = 16, block: str = "basic", num_classes: int = 10,
+           channels: int = 3) -> Any:
+    """The network: a 3x3 stem, three stages of residual blocks, global average pooling."""
+    from mindspore import nn, ops
+
+    def conv(in_ch: int, out_ch: int, kernel: int, stride: int = 1) -> nn.Cell:
+        return nn.Conv2d(in_ch, out_ch, kernel, stride, pad_mode="same", has_bias=False)
+
+    def bn(ch: int) -> nn.Cell:
+        return nn.BatchNorm2d(ch, momentum=0.9)
+
+    class Residual(nn.Cell):
+        def __init__(self, body: nn.Cell, shortcut: nn.Cell):
+            super().__init__()
+            self.body, self.shortcut, self.relu = body, shortcut, nn.ReLU()
+
+        def construct(self, x):
+            return self.relu(self.body(x) + self.shortcut(x))
+
+    def make_block(in_ch: int, ch: int, stride: int) -> tuple[nn.Cell, int]:
+        if block == "basic":
+            out_ch = ch
+            body = nn.SequentialCell(conv(in_ch, ch, 3, stride), bn(ch), nn.ReLU(),
+                                     conv(ch, ch, 3), bn(ch))
+        else:  # v1.5: the stride sits on the 3x3 convolution, not the first 1x1
+            out_ch = 4 * ch
+            body = nn.SequentialCell(conv(in_ch, ch, 1), bn(ch), nn.ReLU(),
+                                     conv(ch, ch, 3, stride), bn(ch), nn.ReLU(),
+                                     conv(ch, out_ch, 1), bn(out_ch))
+        shortcut = (nn.Identity() if stride == 1 and in_ch == out_ch else
+                    nn.SequentialCell(conv(in_ch, out_ch, 1, stride), bn(out_ch)))
+        return Residual(body, shortcut), out_ch
+
+    class ResNet(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            n = blocks_per_stage(depth, block)
+            layers: list[nn.Cell] = [conv(channels, width, 3), bn(width), nn.ReLU()]
+            in_ch = width
+            for stage, ch in enumerate((width, 2 * width, 4 * width)):
+                for i in range(n):
+                    cell, in_ch = make_block(in_ch, ch, 2 if stage and not i else 1)
+                    layers.append(cell)
+            self.features = nn.SequentialCell(layers)
+            self.head = nn.Dense(in_ch, num_classes)
+
+        def construct(self, x):
+            return self.head(ops.mean(self.features(x), (2, 3)))
+
+    return ResNet()
+
+
+def build(params: dict[str, Any]) -> Workload:
+    from mindspore import nn
+
+    network = resnet(params["depth"], params["width"], params["block"])
+    data = params.get("data")
+    if data:
+        from msexp.datasets import load
+
+        loaded = load(data, 32, channels=3)
+        train, held, description = loaded.train, loaded.eval, loaded.description
+    else:
+        x_train, y_train, x_eval, y_eval, description = patterns()
+        train, held = (x_train, y_train), (x_eval, y_eval)
+    return Workload(network, nn.CrossEntropyLoss(), train, held, data_source=description)

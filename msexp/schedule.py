@@ -1,0 +1,147 @@
+"""`msexp schedule`: Slurm job arrays, crontab entries and Kubernetes CronJobs of workers.
+
+Every scheduled process is an `msexp worker` (or a sweep) against shared storage, so
+any number of them share one study. Credentials are never written into what this
+module produces: they come from the environment (PGPASSWORD, PGPASSFILE,
+MLFLOW_TRACKING_USERNAME/PASSWORD) or, on Kubernetes, from a Secret.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from msexp.errors import MsexpError, SpecError
+from msexp.tracking import redact
+
+
+@dataclass(frozen=True)
+class Target:
+    """What each scheduled process runs."""
+
+    sweep_file: Path
+    storage: str
+    tracking_uri: str
+    study: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("storage", "tracking_uri"):
+            value = getattr(self, name)
+            if redact(value) != value:
+                raise SpecError("msexp schedule", f"--{name.replace('_', '-')}",
+                                "put the password in PGPASSWORD/PGPASSFILE (or a Secret), "
+                                "not in the URL", redact(value))
+
+    def command(self, verb: str = "worker", study: str | None = None) -> list[str]:
+        msexp = str(Path(sys.executable).parent / "msexp")
+        args = [msexp, verb, str(self.sweep_file.resolve()), "--storage", self.storage,
+                "--tracking-uri", self.tracking_uri]
+        study = study or self.study
+        return args + (["--study", study] if study else [])
+
+
+def slurm_script(target: Target, array: int, partition: str | None, time: str,
+                 cpus_per_task: int, gpus_per_task: int, name: str) -> str:
+    """An sbatch script whose `array` tasks each run one `msexp worker`."""
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=msexp-{name}",
+             f"#SBATCH --array=0-{array - 1}",
+             f"#SBATCH --time={time}", f"#SBATCH --cpus-per-task={cpus_per_task}",
+             "#SBATCH --ntasks=1",
+             f"#SBATCH --output={Path('mlruns/slurm').resolve()}/%x-%A_%a.out"]
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    if gpus_per_task:
+        lines.append(f"#SBATCH --gpus-per-task={gpus_per_task}")
+    lines += [
+        "# Credentials come from the submitting environment (sbatch exports it):",
+        "# PGPASSWORD or PGPASSFILE for PostgreSQL, MLFLOW_TRACKING_* for the MLflow server.",
+        "set -euo pipefail",
+        f"cd {shlex.quote(str(Path.cwd()))}",
+        f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"',
+        f"export OMP_NUM_THREADS={cpus_per_task}",
+        'echo "array task ${SLURM_ARRAY_TASK_ID:-0} on $(hostname)"',
+        "exec " + shlex.join(target.command()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_slurm(script: str, path: Path, submit: bool) -> str | None:
+    """Write the script; with `submit`, sbatch it and return sbatch's answer."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Path("mlruns/slurm").mkdir(parents=True, exist_ok=True)
+    path.write_text(script)
+    path.chmod(0o755)
+    if not submit:
+        return None
+    if not shutil.which("sbatch"):
+        raise MsexpError("sbatch is not on PATH: run this on a Slurm login node")
+    done = subprocess.run(["sbatch", str(path)], capture_output=True, text=True)
+    if done.returncode:
+        raise MsexpError(f"sbatch failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def cron_line(target: Target, schedule: str, fresh_study: bool, name: str) -> str:
+    """A crontab entry: a nightly sweep, in a fresh dated study or continuing one."""
+    if len(schedule.split()) != 5:
+        raise SpecError("msexp schedule", "--cron", "a schedule has 5 fields "
+                        "(minute hour day month weekday)", schedule)
+    name = target.study or name
+    study = f"{name}-$(date +\\%Y\\%m\\%d)" if fresh_study else name
+    command = shlex.join(target.command("sweep", study="STUDY")).replace("STUDY", study)
+    log = Path("mlruns/cron.log").resolve()
+    return f"{schedule} cd {shlex.quote(str(Path.cwd()))} && {command} >> {log} 2>&1"
+
+
+def install_cron(line: str) -> None:
+    """Append `line` to the user's crontab (once)."""
+    if not shutil.which("crontab"):
+        raise MsexpError("crontab is not installed (Debian: apt-get install cron)")
+    current = subprocess.run(["crontab", "-l"], capture_output=True, text=True)
+    lines = current.stdout.splitlines() if current.returncode == 0 else []
+    if line in lines:
+        return
+    done = subprocess.run(["crontab", "-"], input="\n".join([*lines, line]) + "\n", text=True,
+                          capture_output=True)
+    if done.returncode:
+        raise MsexpError(f"crontab failed: {done.stderr.strip()}")
+
+
+def k8s_cronjob(target: Target, schedule: str, image: str, parallelism: int, secret: str,
+                fresh_study: bool, name: str) -> str:
+    """A Kubernetes CronJob running `parallelism` worker pods per scheduled run."""
+    import yaml
+
+    study = target.study or name
+    script = shlex.join(target.command("worker", study="STUDY")).replace(
+        "STUDY", f'{study}-$(date +%Y%m%d)' if fresh_study else study)
+    script = script.replace(str(Path(sys.executable).parent / "msexp"), "msexp").replace(
+        str(target.sweep_file.resolve()), f"/work/{target.sweep_file.name}")
+    manifest = {
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": f"msexp-{name}"},
+        "spec": {
+            "schedule": schedule, "concurrencyPolicy": "Forbid",
+            "jobTemplate": {"spec": {
+                "parallelism": parallelism, "completions": parallelism, "backoffLimit": 2,
+                "template": {"spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{
+                        "name": "worker", "image": image,
+                        "command": ["/bin/sh", "-c", script],
+                        "env": [{"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {
+                            "name": secret, "key": "pgpassword"}}}],
+                        "volumeMounts": [{"name": "sweep", "mountPath": "/work"}],
+                    }],
+                    "volumes": [{"name": "sweep", "configMap": {"name": f"msexp-{name}"}}],
+                }},
+            }},
+        },
+    }
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"msexp-{name}"},
+              "data": {target.sweep_file.name: target.sweep_file.read_text()}}
+    return yaml.safe_dump_all([config, manifest], sort_keys=False)

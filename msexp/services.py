@@ -1,0 +1,195 @@
+"""`msexp services up|down`: a local PostgreSQL and MLflow server for a team trying msexp.
+
+The password is generated once and kept in a libpq password file (mode 600), so no
+URL, MLflow param, tag or log ever contains it: libpq reads it through PGPASSFILE.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from msexp.errors import MsexpError
+
+SERVICES_DIR = Path("mlruns/services")
+USER = "msexp"
+
+
+@dataclass(frozen=True)
+class Services:
+    """Where the services run and how clients reach them."""
+
+    root: Path
+    pg_port: int
+    mlflow_port: int
+
+    @property
+    def pg_data(self) -> Path:
+        """The database folder; as root, one the unprivileged 'postgres' user can reach."""
+        if os.geteuid() != 0:
+            return self.root / "pg"
+        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
+        return Path("/var/tmp") / f"msexp-pg-{digest}"
+
+    @property
+    def pgpass(self) -> Path:
+        return self.root / "pgpass"
+
+    @property
+    def storage_url(self) -> str:
+        return f"postgresql://{USER}@127.0.0.1:{self.pg_port}/optuna"
+
+    @property
+    def backend_url(self) -> str:
+        return f"postgresql://{USER}@127.0.0.1:{self.pg_port}/mlflow"
+
+    @property
+    def tracking_uri(self) -> str:
+        return f"http://127.0.0.1:{self.mlflow_port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment for clients: PGPASSFILE points libpq at the password file."""
+        return {**os.environ, "PGPASSFILE": str(self.pgpass.resolve())}
+
+
+def pg_bin(name: str) -> str:
+    """Path of a PostgreSQL server program (PATH, then Debian's /usr/lib/postgresql)."""
+    found = shutil.which(name) or next(iter(sorted(glob.glob(
+        f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+    if not found:
+        raise MsexpError(f"PostgreSQL's {name} is not installed; install it "
+                         "(Debian: apt-get install postgresql)")
+    return found
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_db_owner(args: list[str], data_dir: Path) -> list[str]:
+    """PostgreSQL refuses to run as root: run its programs as the data folder's owner."""
+    if os.geteuid() != 0:
+        return args
+    owner = pwd.getpwuid(data_dir.stat().st_uid).pw_name
+    return ["runuser", "-u", owner, "--", *args]
+
+
+def _db_user_for_root() -> str:
+    try:
+        return pwd.getpwnam("postgres").pw_name
+    except KeyError:
+        raise MsexpError("running as root needs a 'postgres' system user to own the "
+                         "database (Debian's postgresql package creates it)") from None
+
+
+def up(root: Path = SERVICES_DIR, pg_port: int | None = None,
+       mlflow_port: int | None = None) -> Services:
+    """Start PostgreSQL (Optuna + MLflow databases) and an MLflow server; idempotent."""
+    root.mkdir(parents=True, exist_ok=True)
+    ports = root / "ports"
+    if ports.exists():
+        pg_port, mlflow_port = (int(p) for p in ports.read_text().split())
+    services = Services(root.resolve(), pg_port or free_port(), mlflow_port or free_port())
+    ports.write_text(f"{services.pg_port} {services.mlflow_port}\n")
+    _start_postgres(services)
+    _start_mlflow(services)
+    return services
+
+
+def _start_postgres(s: Services) -> None:
+    data = s.pg_data
+    if not (data / "PG_VERSION").exists():
+        data.mkdir(parents=True, exist_ok=True)
+        data.chmod(0o700)
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam(_db_user_for_root())
+            os.chown(data, owner.pw_uid, owner.pw_gid)
+        password = secrets.token_urlsafe(24)
+        pwfile = data.parent / f".{data.name}.pw"
+        pwfile.write_text(password + "\n")
+        pwfile.chmod(0o644)
+        try:
+            _run(_as_db_owner([pg_bin("initdb"), "-D", str(data), "-U", USER, "--auth=md5",
+                               f"--pwfile={pwfile}", "-E", "UTF8"], data), "initdb")
+        finally:
+            pwfile.unlink()
+        s.pgpass.write_text(f"127.0.0.1:{s.pg_port}:*:{USER}:{password}\n")
+        s.pgpass.chmod(0o600)
+    if _run_quiet(_as_db_owner([pg_bin("pg_ctl"), "-D", str(data), "status"], data)):
+        return
+    _run(_as_db_owner([pg_bin("pg_ctl"), "-D", str(data), "-l", str(data / "postgres.log"),
+                       "-w", "-o", f"-p {s.pg_port} -k {data} -c listen_addresses=127.0.0.1",
+                       "start"], data), "pg_ctl start")
+    for db in ("optuna", "mlflow"):
+        _run_quiet([pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(s.pg_port), "-U", USER,
+                    db], env=s.env())
+
+
+def _start_mlflow(s: Services) -> None:
+    if _healthy(s.tracking_uri):
+        return
+    log = (s.root / "mlflow.log").open("a")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", s.backend_url,
+         "--artifacts-destination", str(s.root / "artifacts"), "--host", "127.0.0.1",
+         "--port", str(s.mlflow_port), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, env=s.env(), start_new_session=True)
+    (s.root / "mlflow.pid").write_text(str(proc.pid))
+    deadline = time.monotonic() + 120
+    while not _healthy(s.tracking_uri):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise MsexpError(f"the MLflow server did not start; see {s.root / 'mlflow.log'}")
+        time.sleep(0.5)
+
+
+def down(root: Path = SERVICES_DIR) -> list[str]:
+    """Stop the MLflow server and PostgreSQL started by `up`; returns what was stopped."""
+    root = root.resolve()
+    stopped = []
+    pid_file = root / "mlflow.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text())
+        try:
+            os.killpg(pid, 15)
+            stopped.append("mlflow server")
+        except ProcessLookupError:
+            pass
+        pid_file.unlink()
+    data = Services(root, 0, 0).pg_data
+    if (data / "PG_VERSION").exists() and _run_quiet(
+            _as_db_owner([pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], data)):
+        stopped.append("postgresql")
+    return stopped
+
+
+def _healthy(uri: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _run(args: list[str], what: str) -> None:
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+        raise MsexpError(f"{what} failed: {tail[0]}")
+
+
+def _run_quiet(args: list[str], env: dict[str, str] | None = None) -> bool:
+    return subprocess.run(args, capture_output=True, env=env).returncode == 0

@@ -1,0 +1,195 @@
+"""`devices: N`: a trial as N data-parallel msrun processes on CPU (real processes)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from msexp.distributed import rank_log_dir
+from msexp.errors import SpecError
+from msexp.experiment import load_experiment
+from msexp.runner import Status, TrialProcess, TrialResult
+from msexp.space import derived, parse_params
+from msexp.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 300
+
+
+def make_request(folder: Path, name: str, **fixed: Any) -> dict[str, Any]:
+    knobs = load_experiment("mlp_digits").knobs
+    params = parse_params("test", knobs, {"epochs": 1, "batch_size": 64, **fixed}, {}
+                          ).resolve({})
+    return {"experiment": "mlp_digits", "params": params, "target": None, "data": None,
+            "events": str(folder / f"{name}.jsonl"), "log": str(folder / f"{name}.log")}
+
+
+def run_trial(request: dict[str, Any], timeout: float = TIMEOUT, on_epoch=None) -> TrialResult:
+    runner = TrialProcess(cwd=ROOT)
+    try:
+        return runner.run(request, timeout, on_epoch)
+    finally:
+        runner.close()
+
+
+def markers(result: TrialResult) -> list[dict[str, Any]]:
+    assert result.rank_logs is not None
+    return [json.loads(p.read_text()) for p in sorted(result.rank_logs.glob("rank-*.json"))]
+
+
+def wait_for_ranks(request: dict[str, Any], thread: threading.Thread) -> list[int]:
+    """The rank pids, once every rank has started training (rank 0 emitted an epoch)."""
+    folder, events = rank_log_dir(Path(request["log"])), Path(request["events"])
+    while thread.is_alive():
+        found = [folder / f"rank-{r}.json" for r in range(request["params"]["devices"])]
+        if all(p.exists() for p in found) and '"epoch"' in events.read_text():
+            return [json.loads(p.read_text())["pid"] for p in found]
+        time.sleep(0.1)
+    raise AssertionError("the trial ended before its ranks trained")
+
+
+def assert_gone(pids: list[int], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if _alive(pid)]
+        time.sleep(0.1)
+    assert not alive, f"processes left behind: {alive}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def started_in_background(request: dict[str, Any], runner: TrialProcess
+                          ) -> tuple[threading.Thread, dict[str, TrialResult]]:
+    out: dict[str, TrialResult] = {}
+    thread = threading.Thread(target=lambda: out.update(result=runner.run(request, TIMEOUT)))
+    thread.start()
+    return thread, out
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> TrialResult:
+    """One process, global batch 64: the reference for the data-parallel trials."""
+    result = run_trial(make_request(tmp_path_factory.mktemp("single"), "single"))
+    assert result.status is Status.COMPLETE, result.error
+    return result
+
+
+def assert_same_training(result: TrialResult, reference: TrialResult) -> None:
+    assert result.status is Status.COMPLETE, result.error
+    got, want = result.epochs[0], reference.epochs[0]
+    assert got["step"] == want["step"]
+    for a, b in zip(got["series"]["train_loss"], want["series"]["train_loss"]):
+        assert math.isclose(a, b, rel_tol=1e-4), (a, b)
+    for name in ("eval_loss", "eval_accuracy", "train_loss"):
+        assert math.isclose(result.metrics[name], reference.metrics[name], rel_tol=1e-4), name
+    ranks = markers(result)
+    assert [m["rank"] for m in ranks] == [0, 1] and all(m["done"] for m in ranks)
+    assert ranks[0]["checksum"] == ranks[1]["checksum"], "the ranks' weights differ"
+
+
+def test_two_ranks_train_like_one_process_on_the_global_batch(
+        single: TrialResult, tmp_path: Path) -> None:
+    result = run_trial(make_request(tmp_path, "dp", devices=2))
+    assert_same_training(result, single)
+    assert result.metrics["samples_per_s"] > 0
+    assert result.rank_logs == tmp_path / "dp.ranks"
+    logs = {p.name for p in result.rank_logs.iterdir()}
+    assert {"msrun.log", "scheduler.log", "worker_0.log", "worker_1.log"} <= logs
+    events = [json.loads(line)["event"] for line in Path(result.events_path).read_text().split(
+        "\n") if line]
+    assert events == ["launch", "start", "epoch", "result", "end"], "only rank 0 reports"
+
+    from msexp.tracking import Tracker
+
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = tracker.experiment_id("dp")
+    parent = tracker.client.create_run(experiment).info.run_id
+    run_id = tracker.log_trial(experiment, parent, 0, result.impl, result, time.time())
+    attached = {a.path for a in tracker.client.list_artifacts(run_id, "dp.ranks")}
+    assert {"dp.ranks/worker_0.log", "dp.ranks/worker_1.log"} <= attached
+
+
+def test_accumulation_with_two_ranks(single: TrialResult, tmp_path: Path) -> None:
+    result = run_trial(make_request(tmp_path, "accum", devices=2, micro_size=2))
+    assert_same_training(result, single)
+
+
+def test_a_killed_rank_fails_the_trial_and_leaves_no_process(tmp_path: Path) -> None:
+    request = make_request(tmp_path, "kill", devices=2, epochs=200)
+    runner = TrialProcess(cwd=ROOT)
+    thread, out = started_in_background(request, runner)
+    try:
+        pids = wait_for_ranks(request, thread)
+        os.kill(pids[1], signal.SIGKILL)
+        killed = time.monotonic()
+        thread.join()
+    finally:
+        runner.close()
+    result = out["result"]
+    assert result.status is Status.FAILED
+    assert time.monotonic() - killed < 20
+    assert "rank 1 of 2" in result.error and "killed by SIGKILL" in result.error, result.error
+    last_line = (tmp_path / "kill.ranks" / "worker_1.log").read_text().splitlines()[-1]
+    assert last_line in result.error
+    assert_gone(pids)
+
+
+def test_killing_the_trial_process_group_kills_every_rank(tmp_path: Path) -> None:
+    """What the orchestrator does on trial_timeout: SIGKILL to the trial's process group."""
+    request = make_request(tmp_path, "group", devices=2, epochs=200)
+    runner = TrialProcess(cwd=ROOT)
+    thread, out = started_in_background(request, runner)
+    try:
+        pids = wait_for_ranks(request, thread)
+        runner.kill()
+        thread.join()
+    finally:
+        runner.close()
+    assert out["result"].status is Status.FAILED
+    assert_gone(pids)
+
+
+def test_devices_divide_the_batch_into_per_device_micro_batches() -> None:
+    assert derived({"batch_size": 64, "micro_size": 2, "devices": 2}) == {
+        "micro_batch": 16, "effective_batch": 64}
+    text = "name: d\nexperiment: mlp_digits\nfixed: {batch_size: 64, micro_size: 2}\n" \
+           "params: {devices: [1, 2, 3]}\n"
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text, "d.yaml")
+    assert str(caught.value) == ("d.yaml: params.devices: micro_size * devices must divide "
+                                 "batch_size (batch_size=64, micro_size=2, devices=3), got 3")
+    spec = parse_spec(text.replace("3]", "4]"), "d.yaml")
+    assert [derived(spec.space.resolve(p))["micro_batch"] for p in spec.space.grid()] == [
+        32, 16, 8]
+
+
+def test_every_rank_gets_as_many_updates_from_a_dataset() -> None:
+    """Otherwise a rank with one more update waits for the others' all-reduce forever."""
+    import mindspore.dataset as ds
+    import numpy as np
+
+    from msexp.training.data import updates
+
+    x = np.arange(72, dtype=np.float32).reshape(-1, 1)
+    y = np.zeros(len(x), np.int32)
+
+    def counts(micro_size: int) -> list[int]:
+        return [len(list(updates(ds.NumpySlicesDataset((x, y), ["x", "y"], shuffle=False),
+                                 16, micro_size, 0, (rank, 2)))) for rank in (0, 1)]
+
+    assert counts(1) == counts(2) == [72 // 16] * 2
