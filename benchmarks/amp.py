@@ -12,41 +12,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from msexp.experiment import load_experiment  # noqa: E402
-from msexp.runner import TrialProcess  # noqa: E402
-from msexp.space import parse_params  # noqa: E402
+from _trials import run_trial
 
 LEVELS = ("O0", "O2")
 COLUMNS = ("samples_per_s", "peak_mem_mb", "step_ms", "compile_s", "eval_loss", "eval_accuracy")
-
-
-def trial_params(experiment: str, level: str, fixed: dict[str, Any]) -> dict[str, Any]:
-    knobs = load_experiment(experiment).knobs
-    return parse_params("benchmark", knobs, {**fixed, "amp_level": level}, {}).resolve({})
-
-
-def run_trial(experiment: str, params: dict[str, Any], folder: Path, name: str
-              ) -> dict[str, float]:
-    runner = TrialProcess(cwd=folder)
-    request = {"experiment": experiment, "params": params, "target": None, "data": None,
-               "events": str(folder / f"{name}.jsonl"), "log": str(folder / f"{name}.log")}
-    try:
-        result = runner.run(request, timeout=3600)
-    finally:
-        runner.close()
-    if result.status.value != "COMPLETE":
-        raise SystemExit(f"{name}: {result.status.value} {result.error}\n{result.log_tail()}")
-    return result.metrics
 
 
 def main() -> None:
@@ -66,9 +40,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="msexp-amp-") as tmp:
         for repeat in range(args.repeats):
             for level in LEVELS:
-                params = trial_params(args.experiment, level, fixed)
-                runs[level].append(run_trial(args.experiment, params, Path(tmp),
-                                             f"{level}-{repeat}"))
+                runs[level].append(run_trial(args.experiment, {**fixed, "amp_level": level},
+                                             Path(tmp), f"{level}-{repeat}").metrics)
     median = {level: {c: statistics.median(r[c] for r in runs[level]) for c in COLUMNS}
               for level in LEVELS}
     shown = ", ".join(f"{k}={v}" for k, v in fixed.items())

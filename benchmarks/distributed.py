@@ -5,41 +5,75 @@ through msexp's runner (fresh processes, start-up included in wall_s). Prints th
 median training throughput (samples/s over the global batch, steady-state updates) and
 wall time of each, and the ratio N / 1.
 
+Then the study's own cost per trial: msexp's storage calls for one trial (claim a
+queued grid point, suggest its params, mark the owner and heartbeat, tell the result
+with its metrics) on the default journal file and on PostgreSQL (started by
+`msexp.services`, no MLflow), no training, median over a 40-point grid.
+
 Usage: python benchmarks/distributed.py [--epochs 3] [--batch 64 256] [--devices 2]
-       [--repeats 3]
+       [--repeats 3] [--storage-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from msexp.experiment import load_experiment  # noqa: E402
-from msexp.runner import TrialProcess  # noqa: E402
-from msexp.space import parse_params  # noqa: E402
+from _trials import run_trial
 
 
 def trial(folder: Path, name: str, epochs: int, batch: int, devices: int) -> tuple[float, float]:
     """(wall_s, samples_per_s) of one mlp_digits trial."""
-    knobs = load_experiment("mlp_digits").knobs
     fixed = {"epochs": epochs, "batch_size": batch, "devices": devices}
-    params = parse_params("bench", knobs, fixed, {}).resolve({})
-    request = {"experiment": "mlp_digits", "params": params, "target": None, "data": None,
-               "events": str(folder / f"{name}.jsonl"), "log": str(folder / f"{name}.log")}
-    runner = TrialProcess(cwd=ROOT)
     began = time.perf_counter()
-    result = runner.run(request, timeout=600)
-    wall = time.perf_counter() - began
-    runner.close()
-    assert result.status.value == "COMPLETE", result.error
-    return wall, result.metrics["samples_per_s"]
+    result = run_trial("mlp_digits", fixed, folder, name)
+    return time.perf_counter() - began, result.metrics["samples_per_s"]
+
+
+def storage_ms_per_trial(url: str | None, folder: Path, points: int = 40) -> float:
+    """Median milliseconds of msexp's storage work for one trial (no training)."""
+    from msexp.spec import parse_spec
+    from msexp.study import _claim_waiting, open_study
+
+    text = (f"name: cost-{'pg' if url else 'journal'}\nexperiment: mlp_digits\n"
+            f"params: {{lr: {[round(0.001 * (i + 1), 4) for i in range(points)]}}}\n")
+    spec = parse_spec(text, "storage.yaml")
+    study, _ = open_study(spec, url or str(folder / "optuna.journal"))
+    costs = []
+    while True:
+        began = time.perf_counter()
+        trial = _claim_waiting(study)
+        if trial is None:
+            break
+        params = spec.space.resolve(spec.space.suggest(trial))
+        trial.set_user_attr("owner", "benchmark:0")
+        trial.set_user_attr("heartbeat", time.time())
+        trial.set_user_attr("metrics", {"eval_accuracy": params["lr"], "wall_s": 1.0})
+        trial.set_user_attr("status", "COMPLETE")
+        study.tell(trial, [params["lr"]])
+        costs.append(time.perf_counter() - began)
+    return 1000 * statistics.median(costs)
+
+
+def storage_overhead() -> None:
+    import os
+
+    from msexp import services
+
+    with tempfile.TemporaryDirectory() as tmp:
+        journal = storage_ms_per_trial(None, Path(tmp))
+        root = Path(tmp) / "services"
+        running = services.up(root, mlflow=False)
+        os.environ["PGPASSFILE"] = str(running.pgpass)
+        try:
+            postgres = storage_ms_per_trial(running.storage_url, Path(tmp))
+        finally:
+            services.down(root)
+    print(f"study cost per trial: journal {journal:.1f} ms, PostgreSQL {postgres:.1f} ms "
+          f"(+{postgres - journal:.1f} ms, {postgres / journal:.2f}x)")
 
 
 def main() -> None:
@@ -48,7 +82,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--storage-only", action="store_true")
     args = parser.parse_args()
+    if args.storage_only:
+        storage_overhead()
+        return
     counts = (1, args.devices)
     print(f"mlp_digits, {args.epochs} epochs, median of {args.repeats} alternating runs")
     print(f"{'batch':>5} {'devices':>7} {'wall_s':>8} {'samples/s':>10}")
@@ -65,6 +103,7 @@ def main() -> None:
             print(f"batch {batch}: {args.devices} / 1 process throughput ratio "
                   f"{med[args.devices][1] / med[1][1]:.3f}, wall-time ratio "
                   f"{med[args.devices][0] / med[1][0]:.3f}")
+    storage_overhead()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """A plain hand-written MindSpore training loop: seed 000's MLP on digits, no msexp.
 
-Usage: python benchmarks/handwritten_mlp.py EPOCHS BATCH {fused|split} [MICRO_SIZE]
+Usage: python benchmarks/handwritten_mlp.py EPOCHS BATCH {fused|split|buffers} [MICRO_SIZE]
   fused: grad and optimizer in one ms.jit step, as the tutorials write it;
-  split: grad in one ms.jit function, optimizer in another.
-  MICRO_SIZE > 1 accumulates gradients as seed 000 does (Accumulator with buffers).
+  split: grad in one ms.jit function, optimizer in another;
+  buffers: grads added into parameter buffers in one ms.jit function, optimizer step and
+  zeroing in another (seed 000's Accumulator; what msexp's step does). MICRO_SIZE > 1
+  always accumulates this way.
 Prints one JSON line: samples_per_s (steady-state updates), train_s, eval_accuracy.
 """
 
@@ -72,12 +74,13 @@ def apply_step():
 
 
 def train_step(x, y):
-    if micro_size > 1:
+    if micro_size > 1 or style == "buffers":
         m = len(x) // micro_size
         losses = [accumulate_step(ms.Tensor(x[i * m:(i + 1) * m]),
                                   ms.Tensor(y[i * m:(i + 1) * m])) for i in range(micro_size)]
         apply_step()
         return sum(losses[1:], losses[0])
+    x, y = ms.Tensor(x), ms.Tensor(y)
     if style == "fused":
         return fused_step(x, y)
     loss, grads = grad_step(x, y)
@@ -92,8 +95,7 @@ for epoch in range(epochs):
     for i in range(0, len(order) - batch + 1, batch):
         ids = order[i:i + batch]
         t = time.perf_counter()
-        loss = train_step(ms.Tensor(x_train[ids]), ms.Tensor(y_train[ids])) \
-            if micro_size == 1 else train_step(x_train[ids], y_train[ids])
+        loss = train_step(x_train[ids], y_train[ids])
         float(loss.asnumpy())
         times.append(time.perf_counter() - t)
     logits = net(ms.Tensor(x_eval)).asnumpy()

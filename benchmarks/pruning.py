@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from msexp.spec import parse_spec  # noqa: E402
+from msexp.spec import load_spec  # noqa: E402
 from msexp.study import run_sweep  # noqa: E402
 
 SWEEP = """
@@ -44,8 +44,9 @@ class Quiet:
 
 def study(label: str, pruner: str, trials: int, epochs: int) -> tuple[float, int, float]:
     """(train+eval seconds, epochs trained, best eval_accuracy) of one study."""
-    spec = parse_spec(SWEEP.format(label=label, pruner=pruner, trials=trials, epochs=epochs),
-                      f"{label}.yaml")
+    path = Path(f"{label}.yaml")
+    path.write_text(SWEEP.format(label=label, pruner=pruner, trials=trials, epochs=epochs))
+    spec = load_spec(path)
     print(f"{label}:", flush=True)
     outcome = run_sweep(spec, Quiet())
     seconds = sum(r.metrics.get("train_s", r.epochs[-1]["elapsed_s"] if r.epochs else 0.0)

@@ -21,30 +21,19 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from _trials import run_trial
 
-from msexp.experiment import load_experiment
-from msexp.runner import Status, TrialProcess
-from msexp.space import parse_params
+from msexp.runner import TrialProcess
 
 EXPERIMENT = "lenet_digits"
 RATIO_GOAL = 0.7
 
 
-def resolve(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Complete trial params for EXPERIMENT with `overrides`."""
-    knobs = load_experiment(EXPERIMENT).knobs
-    return parse_params("benchmark", knobs, overrides, {}).resolve({})
-
-
-def run(runner: TrialProcess, folder: Path, name: str, params: dict[str, Any],
+def run(runner: TrialProcess, folder: Path, name: str, fixed: dict[str, Any],
         target: float) -> dict[str, float]:
     """One trial to the end; its final metrics plus the eval accuracy of each epoch."""
-    request = {"experiment": EXPERIMENT, "params": params,
-               "events": str(folder / f"{name}.jsonl"), "log": str(folder / f"{name}.log"),
-               "target": {"metric": "eval_accuracy", "value": target, "maximize": True}}
-    result = runner.run(request, timeout=3600)
-    if result.status is not Status.COMPLETE:
-        raise RuntimeError(f"{name}: {result.status.value} {result.error}\n{result.log_tail()}")
+    result = run_trial(EXPERIMENT, fixed, folder, name, runner=runner,
+                       target={"metric": "eval_accuracy", "value": target, "maximize": True})
     curve = [e["metrics"]["eval_accuracy"] for e in result.epochs]
     return {**result.metrics, "wall_s": result.wall_s, "curve": curve}
 
@@ -93,12 +82,12 @@ def main() -> None:
             print(f"{EXPERIMENT}, target eval_accuracy >= {args.target}, {args.epochs} epochs, "
                   f"{common}")
             print(header)
-            momentum_params = resolve({**common, "optimizer": "momentum"})
+            momentum_params = {**common, "optimizer": "momentum"}
             first = run(runner, folder, "momentum", momentum_params, args.target)
             print(row("momentum", first), flush=True)
             for frequency in args.frequencies:
                 name = f"thor f={frequency}"
-                params = resolve({**common, "optimizer": "thor", "thor.frequency": frequency})
+                params = {**common, "optimizer": "thor", "thor.frequency": frequency}
                 results[name] = run(runner, folder, name.replace(" ", "_"), params, args.target)
                 print(row(name, results[name]), flush=True)
             last = run(runner, folder, "momentum_again", momentum_params, args.target)

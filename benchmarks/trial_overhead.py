@@ -4,7 +4,9 @@ Each repeat runs, in alternation:
   msexp       one trial through msexp's runner (fresh process, import included) and its
               MLflow recording (child run, batched metrics, artifacts);
   hand/fused  python benchmarks/handwritten_mlp.py (grad + optimizer in one ms.jit step);
-  hand/split  the same with grad and optimizer in two ms.jit functions, as msexp does.
+  hand/split  the same with grad and optimizer in two ms.jit functions;
+  hand/buffers grads added into parameter buffers, then optimizer step (seed 000's
+              Accumulator, the step msexp runs): msexp / hand/buffers is msexp's overhead.
 Prints median wall time and training throughput of each, and the ratios msexp / hand.
 
 Usage: python benchmarks/trial_overhead.py [--epochs 10] [--repeats 3]
@@ -24,16 +26,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from msexp.experiment import load_experiment  # noqa: E402
+from msexp.experiment import trial_params  # noqa: E402
 from msexp.runner import TrialProcess  # noqa: E402
-from msexp.space import derived, parse_params  # noqa: E402
+from msexp.space import derived  # noqa: E402
 from msexp.tracking import Tracker  # noqa: E402
 
 
 def msexp_trial(epochs: int, batch: int, folder: Path, tracker: Tracker, exp_id: str,
                 parent: str, number: int) -> tuple[float, float]:
-    knobs = load_experiment("mlp_digits").knobs
-    params = parse_params("bench", knobs, {"epochs": epochs, "batch_size": batch}, {}).resolve({})
+    params = trial_params("mlp_digits", {"epochs": epochs, "batch_size": batch})
     request = {"experiment": "mlp_digits", "params": params, "target": None, "data": None,
                "events": str(folder / f"{number}.jsonl"), "log": str(folder / f"{number}.log")}
     runner = TrialProcess(cwd=ROOT)
@@ -66,13 +67,14 @@ def main() -> None:
         tracker = Tracker(f"sqlite:///{folder / 'mlflow.db'}")
         exp_id = tracker.experiment_id("overhead")
         parent = tracker.client.create_run(exp_id).info.run_id
-        runs: dict[str, list[tuple[float, float]]] = {"msexp": [], "hand/fused": [],
-                                                       "hand/split": []}
+        runs: dict[str, list[tuple[float, float]]] = {
+            "msexp": [], "hand/fused": [], "hand/split": [], "hand/buffers": []}
         for i in range(args.repeats):
             runs["msexp"].append(msexp_trial(args.epochs, args.batch, folder, tracker, exp_id,
                                              parent, i))
             runs["hand/fused"].append(handwritten(args.epochs, args.batch, "fused"))
             runs["hand/split"].append(handwritten(args.epochs, args.batch, "split"))
+            runs["hand/buffers"].append(handwritten(args.epochs, args.batch, "buffers"))
     med = {k: (statistics.median(w for w, _ in v), statistics.median(s for _, s in v))
            for k, v in runs.items()}
     print(f"mlp_digits, {args.epochs} epochs, batch {args.batch}, "
@@ -80,7 +82,7 @@ def main() -> None:
     print(f"{'':12} {'wall_s':>8} {'samples/s':>10}")
     for name, (wall, sps) in med.items():
         print(f"{name:12} {wall:8.2f} {sps:10.0f}")
-    for hand in ("hand/fused", "hand/split"):
+    for hand in ("hand/fused", "hand/split", "hand/buffers"):
         print(f"msexp / {hand}: wall-time ratio {med['msexp'][0] / med[hand][0]:.3f}, "
               f"throughput ratio {med['msexp'][1] / med[hand][1]:.3f}")
 

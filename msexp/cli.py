@@ -125,6 +125,7 @@ def sweep(
     except MsexpError as exc:
         raise _fail(exc) from None
     _summary(spec, outcome)
+    console.print(f"plots, importances: msexp report {file}", highlight=False)
     if outcome.interrupted:
         err_console.print("interrupted: run the same command again to resume")
         raise typer.Exit(130)
@@ -403,22 +404,16 @@ def run_one(
     """
     import yaml
 
-    from msexp.device import check_precision
-    from msexp.experiment import load_experiment
-    from msexp.space import parse_params
+    from msexp.experiment import trial_params
 
     try:
-        exp = load_experiment(experiment, "--set")
         fixed: dict[str, Any] = {}
         for item in set_ or []:
             key, sep, text = item.partition("=")
             if not sep:
                 raise SpecError("--set", key, "must be key=value", item)
             fixed[key.strip()] = yaml.safe_load(text)
-        space = parse_params("--set", exp.knobs, fixed, {})
-        space.check_trials(is_grid=True)
-        check_precision("--set", space)
-        params = space.resolve({})
+        params = trial_params(experiment, fixed)
     except MsexpError as exc:
         raise _fail(exc) from None
     console.print(f"[bold]{experiment}[/]: {_kv(params)}")

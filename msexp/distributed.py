@@ -295,12 +295,11 @@ def _die_with_msrun() -> None:
 
 def _train(request: dict[str, Any]) -> dict[str, Any]:
     import mindspore as ms
-    import numpy as np
     from mindspore.communication import get_group_size, get_rank, init
 
-    from msexp.experiment import load_experiment, workload_problem
     from msexp.training.loop import Target, train
     from msexp.training.parallel import mean_over_ranks
+    from msexp.trial import build_workload
 
     threads = os.environ.get("MSEXP_THREADS")
     if threads:
@@ -308,13 +307,7 @@ def _train(request: dict[str, Any]) -> dict[str, Any]:
     init()
     rank, size = get_rank(), get_group_size()
     params = request["params"]
-    ms.set_seed(params["seed"])
-    np.random.seed(params["seed"])
-    experiment = load_experiment(request["experiment"])
-    workload = experiment.build({**params, "data": request.get("data")})
-    problem = workload_problem(workload, experiment.metrics)
-    if problem:
-        raise TypeError(problem)
+    workload = build_workload(request)
     with open(request["events"] if rank == 0 else os.devnull, "a", buffering=1,
               encoding="utf-8") as events:
         def emit(event: dict[str, Any]) -> None:

@@ -113,6 +113,21 @@ def load_experiment(ref: str, source: str = "experiment") -> Experiment:
                       None if formats is None else tuple(formats))
 
 
+def trial_params(ref: str, fixed: Mapping[str, Any], source: str = "--set") -> dict[str, Any]:
+    """The complete, checked params of one trial of experiment `ref` with `fixed` values.
+
+    Raises:
+        SpecError: a value breaks a knob's rule (one line naming `source` and the key).
+    """
+    from msexp.device import check_precision
+    from msexp.space import parse_params
+
+    space = parse_params(source, load_experiment(ref, source).knobs, fixed, {})
+    space.check_trials(is_grid=True)
+    check_precision(source, space)
+    return space.resolve({})
+
+
 def workload_problem(workload: Any, declared_metrics: tuple[str, ...] = ()) -> str | None:
     """What is wrong with what `build` returned, or None if it is a usable Workload."""
     from mindspore import nn

@@ -116,20 +116,29 @@ def _tradeoffs(study: optuna.Study) -> Any:
 
 def log_report(report: Report, tracker: Tracker) -> str | None:
     """Attach the plots and the best metrics to the study's MLflow parent run."""
-    run_id = report.study.user_attrs.get("mlflow_parent_run_id")
+    run_id = log_best(report.study, tracker)
+    if run_id:
+        for path in report.plots:
+            tracker.client.log_artifact(run_id, str(path), "report")
+    return run_id
+
+
+def log_best(study: optuna.Study, tracker: Tracker) -> str | None:
+    """Log the best trial's metrics (best_*) and number on the study's parent run."""
+    run_id = study.user_attrs.get("mlflow_parent_run_id")
     if not run_id or not tracker.has_run(run_id):
         return None
-    for path in report.plots:
-        tracker.client.log_artifact(run_id, str(path), "report")
-    if not report.multi_objective and report.best:
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(study.directions) == 1 and complete:
         from mlflow.entities import Metric
 
+        best = study.best_trial
         now = int(time.time() * 1000)
-        metrics = report.best[0].user_attrs.get("metrics", {})
         tracker.client.log_batch(run_id, metrics=[
-            Metric(f"best_{k}", float(v), now, 0) for k, v in metrics.items()
+            Metric(f"best_{k}", float(v), now, 0)
+            for k, v in best.user_attrs.get("metrics", {}).items()
             if isinstance(v, (int, float)) and math.isfinite(v)])
-        tracker.client.set_tag(run_id, "best_trial", str(report.best[0].number))
+        tracker.client.set_tag(run_id, "best_trial", str(best.number))
     return run_id
 
 

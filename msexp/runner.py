@@ -81,17 +81,16 @@ OnEpoch = Callable[[dict[str, Any]], bool]
 
 
 class TrialProcess:
-    """Runs trials, each in a fresh `python -m msexp.trial` process.
+    """A worker process (`python -m msexp.trial`) that runs one trial at a time.
 
-    A fresh process per trial keeps trials independent (no shared graphs, exact peak
-    memory). The next process is started, and imports MindSpore, while the current
-    trial runs, so short trials do not wait for the import.
+    The worker imports MindSpore once; on CPU it forks a fresh child per trial, so trials
+    stay independent (own memory, own graphs) without paying the import each time. A
+    worker that dies, or is killed for a timeout, is replaced by a new one.
     """
 
     def __init__(self, threads: int | None = None, cwd: Path | None = None):
         self.threads, self.cwd = threads, cwd
         self._proc: subprocess.Popen | None = None
-        self._spare: subprocess.Popen | None = None
 
     def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ)
@@ -104,10 +103,10 @@ class TrialProcess:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.cwd, env=env,
             start_new_session=True, text=True, preexec_fn=_die_with_parent)
 
-    def _take_process(self) -> subprocess.Popen:
-        proc = self._spare if self._spare and self._spare.poll() is None else self._spawn()
-        self._spare = None
-        return proc
+    def prewarm(self) -> None:
+        """Start the worker now, so it imports MindSpore before the first trial."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = self._spawn()
 
     def run(self, request: dict[str, Any], timeout: float, on_epoch: OnEpoch | None = None
             ) -> TrialResult:
@@ -117,14 +116,14 @@ class TrialProcess:
         events_path.write_text("")
         log_path.write_text("")
         started = time.monotonic()
-        proc = self._proc = self._take_process()
+        self.prewarm()
+        proc = self._proc
         result = TrialResult(Status.FAILED, log_path=log_path, events_path=events_path)
         try:
             proc.stdin.write(json.dumps(request) + "\n")
-            proc.stdin.close()  # one trial per process
+            proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            pass  # the process died at start-up; reported below from its exit code
-        self._spare = self._spawn()
+            pass  # the worker died at start-up; reported below from its exit code
         reader = _EventReader(events_path)
         stop_sent_at: float | None = None
         ended = False
@@ -142,7 +141,7 @@ class TrialProcess:
                     ended |= self._absorb(event, result, on_epoch)
                 if not ended and result.status is not Status.PRUNED:
                     result.status = Status.FAILED
-                    result.error = _exit_reason(proc.returncode)
+                    result.error = exit_reason(proc.returncode)
                 break
             if now - started > timeout:
                 self.kill()
@@ -153,7 +152,8 @@ class TrialProcess:
                 self.kill()
                 break
             time.sleep(POLL_S)
-        self.kill()  # the trial has flushed its log and events; its process is done
+        if not ended:
+            self.kill()  # whatever is left of this trial goes; the next trial gets a new worker
         now = time.monotonic()
         result.wall_s = now - started
         if stop_sent_at is not None:
@@ -186,19 +186,15 @@ class TrialProcess:
                 os.kill(self._proc.pid, signum)
 
     def kill(self) -> None:
-        """Kill the current trial's process group (the trial and anything it started)."""
+        """Kill the worker's process group: the worker, its trial and what that started."""
         proc, self._proc = self._proc, None
         if proc is not None:
             _kill_group(proc)
             proc.wait()
 
     def close(self) -> None:
-        """Kill every process this runner started, the spare included."""
+        """Stop the worker (after it has finished any trial)."""
         self.kill()
-        if self._spare is not None:
-            _kill_group(self._spare)
-            self._spare.wait()
-            self._spare = None
 
 
 def _die_with_parent() -> None:
@@ -230,7 +226,8 @@ class _EventReader:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-def _exit_reason(code: int) -> str:
+def exit_reason(code: int) -> str:
+    """How a process ended, from its return code (negative: the signal)."""
     if code < 0:
         try:
             name = signal.Signals(-code).name

@@ -97,7 +97,7 @@ def _db_user_for_root() -> str:
 
 
 def up(root: Path = SERVICES_DIR, pg_port: int | None = None,
-       mlflow_port: int | None = None) -> Services:
+       mlflow_port: int | None = None, mlflow: bool = True) -> Services:
     """Start PostgreSQL (Optuna + MLflow databases) and an MLflow server; idempotent."""
     root.mkdir(parents=True, exist_ok=True)
     ports = root / "ports"
@@ -106,7 +106,8 @@ def up(root: Path = SERVICES_DIR, pg_port: int | None = None,
     services = Services(root.resolve(), pg_port or free_port(), mlflow_port or free_port())
     ports.write_text(f"{services.pg_port} {services.mlflow_port}\n")
     _start_postgres(services)
-    _start_mlflow(services)
+    if mlflow:
+        _start_mlflow(services)
     return services
 
 

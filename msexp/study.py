@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import signal
 import socket
 import threading
 import time
@@ -21,7 +22,7 @@ from optuna.storages.journal._file import BaseJournalFileLock
 from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
-from msexp.report import REPORTS_DIR, build_report, log_report
+from msexp.report import log_best
 from msexp.runner import Status, TrialProcess, TrialResult
 from msexp.space import derived
 from msexp.spec import Method, SweepSpec
@@ -271,14 +272,12 @@ class Sweep:
     """Runs a study's remaining trials with `workers` trial processes in parallel."""
 
     def __init__(self, spec: SweepSpec, tracker: Tracker, study: optuna.Study, created: bool,
-                 storage_url: str | None, workers: int, progress: Progress):
+                 storage_url: str | None, processes: list[TrialProcess], progress: Progress):
         self.spec, self.tracker, self.study, self.progress = spec, tracker, study, progress
-        self.storage_url, self.workers = storage_url, workers
+        self.storage_url, self.processes = storage_url, processes
         self.total = spec.n_trials()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        self.processes = [TrialProcess(threads=threads, cwd=Path.cwd()) for _ in range(workers)]
         self.experiment_id = tracker.experiment_id(spec.name)
         self.parent_id = self._parent_run(created)
         self.outcome = SweepOutcome(study, self.experiment_id, self.parent_id, tracker)
@@ -312,30 +311,36 @@ class Sweep:
                    for p in self.processes]
         for t in threads:
             t.start()
+        # Ctrl-C stops the trials; the threads then record them for the next run. (A
+        # KeyboardInterrupt inside Thread.join can leave CPython reporting a running thread
+        # as dead, so the signal is handled here instead.)
+        handled = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self._interrupt) if handled else None
         try:
             for t in threads:
-                while t.is_alive():
-                    t.join(timeout=0.2)
-        except KeyboardInterrupt:
-            self.outcome.interrupted = True
-            self.stopping.set()
-            for p in self.processes:
-                p.kill()
-            for t in threads:
-                t.join(timeout=30)
+                t.join()
         finally:
+            if handled:
+                signal.signal(signal.SIGINT, previous)
             for p in self.processes:
                 p.close()
-        report = build_report(self.study, REPORTS_DIR / self.study.study_name)
         try:
             self.tracker.flush_spool()
-            log_report(report, self.tracker)
+            log_best(self.study, self.tracker)
             self.tracker.client.set_terminated(
                 self.parent_id, "KILLED" if self.outcome.interrupted else "FINISHED")
         except Exception as exc:  # the results are safe in Optuna and the spool
             _log.warning(f"MLflow unreachable at the end of the sweep ({type(exc).__name__});"
                           " run `msexp sync` and `msexp report` when it is back")
         return self.outcome
+
+    def _interrupt(self, signum: int, frame: object) -> None:
+        if self.stopping.is_set():
+            raise KeyboardInterrupt  # a second Ctrl-C: leave at once
+        self.outcome.interrupted = True
+        self.stopping.set()
+        for p in self.processes:
+            p.kill()
 
     def _next_trial(self) -> optuna.Trial | None:
         with self.lock:
@@ -469,8 +474,17 @@ def run_sweep(spec: SweepSpec, progress: Progress, tracking_uri: str | None = No
               storage_url: str | None = None, study_name: str | None = None,
               workers: int | None = None) -> SweepOutcome:
     """Open (or resume) the sweep's study and run its remaining trials."""
-    study, created = open_study(spec, storage_url, study_name)
-    tracker = Tracker(tracking_uri)
-    sweep = Sweep(spec, tracker, study, created, storage_url, workers or spec.budget.workers,
-                  progress)
+    workers = workers or spec.budget.workers
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    processes = [TrialProcess(threads=threads, cwd=Path.cwd()) for _ in range(workers)]
+    for process in processes:  # MindSpore imports while the stores open
+        process.prewarm()
+    try:
+        study, created = open_study(spec, storage_url, study_name)
+        tracker = Tracker(tracking_uri)
+        sweep = Sweep(spec, tracker, study, created, storage_url, processes, progress)
+    except BaseException:
+        for process in processes:
+            process.close()
+        raise
     return sweep.run()

@@ -121,7 +121,8 @@ class Tracker:
         with self.writing():
             run = self.client.create_run(experiment_id, run_name=study, tags={
                 "msexp.role": "sweep", "msexp.study": study, **tags})
-            self.client.log_artifact(run.info.run_id, str(sweep_file))
+            if sweep_file.is_file():
+                self.client.log_artifact(run.info.run_id, str(sweep_file))
         return run.info.run_id
 
     def record_trial(self, experiment_id: str, parent_id: str, number: int,

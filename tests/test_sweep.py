@@ -47,9 +47,9 @@ def test_tiny_sweep_lands_in_mlflow_and_resumes(workdir: Path) -> None:
     parent = parents[0]
     assert parent.data.tags["msexp.sweep"] == "tiny"
     assert parent.data.tags["msexp.method"] == "grid"
-    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert "tiny.yaml" in artifacts
-    assert "report/optimization_history.html" in {
+    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["tiny.yaml"]
+    assert CliRunner().invoke(app, ["report", str(sweep)]).exit_code == 0
+    assert {"report/optimization_history.html", "report/tradeoffs.html"} <= {
         a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert parent.info.status == "FINISHED"
     assert "best_eval_accuracy" in parent.data.metrics

@@ -1,0 +1,32 @@
+"""Shared by the benchmarks: run one msexp trial in a fresh process, as a sweep would."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from msexp.experiment import trial_params  # noqa: E402
+from msexp.runner import Status, TrialProcess, TrialResult  # noqa: E402
+
+
+def run_trial(experiment: str, fixed: dict[str, Any], folder: Path, name: str,
+              target: dict[str, Any] | None = None, runner: TrialProcess | None = None,
+              ) -> TrialResult:
+    """One trial through msexp's runner; raises SystemExit unless it completes."""
+    own = runner is None
+    runner = runner or TrialProcess(cwd=ROOT)
+    request = {"experiment": experiment, "params": trial_params(experiment, fixed, "benchmark"),
+               "target": target, "data": None, "events": str(folder / f"{name}.jsonl"),
+               "log": str(folder / f"{name}.log")}
+    try:
+        result = runner.run(request, timeout=3600)
+    finally:
+        if own:
+            runner.close()
+    if result.status is not Status.COMPLETE:
+        raise SystemExit(f"{name}: {result.status.value} {result.error}\n{result.log_tail()}")
+    return result
