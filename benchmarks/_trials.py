@@ -26,7 +26,7 @@ def run_trial(experiment: str, fixed: dict[str, Any], folder: Path, name: str,
         result = runner.run(request, timeout=3600)
     finally:
         if own:
-            runner.close()
+            runner.kill()
     if result.status is not Status.COMPLETE:
         raise SystemExit(f"{name}: {result.status.value} {result.error}\n{result.log_tail()}")
     return result

@@ -93,7 +93,7 @@ def main() -> None:
             last = run(runner, folder, "momentum_again", momentum_params, args.target)
             print(row("momentum again", last), flush=True)
     finally:
-        runner.close()
+        runner.kill()
     summary(mean_run(first, last), results)
 
 

@@ -42,7 +42,7 @@ def msexp_trial(epochs: int, batch: int, folder: Path, tracker: Tracker, exp_id:
     result = runner.run(request, timeout=600)
     tracker.log_trial(exp_id, parent, number, {**params, **derived(params)}, result, time.time())
     wall = time.perf_counter() - began
-    runner.close()
+    runner.kill()
     assert result.status.value == "COMPLETE", result.error
     return wall, result.metrics["samples_per_s"]
 

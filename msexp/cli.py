@@ -211,6 +211,8 @@ def status(
     """
     import time
 
+    from optuna.trial import TrialState
+
     from msexp.report import state_counts
 
     loaded = _existing_study(file, study, storage)
@@ -219,17 +221,11 @@ def status(
     done = sum(v for k, v in counts.items() if k not in ("RUNNING", "WAITING"))
     console.print(f"{loaded.study_name}: {done} finished of {total}; "
                   + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    for t in loaded.get_trials(deepcopy=False, states=(optuna_states().RUNNING,)):
+    for t in loaded.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         beat = t.user_attrs.get("heartbeat")
         age = f", heartbeat {time.time() - beat:.0f} s ago" if beat else ""
         console.print(f"  running #{t.number} on {t.user_attrs.get('owner', '?')}{age}: "
                       f"{_kv(t.params)}")
-
-
-def optuna_states():
-    from optuna.trial import TrialState
-
-    return TrialState
 
 
 def _existing_study(file: Path | None, study: str | None, storage: str | None):
@@ -478,10 +474,8 @@ class _LineProgress:
 
     def __init__(self, spec):
         self.spec = spec
-        self.total = 0
 
     def start(self, total: int, done: int) -> None:
-        self.total = total
         console.print(f"{self.spec.name}: {done}/{total} trials done", highlight=False)
 
     def trial_done(self, number: int, result, best: str) -> None:

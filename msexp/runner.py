@@ -192,10 +192,6 @@ class TrialProcess:
             _kill_group(proc)
             proc.wait()
 
-    def close(self) -> None:
-        """Stop the worker (after it has finished any trial)."""
-        self.kill()
-
 
 def _die_with_parent() -> None:
     """In the child: get SIGKILL when the orchestrator dies, even by kill -9 (Linux)."""

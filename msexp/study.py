@@ -323,7 +323,7 @@ class Sweep:
             if handled:
                 signal.signal(signal.SIGINT, previous)
             for p in self.processes:
-                p.close()
+                p.kill()
         try:
             self.tracker.flush_spool()
             log_best(self.study, self.tracker)
@@ -485,6 +485,6 @@ def run_sweep(spec: SweepSpec, progress: Progress, tracking_uri: str | None = No
         sweep = Sweep(spec, tracker, study, created, storage_url, processes, progress)
     except BaseException:
         for process in processes:
-            process.close()
+            process.kill()
         raise
     return sweep.run()

@@ -38,7 +38,7 @@ def run_trial(request: dict[str, Any], timeout: float = TIMEOUT, on_epoch=None) 
     try:
         return runner.run(request, timeout, on_epoch)
     finally:
-        runner.close()
+        runner.kill()
 
 
 def markers(result: TrialResult) -> list[dict[str, Any]]:
@@ -139,7 +139,7 @@ def test_a_killed_rank_fails_the_trial_and_leaves_no_process(tmp_path: Path) -> 
         killed = time.monotonic()
         thread.join()
     finally:
-        runner.close()
+        runner.kill()
     result = out["result"]
     assert result.status is Status.FAILED
     assert time.monotonic() - killed < 20
@@ -159,7 +159,7 @@ def test_killing_the_trial_process_group_kills_every_rank(tmp_path: Path) -> Non
         runner.kill()
         thread.join()
     finally:
-        runner.close()
+        runner.kill()
     assert out["result"].status is Status.FAILED
     assert_gone(pids)
 
