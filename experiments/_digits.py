@@ -6,6 +6,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from scipy.ndimage import zoom
 
 EVAL_SIZE = 360
 SPLIT_SEED = 0
@@ -18,8 +19,6 @@ def digits(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     The 1797 8x8 images are upsampled bilinearly to size x size and normalised with
     the training set's mean and std. The split is fixed: 360 images for evaluation.
     """
-    from scipy.ndimage import zoom
-
     pixels, labels = _load_digits()
     images = pixels.reshape(-1, 8, 8).astype(np.float32) / 16.0
     images = zoom(images, (1, size / 8, size / 8), order=1).astype(np.float32)

@@ -1,3 +1,3 @@
-from msexp.cli import app
+from msexp.cli import console_main
 
-app(prog_name="msexp")
+console_main()

@@ -88,8 +88,9 @@ class TrialProcess:
     worker that dies, or is killed for a timeout, is replaced by a new one.
     """
 
-    def __init__(self, threads: int | None = None, cwd: Path | None = None):
-        self.threads, self.cwd = threads, cwd
+    def __init__(self, threads: int | None = None, cwd: Path | None = None,
+                 slot: int | None = None):
+        self.threads, self.cwd, self.slot = threads, cwd, slot
         self._proc: subprocess.Popen | None = None
 
     def _spawn(self) -> subprocess.Popen:
@@ -97,6 +98,8 @@ class TrialProcess:
         if self.threads:
             env["MSEXP_THREADS"] = str(self.threads)
             env["OMP_NUM_THREADS"] = str(self.threads)
+        if self.slot is not None:
+            env["MSEXP_SLOT"] = str(self.slot)
         env.setdefault("GLOG_v", "2")
         return subprocess.Popen(
             [sys.executable, "-m", "msexp.trial"], stdin=subprocess.PIPE,
@@ -191,6 +194,17 @@ class TrialProcess:
         if proc is not None:
             _kill_group(proc)
             proc.wait()
+
+
+def start_workers(count: int, cwd: Path | None = None) -> list[TrialProcess]:
+    """`count` trial processes, started now so that they import MindSpore while the
+    caller opens its stores. Worker i gets cores / count CPU threads and, on GPU or
+    Ascend, device i modulo the device count."""
+    threads = max(1, (os.cpu_count() or 1) // count)
+    workers = [TrialProcess(threads, cwd or Path.cwd(), slot) for slot in range(count)]
+    for worker in workers:
+        worker.prewarm()
+    return workers
 
 
 def _die_with_parent() -> None:

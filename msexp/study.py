@@ -12,6 +12,7 @@ import signal
 import socket
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,7 +24,7 @@ from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
 from msexp.report import log_best
-from msexp.runner import Status, TrialProcess, TrialResult
+from msexp.runner import Status, TrialProcess, TrialResult, start_workers
 from msexp.space import derived
 from msexp.spec import Method, SweepSpec
 from msexp.tracking import STORE_DIR, Tracker, redact
@@ -269,48 +270,73 @@ class SweepOutcome:
 
 
 class Sweep:
-    """Runs a study's remaining trials with `workers` trial processes in parallel."""
+    """Runs a study's remaining trials with `workers` trial processes in parallel.
 
-    def __init__(self, spec: SweepSpec, tracker: Tracker, study: optuna.Study, created: bool,
-                 storage_url: str | None, processes: list[TrialProcess], progress: Progress):
-        self.spec, self.tracker, self.study, self.progress = spec, tracker, study, progress
+    MLflow opens in the background while the first trials train: a new store takes
+    seconds to create, and no trial needs it before its result is in.
+    """
+
+    def __init__(self, spec: SweepSpec, tracking_uri: str | None, study: optuna.Study,
+                 created: bool, storage_url: str | None, processes: list[TrialProcess],
+                 progress: Progress):
+        self.spec, self.study, self.progress = spec, study, progress
         self.storage_url, self.processes = storage_url, processes
         self.total = spec.n_trials()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        self.experiment_id = tracker.experiment_id(spec.name)
-        self.parent_id = self._parent_run(created)
-        self.outcome = SweepOutcome(study, self.experiment_id, self.parent_id, tracker)
+        self.results: dict[int, TrialResult] = {}
+        self.interrupted = False
+        self.mlflow = Future()
+        threading.Thread(target=self._open_mlflow, args=(tracking_uri, created),
+                         daemon=True).start()
 
-    def _parent_run(self, created: bool) -> str:
-        """The study's one parent run: made by the study's creator, found by every other."""
-        with self.lock:
-            deadline = time.monotonic() + (0 if created else PARENT_WAIT_S)
-            while True:
+    def _open_mlflow(self, tracking_uri: str | None, created: bool) -> None:
+        try:
+            tracker = Tracker(tracking_uri)
+            experiment_id = tracker.experiment_id(self.spec.name)
+            parent_id = self._parent_run(tracker, experiment_id, created)
+            self.mlflow.set_result((tracker, experiment_id, parent_id))
+        except BaseException as exc:
+            self.mlflow.set_exception(exc)
+
+    def _parent_run(self, tracker: Tracker, experiment_id: str, created: bool) -> str:
+        """The study's one parent run: made by the study's creator, found by every other.
+
+        A joining worker waits for the creator's run only while no trial has ended: the
+        creator makes its run before it records any trial.
+        """
+        deadline = time.monotonic() + (0 if created else PARENT_WAIT_S)
+        while True:
+            with self.lock:
                 run_id = self.study._storage.get_study_user_attrs(
                     self.study._study_id).get("mlflow_parent_run_id")
-                if run_id and self.tracker.has_run(run_id):
-                    self.tracker.reopen(run_id)
-                    return run_id
-                if run_id or time.monotonic() >= deadline:
-                    break  # another tracking store, or a creator that never made one
-                time.sleep(0.5)
-            run_id = self.tracker.parent_run(
-                self.experiment_id, self.study.study_name,
-                {"msexp.sweep": self.spec.name, "msexp.method": self.spec.method.value,
-                 "msexp.experiment": self.spec.file.experiment,
-                 "msexp.storage": storage_label(self.storage_url)}, self.spec.path)
+                ended = any(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
+            if run_id and tracker.has_run(run_id):
+                tracker.reopen(run_id)
+                return run_id
+            if run_id or ended or time.monotonic() >= deadline:
+                break  # another tracking store, or a creator that never made one
+            time.sleep(0.5)
+        run_id = tracker.parent_run(
+            experiment_id, self.study.study_name,
+            {"msexp.sweep": self.spec.name, "msexp.method": self.spec.method.value,
+             "msexp.experiment": self.spec.file.experiment,
+             "msexp.storage": storage_label(self.storage_url)}, self.spec.path)
+        with self.lock:
             self.study.set_user_attr("mlflow_parent_run_id", run_id)
-            return run_id
+        return run_id
 
     def run(self) -> SweepOutcome:
-        """Run until the budget is spent; Ctrl-C stops cleanly and leaves the rest to resume."""
+        """Run until the budget is spent; Ctrl-C stops cleanly and leaves the rest to resume.
+
+        Raises:
+            MsexpError: the MLflow tracking store cannot be reached (the trials that ran
+                meanwhile are queued again, for the next run).
+        """
         fail_stale_trials(self.study)
         self.progress.start(self.total, finished_count(self.study))
         threads = [threading.Thread(target=self._work, args=(p,), daemon=True)
                    for p in self.processes]
-        for t in threads:
-            t.start()
         # Ctrl-C stops the trials; the threads then record them for the next run. (A
         # KeyboardInterrupt inside Thread.join can leave CPython reporting a running thread
         # as dead, so the signal is handled here instead.)
@@ -318,26 +344,38 @@ class Sweep:
         previous = signal.signal(signal.SIGINT, self._interrupt) if handled else None
         try:
             for t in threads:
+                t.start()
+            failed = self.mlflow.exception()
+            if failed is not None:
+                self._stop()
+            for t in threads:
                 t.join()
         finally:
             if handled:
                 signal.signal(signal.SIGINT, previous)
             for p in self.processes:
                 p.kill()
+        if failed is not None:
+            raise failed
+        tracker, experiment_id, parent_id = self.mlflow.result()
         try:
-            self.tracker.flush_spool()
-            log_best(self.study, self.tracker)
-            self.tracker.client.set_terminated(
-                self.parent_id, "KILLED" if self.outcome.interrupted else "FINISHED")
+            tracker.flush_spool()
+            log_best(self.study, tracker)
+            tracker.client.set_terminated(parent_id,
+                                          "KILLED" if self.interrupted else "FINISHED")
         except Exception as exc:  # the results are safe in Optuna and the spool
             _log.warning(f"MLflow unreachable at the end of the sweep ({type(exc).__name__});"
                           " run `msexp sync` and `msexp report` when it is back")
-        return self.outcome
+        return SweepOutcome(self.study, experiment_id, parent_id, tracker, self.interrupted,
+                            self.results)
 
     def _interrupt(self, signum: int, frame: object) -> None:
         if self.stopping.is_set():
             raise KeyboardInterrupt  # a second Ctrl-C: leave at once
-        self.outcome.interrupted = True
+        self.interrupted = True
+        self._stop()
+
+    def _stop(self) -> None:
         self.stopping.set()
         for p in self.processes:
             p.kill()
@@ -375,19 +413,20 @@ class Sweep:
         started = time.time()
         with _Heartbeat(self.study, trial, self.lock):
             result = process.run(request, spec.budget.trial_timeout, self._pruning_hook(trial))
-        if self.stopping.is_set():
+        if self.mlflow.exception() is not None or self.stopping.is_set():
             with self.lock:  # interrupted, not finished: queue it again for the next run
                 trial.set_user_attr("error", "interrupted")
                 self.study.tell(trial, state=TrialState.FAIL)
                 requeue(self.study, self.study._storage.get_trial(trial._trial_id),
                         count_attempt=False)
             return
+        tracker, experiment_id, parent_id = self.mlflow.result()
         logged = {**params, **derived(params), "experiment": spec.file.experiment}
-        run_id = self.tracker.record_trial(self.experiment_id, self.parent_id, trial.number,
-                                           logged, result, started)
+        run_id = tracker.record_trial(experiment_id, parent_id, trial.number, logged, result,
+                                      started)
         with self.lock:
             self._tell(trial, result, run_id)
-            self.outcome.results[trial.number] = result
+            self.results[trial.number] = result
             self.progress.trial_done(trial.number, result, self._best_text())
 
     def _pruning_hook(self, trial: optuna.Trial):
@@ -470,21 +509,19 @@ def _target(spec: SweepSpec) -> dict[str, Any] | None:
     return None
 
 
-def run_sweep(spec: SweepSpec, progress: Progress, tracking_uri: str | None = None,
-              storage_url: str | None = None, study_name: str | None = None,
-              workers: int | None = None) -> SweepOutcome:
-    """Open (or resume) the sweep's study and run its remaining trials."""
-    workers = workers or spec.budget.workers
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    processes = [TrialProcess(threads=threads, cwd=Path.cwd()) for _ in range(workers)]
-    for process in processes:  # MindSpore imports while the stores open
-        process.prewarm()
+def run_sweep(spec: SweepSpec, progress: Progress,
+              processes: list[TrialProcess] | None = None, tracking_uri: str | None = None,
+              storage_url: str | None = None, study_name: str | None = None) -> SweepOutcome:
+    """Open (or resume) the sweep's study and run its remaining trials.
+
+    `processes` (see `runner.start_workers`, default: `budget.workers` of them) run the
+    trials and are killed when this returns.
+    """
+    processes = processes or start_workers(spec.budget.workers)
     try:
         study, created = open_study(spec, storage_url, study_name)
-        tracker = Tracker(tracking_uri)
-        sweep = Sweep(spec, tracker, study, created, storage_url, processes, progress)
     except BaseException:
         for process in processes:
             process.kill()
         raise
-    return sweep.run()
+    return Sweep(spec, tracking_uri, study, created, storage_url, processes, progress).run()

@@ -100,6 +100,7 @@ def serve(requests=sys.stdin) -> None:
         if not fork:
             _run_logged(request)
             continue
+        _import_once(request["experiment"])
         child = os.fork()
         if child == 0:
             os._exit(_run_child(request))
@@ -123,9 +124,20 @@ def _preload() -> bool:
         if threads:
             ms.set_context(runtime_num_threads=int(threads))
         device = ms.get_context("device_target")
+        slot = os.environ.get("MSEXP_SLOT")
+        if device != "CPU" and slot is not None:  # one device per worker, round robin
+            count = getattr(ms.device_context, device.lower()).device_count()
+            ms.set_device(device, int(slot) % max(1, count))
     except Exception:
         return False
     return device == "CPU" and os.environ.get("MSEXP_FORK", "1") != "0"
+
+
+def _import_once(experiment: str) -> None:
+    """Import the experiment's module in the zygote, so forked trials share the import
+    (never `build`: each trial builds its own workload). Failures show in the trial."""
+    with contextlib.suppress(Exception, SystemExit):
+        load_experiment(experiment)
 
 
 def _run_child(request: dict[str, Any]) -> int:

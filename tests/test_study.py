@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
+from msexp.runner import start_workers
 from msexp.spec import load_spec
 from msexp.study import open_storage, run_sweep
 from tests.conftest import mlflow_client, msexp_cmd, write
@@ -213,3 +214,26 @@ def test_report_logs_plots_and_best_metrics_and_optuna_cli_reads_the_study(
         == [0.005, 0.05]
     status = CliRunner().invoke(app, ["status", str(sweep)])
     assert "rep: 2 finished of 2; COMPLETE 2" in status.output
+
+
+def test_workers_split_the_cores_and_get_a_device_slot_each(workdir: Path) -> None:
+    workers = start_workers(2)
+    try:
+        assert [w.threads for w in workers] == [max(1, (os.cpu_count() or 1) // 2)] * 2
+        environs = [psutil.Process(w._proc.pid).environ() for w in workers]
+        assert [e["MSEXP_SLOT"] for e in environs] == ["0", "1"]
+        assert {e["MSEXP_THREADS"] for e in environs} == {str(workers[0].threads)}
+    finally:
+        for w in workers:
+            w.kill()
+
+
+@pytest.mark.parametrize("setting", [None, "false"])
+def test_mlflow_telemetry_is_off_unless_asked_for(setting: str | None) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
+    if setting:
+        env["MLFLOW_DISABLE_TELEMETRY"] = setting
+    shown = subprocess.run([sys.executable, "-c", "import os, msexp; "
+                            "print(os.environ['MLFLOW_DISABLE_TELEMETRY'])"],
+                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert shown == (setting or "true")

@@ -167,3 +167,32 @@ def test_tracking_uri_overrides_the_embedded_store(workdir: Path, uri_source: st
     runs = MlflowClient(uri).search_runs(
         [MlflowClient(uri).get_experiment_by_name("one").experiment_id])
     assert len(runs) == 2
+
+
+def test_unreachable_mlflow_stops_the_sweep_and_loses_no_trial(workdir: Path) -> None:
+    sweep = write(workdir / "nowhere.yaml", """
+        name: nowhere
+        experiment: broken:build
+        fixed: {epochs: 2}
+        params: {hidden: [16, 32]}
+    """)
+    began = time.monotonic()
+    result = subprocess.run(msexp_cmd("sweep", str(sweep), "--tracking-uri",
+                                      "http://127.0.0.1:9"), capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cannot reach the MLflow tracking store http://127.0.0.1:9" in result.stderr
+    assert time.monotonic() - began < 60
+    study = optuna.load_study(study_name="nowhere", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend("mlruns/optuna.journal")))
+    assert not [t for t in study.trials if t.state.name == "COMPLETE"], \
+        "no result may be told to Optuna that MLflow never got"
+    assert not any(p.info["cmdline"] and "msexp.trial" in " ".join(p.info["cmdline"])
+                   for p in psutil.process_iter(["cmdline"]))
+
+    result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    study = optuna.load_study(study_name="nowhere", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend("mlruns/optuna.journal")))
+    assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 2
+    _, parents, children = runs_of("nowhere")
+    assert len(parents) == 1 and len(children) == 2
