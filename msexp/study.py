@@ -413,9 +413,11 @@ class Sweep:
         started = time.time()
         with _Heartbeat(self.study, trial, self.lock):
             result = process.run(request, spec.budget.trial_timeout, self._pruning_hook(trial))
-        if self.mlflow.exception() is not None or self.stopping.is_set():
+        unrecordable = self.mlflow.exception() is not None
+        if unrecordable or self.stopping.is_set():
             with self.lock:  # interrupted, not finished: queue it again for the next run
-                trial.set_user_attr("error", "interrupted")
+                trial.set_user_attr("error", "MLflow unreachable" if unrecordable
+                                    else "interrupted")
                 self.study.tell(trial, state=TrialState.FAIL)
                 requeue(self.study, self.study._storage.get_trial(trial._trial_id),
                         count_attempt=False)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import optuna
@@ -188,7 +190,7 @@ def test_multi_objective_report_shows_the_pareto_set(workdir: Path) -> None:
     assert "report/pareto_front.html" in artifacts
 
 
-def test_report_logs_plots_and_best_metrics_and_optuna_cli_reads_the_study(
+def test_report_logs_plots_and_best_metrics_and_optuna_tools_read_the_study(
         workdir: Path) -> None:
     sweep = write(workdir / "r.yaml", """
         name: rep
@@ -214,6 +216,34 @@ def test_report_logs_plots_and_best_metrics_and_optuna_cli_reads_the_study(
         == [0.005, 0.05]
     status = CliRunner().invoke(app, ["status", str(sweep)])
     assert "rep: 2 finished of 2; COMPLETE 2" in status.output
+    assert dashboard_trials(JOURNAL, "rep") == [(0, "Complete"), (1, "Complete")]
+
+
+def dashboard_trials(storage: str, study: str) -> list[tuple[int, str]]:
+    """(number, state) of a study's trials as optuna-dashboard serves them."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([str(Path(sys.executable).parent / "optuna-dashboard"), storage,
+                               "--port", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies") as r:
+                    summaries = json.load(r)["study_summaries"]
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(0.5)
+        study_id = next(s["study_id"] for s in summaries if s["study_name"] == study)
+        url = f"http://127.0.0.1:{port}/api/studies/{study_id}?after=0"
+        with urllib.request.urlopen(url) as r:
+            return [(t["number"], t["state"]) for t in json.load(r)["trials"]]
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
 
 
 def test_workers_split_the_cores_and_get_a_device_slot_each(workdir: Path) -> None:
