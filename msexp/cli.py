@@ -119,14 +119,8 @@ def sweep(
     Example: msexp sweep sweeps/accum.yaml --workers 2
     """
     spec = _load(file)
-    processes = start_workers(workers or spec.budget.workers)  # MindSpore imports there
-    from msexp.study import run_sweep  # while Optuna and MLflow import here
-
-    try:
-        with _SweepProgress(spec) as progress:
-            outcome = run_sweep(spec, progress, processes, tracking_uri, storage, study)
-    except MsexpError as exc:
-        raise _fail(exc) from None
+    outcome = _run(spec, workers or spec.budget.workers, _SweepProgress(spec), tracking_uri,
+                   storage, study)
     _summary(spec, outcome)
     console.print(f"plots, importances: msexp report {file}", highlight=False)
     if outcome.interrupted:
@@ -151,15 +145,23 @@ def worker(
     Example: msexp worker sweeps/accum.yaml --storage postgresql://msexp@db/msexp
     """
     spec = _load(file)
+    outcome = _run(spec, workers, _LineProgress(spec), tracking_uri, storage, study)
+    if outcome.interrupted:
+        raise typer.Exit(130)
+
+
+def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
+         storage: str | None, study: str | None) -> Any:
+    """Run the sweep's trials in `workers` trial processes, showing `progress` (a context
+    manager) while they run: the body of the sweep and worker commands."""
     processes = start_workers(workers)  # MindSpore imports there
     from msexp.study import run_sweep  # while Optuna and MLflow import here
 
     try:
-        outcome = run_sweep(spec, _LineProgress(spec), processes, tracking_uri, storage, study)
+        with progress:
+            return run_sweep(spec, progress, processes, tracking_uri, storage, study)
     except MsexpError as exc:
         raise _fail(exc) from None
-    if outcome.interrupted:
-        raise typer.Exit(130)
 
 
 @app.command()
@@ -478,6 +480,12 @@ class _LineProgress:
 
     def __init__(self, spec):
         self.spec = spec
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
 
     def start(self, total: int, done: int) -> None:
         console.print(f"{self.spec.name}: {done}/{total} trials done", highlight=False)

@@ -113,17 +113,18 @@ def _check_cifar10(folder: Path) -> str | None:
 
 def _check_imagefolder(folder: Path) -> str | None:
     splits = _image_splits(folder)
-    train_classes = _classes(splits[0])
+    classes = {split: _classes(split) for split in dict.fromkeys(splits)}
+    train_classes = classes[splits[0]]
     if not train_classes:
         return f"no class folders with images in {splits[0]}"
     if splits[1] != splits[0]:
-        unknown = sorted(set(_classes(splits[1])) - set(train_classes))
+        unknown = sorted(set(classes[splits[1]]) - set(train_classes))
         if unknown:
             return f"{splits[1].name}/ has classes that {splits[0].name}/ lacks: {unknown[0]}"
-        if not _classes(splits[1]):
+        if not classes[splits[1]]:
             return f"no class folders with images in {splits[1]}"
-    for split in dict.fromkeys(splits):
-        for images in _classes(split).values():
+    for split_classes in classes.values():
+        for images in split_classes.values():
             problem = _verify_image(images[0])
             if problem:
                 return f"{images[0].relative_to(folder)} {problem}"

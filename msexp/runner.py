@@ -147,12 +147,10 @@ class TrialProcess:
                     result.error = exit_reason(proc.returncode)
                 break
             if now - started > timeout:
-                self.kill()
                 result.status = Status.TIMEOUT
                 result.error = f"exceeded trial_timeout of {timeout:g} s"
                 break
             if stop_sent_at is not None and now - stop_sent_at > STOP_GRACE_S:
-                self.kill()
                 break
             time.sleep(POLL_S)
         if not ended:

@@ -12,7 +12,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from msexp.distributed import free_port
 from msexp.errors import MsexpError
 
 SERVICES_DIR = Path("mlruns/services")
@@ -71,13 +71,6 @@ def pg_bin(name: str) -> str:
         raise MsexpError(f"PostgreSQL's {name} is not installed; install it "
                          "(Debian: apt-get install postgresql)")
     return found
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _as_db_owner(args: list[str], data_dir: Path) -> list[str]:

@@ -56,14 +56,12 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(
             JournalFileBackend(str(path), lock_obj=FlockLock(str(path) + ".flock")))
-    for attempt in range(5):
+    for attempt in range(4):
         try:
             return optuna.storages.RDBStorage(url)
         except Exception:  # another worker is creating the same schema right now
-            if attempt == 4:
-                raise
             time.sleep(1 + attempt)
-    raise AssertionError("unreachable")
+    return optuna.storages.RDBStorage(url)
 
 
 class FlockLock(BaseJournalFileLock):
@@ -160,7 +158,7 @@ def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None 
                 f"{spec.path}: study {name!r} has other objective directions") from None
     if not created:
         _wait_for_creator(study)
-    if "msexp.fingerprint" not in study._storage.get_study_user_attrs(study._study_id):
+    if "msexp.fingerprint" not in study.user_attrs:
         if spec.method is Method.grid:
             points = spec.space.grid()[:spec.n_trials()]
             by_name = {p.name: p for p in spec.space.params}
@@ -229,7 +227,7 @@ def _wait_for_creator(study: optuna.Study) -> None:
     """Give the process that just created the study time to enqueue its grid."""
     deadline = time.monotonic() + CREATOR_WAIT_S
     while time.monotonic() < deadline:
-        if "msexp.fingerprint" in study._storage.get_study_user_attrs(study._study_id):
+        if "msexp.fingerprint" in study.user_attrs:
             return
         time.sleep(0.2)
 
@@ -308,8 +306,7 @@ class Sweep:
         deadline = time.monotonic() + (0 if created else PARENT_WAIT_S)
         while True:
             with self.lock:
-                run_id = self.study._storage.get_study_user_attrs(
-                    self.study._study_id).get("mlflow_parent_run_id")
+                run_id = self.study.user_attrs.get("mlflow_parent_run_id")
                 ended = any(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
             if run_id and tracker.has_run(run_id):
                 tracker.reopen(run_id)
@@ -418,9 +415,8 @@ class Sweep:
             with self.lock:  # interrupted, not finished: queue it again for the next run
                 trial.set_user_attr("error", "MLflow unreachable" if unrecordable
                                     else "interrupted")
-                self.study.tell(trial, state=TrialState.FAIL)
-                requeue(self.study, self.study._storage.get_trial(trial._trial_id),
-                        count_attempt=False)
+                frozen = self.study.tell(trial, state=TrialState.FAIL)
+                requeue(self.study, frozen, count_attempt=False)
             return
         tracker, experiment_id, parent_id = self.mlflow.result()
         logged = {**params, **derived(params), "experiment": spec.file.experiment}

@@ -133,13 +133,13 @@ class Tracker:
         Returns the run id, or None when the trial was spooled. Spooled trials are
         delivered before the next trial is logged, or by `msexp sync`.
         """
-        record = {"uri": self.uri, "experiment_id": experiment_id, "parent_id": parent_id,
-                  "number": number, "params": dict(params), "result": result.to_json(),
-                  "started": started}
         self.flush_spool()
         try:
             return self.log_trial(experiment_id, parent_id, number, params, result, started)
         except Exception as exc:  # unreachable server, broken store: keep the result
+            record = {"uri": self.uri, "experiment_id": experiment_id, "parent_id": parent_id,
+                      "number": number, "params": dict(params), "result": result.to_json(),
+                      "started": started}
             path = SPOOL_DIR / f"{parent_id}-{number:05d}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(record, default=str))
@@ -156,6 +156,9 @@ class Tracker:
             if record["uri"] != self.uri:
                 continue
             try:
+                with self.writing():  # an attempt that failed midway may have left a run
+                    self._delete_trial_runs(record["experiment_id"], record["parent_id"],
+                                            record["number"])
                 self.log_trial(record["experiment_id"], record["parent_id"], record["number"],
                                record["params"], TrialResult.from_json(record["result"]),
                                record["started"])
@@ -164,6 +167,12 @@ class Tracker:
             path.unlink()
             delivered += 1
         return delivered
+
+    def _delete_trial_runs(self, experiment_id: str, parent_id: str, number: int) -> None:
+        for run in self.client.search_runs(
+                [experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}' and "
+                f"tags.`msexp.trial` = '{number}'"):
+            self.client.delete_run(run.info.run_id)
 
     def log_trial(self, experiment_id: str, parent_id: str, number: int,
                   params: Mapping[str, Any], result: TrialResult, started: float) -> str:
@@ -174,11 +183,6 @@ class Tracker:
     def _log_trial(self, experiment_id: str, parent_id: str, number: int,
                    params: Mapping[str, Any], result: TrialResult, started: float) -> str:
         from mlflow.entities import Param
-
-        for partial in self.client.search_runs(  # left by an attempt that failed midway
-                [experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}' and "
-                f"tags.`msexp.trial` = '{number}'"):
-            self.client.delete_run(partial.info.run_id)
 
         tags = {"mlflow.parentRunId": parent_id, "msexp.role": "trial",
                 "msexp.trial": str(number), "status": result.status.value}
