@@ -9,19 +9,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from msexp.experiment import trial_params  # noqa: E402
-from msexp.runner import Status, TrialProcess, TrialResult  # noqa: E402
+from msexp.execution.pool import TrialProcess  # noqa: E402
+from msexp.execution.protocol import Status, TrialRequest, TrialResult  # noqa: E402
+from msexp.spec import trial_params  # noqa: E402
+from msexp.training.records import Target  # noqa: E402
 
 
 def run_trial(experiment: str, fixed: dict[str, Any], folder: Path, name: str,
-              target: dict[str, Any] | None = None, runner: TrialProcess | None = None,
+              target: Target | None = None, runner: TrialProcess | None = None,
               ) -> TrialResult:
     """One trial through msexp's runner; raises SystemExit unless it completes."""
     own = runner is None
     runner = runner or TrialProcess(cwd=ROOT)
-    request = {"experiment": experiment, "params": trial_params(experiment, fixed, "benchmark"),
-               "target": target, "data": None, "events": str(folder / f"{name}.jsonl"),
-               "log": str(folder / f"{name}.log")}
+    request = TrialRequest(experiment, trial_params(experiment, fixed, "benchmark"),
+                           folder / name, target)
     try:
         result = runner.run(request, timeout=3600)
     finally:

@@ -35,8 +35,9 @@ def trial(folder: Path, name: str, epochs: int, batch: int, devices: int) -> tup
 
 def storage_ms_per_trial(url: str | None, folder: Path, points: int = 40) -> float:
     """Median milliseconds of msexp's storage work for one trial (no training)."""
+    from msexp.keys import TrialKey
+    from msexp.search.study import claim_waiting, open_study
     from msexp.spec import parse_spec
-    from msexp.study import _claim_waiting, open_study
 
     text = (f"name: cost-{'pg' if url else 'journal'}\nexperiment: mlp_digits\n"
             f"params: {{lr: {[round(0.001 * (i + 1), 4) for i in range(points)]}}}\n")
@@ -45,14 +46,14 @@ def storage_ms_per_trial(url: str | None, folder: Path, points: int = 40) -> flo
     costs = []
     while True:
         began = time.perf_counter()
-        trial = _claim_waiting(study)
+        trial = claim_waiting(study)
         if trial is None:
             break
         params = spec.space.resolve(spec.space.suggest(trial))
-        trial.set_user_attr("owner", "benchmark:0")
-        trial.set_user_attr("heartbeat", time.time())
-        trial.set_user_attr("metrics", {"eval_accuracy": params["lr"], "wall_s": 1.0})
-        trial.set_user_attr("status", "COMPLETE")
+        trial.set_user_attr(TrialKey.OWNER, "benchmark:0")
+        trial.set_user_attr(TrialKey.HEARTBEAT, time.time())
+        trial.set_user_attr(TrialKey.METRICS, {"eval_accuracy": params["lr"], "wall_s": 1.0})
+        trial.set_user_attr(TrialKey.STATUS, "COMPLETE")
         study.tell(trial, [params["lr"]])
         costs.append(time.perf_counter() - began)
     return 1000 * statistics.median(costs)
@@ -61,7 +62,7 @@ def storage_ms_per_trial(url: str | None, folder: Path, points: int = 40) -> flo
 def storage_overhead() -> None:
     import os
 
-    from msexp import services
+    from msexp.cluster import services
 
     with tempfile.TemporaryDirectory() as tmp:
         journal = storage_ms_per_trial(None, Path(tmp))

@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from msexp.search.loop import run_sweep  # noqa: E402
 from msexp.spec import load_spec  # noqa: E402
-from msexp.study import run_sweep  # noqa: E402
 
 SWEEP = """
 name: pruning-{label}
@@ -49,7 +49,7 @@ def study(label: str, pruner: str, trials: int, epochs: int) -> tuple[float, int
     spec = load_spec(path)
     print(f"{label}:", flush=True)
     outcome = run_sweep(spec, Quiet())
-    seconds = sum(r.metrics.get("train_s", r.epochs[-1]["elapsed_s"] if r.epochs else 0.0)
+    seconds = sum(r.metrics.get("train_s", r.epochs[-1].elapsed_s if r.epochs else 0.0)
                   for r in outcome.results.values())
     trained = sum(len(r.epochs) for r in outcome.results.values())
     return seconds, trained, outcome.study.best_value

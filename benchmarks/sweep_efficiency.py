@@ -13,7 +13,6 @@ Usage: python benchmarks/sweep_efficiency.py [--sweep sweeps/accum.yaml]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -24,6 +23,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from msexp.execution.protocol import Result, read_events  # noqa: E402
 
 
 def msexp_sweep(sweep: Path, workers: int) -> tuple[float, float]:
@@ -36,10 +38,8 @@ def msexp_sweep(sweep: Path, workers: int) -> tuple[float, float]:
         wall = time.perf_counter() - began
         busy = 0.0
         for events in Path(tmp, "mlruns", "trials").glob("*/*/events.jsonl"):
-            for line in events.read_text().splitlines():
-                event = json.loads(line)
-                if event["event"] == "result":
-                    busy += event["metrics"]["train_s"]
+            busy += sum(e.metrics["train_s"] for e in read_events(events)
+                        if isinstance(e, Result))
     return wall, busy
 
 

@@ -23,7 +23,8 @@ from typing import Any
 import yaml
 from _trials import run_trial
 
-from msexp.runner import TrialProcess
+from msexp.execution.pool import TrialProcess
+from msexp.training.records import Target
 
 EXPERIMENT = "lenet_digits"
 RATIO_GOAL = 0.7
@@ -33,8 +34,8 @@ def run(runner: TrialProcess, folder: Path, name: str, fixed: dict[str, Any],
         target: float) -> dict[str, float]:
     """One trial to the end; its final metrics plus the eval accuracy of each epoch."""
     result = run_trial(EXPERIMENT, fixed, folder, name, runner=runner,
-                       target={"metric": "eval_accuracy", "value": target, "maximize": True})
-    curve = [e["metrics"]["eval_accuracy"] for e in result.epochs]
+                       target=Target("eval_accuracy", target, maximize=True))
+    curve = [e.metrics["eval_accuracy"] for e in result.epochs]
     return {**result.metrics, "wall_s": result.wall_s, "curve": curve}
 
 

@@ -26,17 +26,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from msexp.experiment import trial_params  # noqa: E402
-from msexp.runner import TrialProcess  # noqa: E402
-from msexp.space import derived  # noqa: E402
-from msexp.tracking import Tracker  # noqa: E402
+from msexp.execution.pool import TrialProcess  # noqa: E402
+from msexp.execution.protocol import TrialRequest  # noqa: E402
+from msexp.spec import trial_params  # noqa: E402
+from msexp.spec.space import derived  # noqa: E402
+from msexp.tracking.runs import Tracker  # noqa: E402
 
 
 def msexp_trial(epochs: int, batch: int, folder: Path, tracker: Tracker, exp_id: str,
                 parent: str, number: int) -> tuple[float, float]:
     params = trial_params("mlp_digits", {"epochs": epochs, "batch_size": batch})
-    request = {"experiment": "mlp_digits", "params": params, "target": None, "data": None,
-               "events": str(folder / f"{number}.jsonl"), "log": str(folder / f"{number}.log")}
+    request = TrialRequest("mlp_digits", params, folder / str(number))
     runner = TrialProcess(cwd=ROOT)
     began = time.perf_counter()
     result = runner.run(request, timeout=600)

@@ -24,7 +24,6 @@ from typing import Any, Callable
 
 from msexp.errors import SpecError
 
-FORMATS = ("mnist", "cifar10", "imagefolder")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".JPG", ".JPEG", ".PNG", ".BMP")
 HOLD_OUT_EVERY = 5
 CIFAR_RECORD = 1 + 3 * 32 * 32
@@ -68,7 +67,7 @@ def check_data(source: str, data: Mapping[str, Any], accepted: tuple[str, ...] |
     folder = Path(path).expanduser()
     if not folder.is_dir():
         raise SpecError(source, "data.path", f"{fmt} data folder not found", path)
-    problem = _CHECKS[fmt](folder)
+    problem = FORMATS[fmt].check(folder)
     if problem:
         raise SpecError(source, "data.path", f"not a valid {fmt} folder: {problem}", path)
 
@@ -131,10 +130,6 @@ def _check_imagefolder(folder: Path) -> str | None:
     return None
 
 
-_CHECKS: dict[str, Callable[[Path], str | None]] = {
-    "mnist": _check_mnist, "cifar10": _check_cifar10, "imagefolder": _check_imagefolder}
-
-
 def _read(file: Path, size: int) -> bytes:
     with file.open("rb") as f:
         return f.read(size)
@@ -175,26 +170,24 @@ def load(data: Mapping[str, Any], size: int, channels: int) -> Loaded:
     Images are resized, converted to the channel count, normalised with per-channel
     statistics of the format, and laid out CHW; labels are int32.
     """
-    import mindspore.dataset as ds
-
-    fmt, folder = data["format"], Path(data["path"]).expanduser()
-    if fmt == "mnist":
-        train, held = (ds.MnistDataset(str(folder), usage=u, shuffle=False)
-                       for u in ("train", "test"))
-        stats, what = MNIST_STATS, "MNIST idx"
-    elif fmt == "cifar10":
-        train, held = (ds.Cifar10Dataset(str(folder), usage=u, shuffle=False)
-                       for u in ("train", "test"))
-        stats, what = CIFAR_STATS, "CIFAR-10 binary"
-    elif fmt == "imagefolder":
-        train, held = _image_folder(folder)
-        stats, what = IMAGEFOLDER_STATS, "image folder"
-    else:
-        raise ValueError(f"unknown data format {fmt!r}")
-    train, held = (_prepare(d, size, channels, stats) for d in (train, held))
-    description = (f"{what} {folder} ({train.get_dataset_size()} train, "
+    fmt, folder = FORMATS[data["format"]], Path(data["path"]).expanduser()
+    train, held = (_prepare(d, size, channels, fmt.stats) for d in fmt.open(folder))
+    description = (f"{fmt.description} {folder} ({train.get_dataset_size()} train, "
                    f"{held.get_dataset_size()} eval, as {channels}x{size}x{size})")
     return Loaded(train, held, description)
+
+
+def _open_mnist(folder: Path) -> tuple[Any, Any]:
+    import mindspore.dataset as ds
+
+    return tuple(ds.MnistDataset(str(folder), usage=u, shuffle=False) for u in ("train", "test"))
+
+
+def _open_cifar10(folder: Path) -> tuple[Any, Any]:
+    import mindspore.dataset as ds
+
+    return tuple(ds.Cifar10Dataset(str(folder), usage=u, shuffle=False)
+                 for u in ("train", "test"))
 
 
 def _image_folder(folder: Path) -> tuple[Any, Any]:
@@ -260,3 +253,21 @@ def _to_channels(channels: int) -> Callable[[Any], Any]:
         return np.repeat(image[:, :, :1], channels, axis=2)
 
     return convert
+
+
+@dataclass(frozen=True)
+class Format:
+    """A `data.format`: how its folder is checked at plan time and opened in a trial."""
+
+    check: Callable[[Path], str | None]
+    open: Callable[[Path], tuple[Any, Any]]  # (train, eval) unbatched datasets
+    stats: tuple[tuple[float, ...], tuple[float, ...]]  # per-channel mean, std in [0, 1]
+    description: str
+
+
+FORMATS: dict[str, Format] = {
+    "mnist": Format(_check_mnist, _open_mnist, MNIST_STATS, "MNIST idx"),
+    "cifar10": Format(_check_cifar10, _open_cifar10, CIFAR_STATS, "CIFAR-10 binary"),
+    "imagefolder": Format(_check_imagefolder, _image_folder, IMAGEFOLDER_STATS, "image folder"),
+}
+"""Every data format, by its `data.format` name: the one registry of formats."""

@@ -19,7 +19,7 @@ import importlib.util
 import sys
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -73,8 +73,6 @@ class Experiment:
 
 
 def _with_default(knob: Knob, default: Any) -> Knob:
-    from dataclasses import replace
-
     return knob if default == knob.default else replace(knob, default=default)
 
 
@@ -113,26 +111,9 @@ def load_experiment(ref: str, source: str = "experiment") -> Experiment:
                       None if formats is None else tuple(formats))
 
 
-def trial_params(ref: str, fixed: Mapping[str, Any], source: str = "--set") -> dict[str, Any]:
-    """The complete, checked params of one trial of experiment `ref` with `fixed` values.
-
-    Raises:
-        SpecError: a value breaks a knob's rule (one line naming `source` and the key).
-    """
-    from msexp.device import check_precision
-    from msexp.space import parse_params
-
-    space = parse_params(source, load_experiment(ref, source).knobs, fixed, {})
-    space.check_trials(is_grid=True)
-    check_precision(source, space)
-    return space.resolve({})
-
-
 def workload_problem(workload: Any, declared_metrics: tuple[str, ...] = ()) -> str | None:
     """What is wrong with what `build` returned, or None if it is a usable Workload."""
     from mindspore import nn
-
-    from msexp.training.data import check_data
 
     if not isinstance(workload, Workload):
         return f"build() must return msexp.experiment.Workload, got {type(workload).__name__}"
@@ -142,10 +123,9 @@ def workload_problem(workload: Any, declared_metrics: tuple[str, ...] = ()) -> s
     if not callable(workload.loss_fn):
         return "Workload.loss_fn must be a Cell or function (logits, labels) -> loss"
     for name in ("train", "eval"):
-        try:
-            check_data(getattr(workload, name), name)
-        except TypeError as exc:
-            return str(exc)
+        problem = data_problem(getattr(workload, name), name)
+        if problem:
+            return problem
     for name, fn in workload.metrics.items():
         if not callable(fn):
             return f"Workload.metrics[{name!r}] must be a function (logits, labels) -> float"
@@ -155,20 +135,35 @@ def workload_problem(workload: Any, declared_metrics: tuple[str, ...] = ()) -> s
     return None
 
 
-def check_build(experiment: Experiment, params: dict[str, Any], source: str) -> None:
-    """Call `build` once (with the sweep's fixed values and defaults) and check its result.
+def data_problem(data: Any, name: str) -> str | None:
+    """What is wrong with `Workload.<name>`, or None for (inputs, labels) arrays or a dataset."""
+    if isinstance(data, (tuple, list)):
+        if len(data) != 2 or not all(hasattr(a, "shape") for a in data):
+            return f"Workload.{name} must be (inputs, labels) arrays"
+        if len(data[0]) != len(data[1]):
+            return f"Workload.{name} has {len(data[0])} inputs but {len(data[1])} labels"
+        return None
+    from mindspore.dataset import Dataset
 
-    Raises:
-        ExperimentError: `build` raised, or returned something msexp cannot train.
-    """
-    try:
-        workload = experiment.build(dict(params))
-    except Exception as exc:
-        raise ExperimentError(source, "experiment", "build() " + _import_failure(exc).replace(
-            "does not import: ", "raised "), experiment.ref) from None
-    problem = workload_problem(workload, experiment.metrics)
-    if problem:
-        raise ExperimentError(source, "experiment", problem, experiment.ref)
+    if not isinstance(data, Dataset):
+        return (f"Workload.{name} must be (inputs, labels) arrays or a mindspore.dataset "
+                f"dataset, got {type(data).__name__}")
+    return None
+
+
+def describe_failure(exc: BaseException) -> str:
+    """`Type: message at file:line `code``: where a user's code raised, in one line."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<frozen")]
+    where = ""
+    if frames:
+        last = frames[-1]
+        where = f" at {Path(last.filename).name}:{last.lineno}"
+        if last.line:
+            where += f" `{last.line.strip()}`"
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        where = f" at {Path(exc.filename or '?').name}:{exc.lineno} `{(exc.text or '').strip()}`"
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def is_builtin(ref: str) -> bool:
@@ -189,9 +184,11 @@ def _import(target: str, source: str, builtin: bool) -> ModuleType:
             raise ExperimentError(source, "experiment", f"no built-in experiment named "
                                   f"{target} (built-ins: {', '.join(builtin_names())})",
                                   target) from None
-        raise ExperimentError(source, "experiment", _import_failure(exc), target) from None
+        raise ExperimentError(source, "experiment", "does not import: " + describe_failure(exc),
+                              target) from None
     except Exception as exc:  # the user's module raised while importing
-        raise ExperimentError(source, "experiment", _import_failure(exc), target) from None
+        raise ExperimentError(source, "experiment", "does not import: " + describe_failure(exc),
+                              target) from None
 
 
 def _import_file(path: Path, source: str) -> ModuleType:
@@ -210,20 +207,6 @@ def _import_file(path: Path, source: str) -> ModuleType:
         del sys.modules[name]
         raise
     return module
-
-
-def _import_failure(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith("<frozen")]
-    where = ""
-    if frames:
-        last = frames[-1]
-        where = f" at {Path(last.filename).name}:{last.lineno}"
-        if last.line:
-            where += f" `{last.line.strip()}`"
-    if isinstance(exc, SyntaxError) and exc.lineno:
-        where = f" at {Path(exc.filename or '?').name}:{exc.lineno} `{(exc.text or '').strip()}`"
-    return f"does not import: {type(exc).__name__}: {exc}{where}"
 
 
 def builtin_names() -> list[str]:

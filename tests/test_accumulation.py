@@ -8,7 +8,7 @@ import pytest
 
 from experiments import mlp_digits
 from msexp.experiment import load_experiment
-from msexp.space import parse_params
+from msexp.spec.space import parse_params
 from msexp.training import data
 from msexp.training.optim import make_optimizer
 from msexp.training.step import TrainStep

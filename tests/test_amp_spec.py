@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from msexp import device
 from msexp.cli import app
 from msexp.errors import SpecError
 from msexp.experiment import load_experiment
-from msexp.space import parse_params
 from msexp.spec import parse_spec
+from msexp.spec import precision as device
+from msexp.spec.space import parse_params
 from tests.conftest import ROOT, write
 
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))

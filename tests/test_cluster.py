@@ -13,8 +13,8 @@ import pytest
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-from msexp import services
 from msexp.cli import app
+from msexp.cluster import services
 from tests.conftest import msexp_cmd, write
 
 pytestmark = pytest.mark.skipif(

@@ -11,10 +11,11 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from msexp import trial
 from msexp.cli import app
 from msexp.datasets import CIFAR_RECORD, CIFAR_RECORDS_PER_FILE, MNIST_STATS, load
 from msexp.errors import SpecError
+from msexp.execution import trial
+from msexp.execution.protocol import Start, TrialRequest
 from msexp.spec import parse_spec
 
 
@@ -167,11 +168,11 @@ def test_builtin_workloads_train_on_the_data_section(tmp_path: Path, experiment:
     folder = write_mnist(tmp_path / "m") if fmt == "mnist" else write_images(tmp_path / "f")
     spec = parse_spec(sweep_text(experiment, fmt, folder,
                                  f"fixed: {{epochs: 1, batch_size: 4, {knobs}}}\n"), "s.yaml")
-    events: list[dict[str, Any]] = []
-    metrics = trial.run({"experiment": experiment, "params": spec.space.resolve({}),
-                         "data": spec.file.data.model_dump()}, events.append)
-    start = next(e for e in events if e["event"] == "start")
-    assert str(folder) in start["data_source"]
-    assert ("MNIST" if fmt == "mnist" else "image folder") in start["data_source"]
+    events: list[Any] = []
+    metrics = trial.run(TrialRequest(experiment, spec.space.resolve({}), data=spec.data_section()),
+                        events.append)
+    start = next(e for e in events if isinstance(e, Start))
+    assert str(folder) in start.data_source
+    assert ("MNIST" if fmt == "mnist" else "image folder") in start.data_source
     assert 0 <= metrics["eval_accuracy"] <= 1
     assert metrics["samples_per_s"] > 0

@@ -14,26 +14,26 @@ from typing import Any
 import psutil
 import pytest
 
-from msexp.distributed import rank_log_dir
 from msexp.errors import SpecError
+from msexp.execution.msrun import rank_log_dir
+from msexp.execution.pool import TrialProcess
+from msexp.execution.protocol import Status, TrialRequest, TrialResult, read_events
 from msexp.experiment import load_experiment
-from msexp.runner import Status, TrialProcess, TrialResult
-from msexp.space import derived, parse_params
 from msexp.spec import parse_spec
+from msexp.spec.space import derived, parse_params
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300
 
 
-def make_request(folder: Path, name: str, **fixed: Any) -> dict[str, Any]:
+def make_request(folder: Path, name: str, **fixed: Any) -> TrialRequest:
     knobs = load_experiment("mlp_digits").knobs
     params = parse_params("test", knobs, {"epochs": 1, "batch_size": 64, **fixed}, {}
                           ).resolve({})
-    return {"experiment": "mlp_digits", "params": params, "target": None, "data": None,
-            "events": str(folder / f"{name}.jsonl"), "log": str(folder / f"{name}.log")}
+    return TrialRequest("mlp_digits", params, folder / name)
 
 
-def run_trial(request: dict[str, Any], timeout: float = TIMEOUT, on_epoch=None) -> TrialResult:
+def run_trial(request: TrialRequest, timeout: float = TIMEOUT, on_epoch=None) -> TrialResult:
     runner = TrialProcess(cwd=ROOT)
     try:
         return runner.run(request, timeout, on_epoch)
@@ -46,11 +46,11 @@ def markers(result: TrialResult) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(result.rank_logs.glob("rank-*.json"))]
 
 
-def wait_for_ranks(request: dict[str, Any], thread: threading.Thread) -> list[int]:
+def wait_for_ranks(request: TrialRequest, thread: threading.Thread) -> list[int]:
     """The rank pids, once every rank has started training (rank 0 emitted an epoch)."""
-    folder, events = rank_log_dir(Path(request["log"])), Path(request["events"])
+    folder, events = rank_log_dir(request.log_path), request.events_path
     while thread.is_alive():
-        found = [folder / f"rank-{r}.json" for r in range(request["params"]["devices"])]
+        found = [folder / f"rank-{r}.json" for r in range(request.params["devices"])]
         if all(p.exists() for p in found) and '"epoch"' in events.read_text():
             return [json.loads(p.read_text())["pid"] for p in found]
         time.sleep(0.1)
@@ -73,7 +73,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def started_in_background(request: dict[str, Any], runner: TrialProcess
+def started_in_background(request: TrialRequest, runner: TrialProcess
                           ) -> tuple[threading.Thread, dict[str, TrialResult]]:
     out: dict[str, TrialResult] = {}
     thread = threading.Thread(target=lambda: out.update(result=runner.run(request, TIMEOUT)))
@@ -92,8 +92,8 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> TrialResult:
 def assert_same_training(result: TrialResult, reference: TrialResult) -> None:
     assert result.status is Status.COMPLETE, result.error
     got, want = result.epochs[0], reference.epochs[0]
-    assert got["step"] == want["step"]
-    for a, b in zip(got["series"]["train_loss"], want["series"]["train_loss"]):
+    assert got.step == want.step
+    for a, b in zip(got.series["train_loss"], want.series["train_loss"]):
         assert math.isclose(a, b, rel_tol=1e-4), (a, b)
     for name in ("eval_loss", "eval_accuracy", "train_loss"):
         assert math.isclose(result.metrics[name], reference.metrics[name], rel_tol=1e-4), name
@@ -107,21 +107,20 @@ def test_two_ranks_train_like_one_process_on_the_global_batch(
     result = run_trial(make_request(tmp_path, "dp", devices=2))
     assert_same_training(result, single)
     assert result.metrics["samples_per_s"] > 0
-    assert result.rank_logs == tmp_path / "dp.ranks"
+    assert result.rank_logs == tmp_path / "dp" / "trial.ranks"
     logs = {p.name for p in result.rank_logs.iterdir()}
     assert {"msrun.log", "scheduler.log", "worker_0.log", "worker_1.log"} <= logs
-    events = [json.loads(line)["event"] for line in Path(result.events_path).read_text().split(
-        "\n") if line]
-    assert events == ["launch", "start", "epoch", "result", "end"], "only rank 0 reports"
+    events = [type(e).__name__ for e in read_events(result.events_path)]
+    assert events == ["Launch", "Start", "Epoch", "Result", "End"], "only rank 0 reports"
 
-    from msexp.tracking import Tracker
+    from msexp.tracking.runs import Tracker
 
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = tracker.experiment_id("dp")
     parent = tracker.client.create_run(experiment).info.run_id
     run_id = tracker.log_trial(experiment, parent, 0, result.impl, result, time.time())
-    attached = {a.path for a in tracker.client.list_artifacts(run_id, "dp.ranks")}
-    assert {"dp.ranks/worker_0.log", "dp.ranks/worker_1.log"} <= attached
+    attached = {a.path for a in tracker.client.list_artifacts(run_id, "trial.ranks")}
+    assert {"trial.ranks/worker_0.log", "trial.ranks/worker_1.log"} <= attached
 
 
 def test_accumulation_with_two_ranks(single: TrialResult, tmp_path: Path) -> None:
@@ -144,7 +143,7 @@ def test_a_killed_rank_fails_the_trial_and_leaves_no_process(tmp_path: Path) -> 
     assert result.status is Status.FAILED
     assert time.monotonic() - killed < 20
     assert "rank 1 of 2" in result.error and "killed by SIGKILL" in result.error, result.error
-    last_line = (tmp_path / "kill.ranks" / "worker_1.log").read_text().splitlines()[-1]
+    last_line = (rank_log_dir(request.log_path) / "worker_1.log").read_text().splitlines()[-1]
     assert last_line in result.error
     assert_gone(pids)
 

@@ -164,15 +164,15 @@ def test_training_reports_overflows_skips_and_the_scale_series() -> None:
     x = rng.standard_normal((64, FEATURES)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int32)
     workload = Workload(mlp(), nn.CrossEntropyLoss(), (x, y), (x, y))
-    events: list[dict[str, Any]] = []
+    events: list[Any] = []
     params = settings(amp_level="O2", amp_dtype="float16", keep_batchnorm_fp32=True,
                       loss_scale="dynamic", loss_scale_value=2.0 ** 40, loss_scale_window=2,
                       batch_size=16, micro_size=1, seed=0, epochs=2)
     final = train(workload, params, events.append)
-    series = [scale for e in events for scale in e["series"]["loss_scale"]]
+    series = [scale for e in events for scale in e.series["loss_scale"]]
     assert len(series) == 8 and len(events) == 2
     assert final["overflow_steps"] >= 1  # 2**40 overflows FP16 gradients
     assert final["skipped_updates"] == final["overflow_steps"]
     assert series[0] == 2.0 ** 39
     assert final["loss_scale"] == series[-1] < 2.0 ** 40
-    assert all("eval_accuracy" in e["metrics"] for e in events)
+    assert all("eval_accuracy" in e.metrics for e in events)

@@ -18,9 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.runner import start_workers
+from msexp.execution.pool import start_workers
+from msexp.execution.protocol import Start, read_events
+from msexp.search.loop import run_sweep
+from msexp.search.storage import open_storage
 from msexp.spec import load_spec
-from msexp.study import open_storage, run_sweep
 from tests.conftest import mlflow_client, msexp_cmd, write
 
 URI = "sqlite:///mlruns/mlflow.db"
@@ -86,8 +88,7 @@ def test_pruned_trial_stops_within_two_seconds(workdir: Path) -> None:
     assert bad.status.value == "PRUNED"
     assert len(bad.epochs) < 10, "the pruned trial must stop early"
     assert bad.stop_s is not None and bad.stop_s < 2.0
-    pid = next(e for e in json.loads("[" + ",".join(
-        bad.events_path.read_text().splitlines()) + "]") if e["event"] == "start")["pid"]
+    pid = next(e for e in read_events(bad.events_path) if isinstance(e, Start)).pid
     assert not psutil.pid_exists(pid)
     assert outcome.study.trials[1].state.name == "PRUNED"
     run = next(r for r in child_runs("prune") if r.data.params["lr"] == "1e-05")

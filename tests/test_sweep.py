@@ -186,7 +186,7 @@ def test_unreachable_mlflow_stops_the_sweep_and_loses_no_trial(workdir: Path) ->
         optuna.storages.journal.JournalFileBackend("mlruns/optuna.journal")))
     assert not [t for t in study.trials if t.state.name == "COMPLETE"], \
         "no result may be told to Optuna that MLflow never got"
-    assert not any(p.info["cmdline"] and "msexp.trial" in " ".join(p.info["cmdline"])
+    assert not any(p.info["cmdline"] and "msexp.execution.trial" in " ".join(p.info["cmdline"])
                    for p in psutil.process_iter(["cmdline"]))
 
     result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})

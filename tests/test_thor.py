@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from mindspore import amp, nn
 
-from msexp import trial
 from msexp.errors import SpecError
+from msexp.execution import trial
+from msexp.execution.protocol import Start, Status, TrialRequest, TrialResult
 from msexp.experiment import load_experiment
-from msexp.runner import Status, TrialProcess, TrialResult
-from msexp.space import parse_params
 from msexp.spec import parse_spec
-from msexp.tracking import Tracker
+from msexp.spec.space import parse_params
+from msexp.tracking.runs import Tracker
 from msexp.training.optim import thor_learning_rates
 from msexp.training.step import TrainStep
 from msexp.training.thor import Thor, layer_groups, resolve_impl, thor_damping, thor_lr
@@ -276,18 +276,17 @@ def test_valid_split_indices_plan() -> None:
 def test_lenet_trains_with_thor_end_to_end() -> None:
     exp = load_experiment("lenet_digits")
     params = parse_params("--set", exp.knobs, {"optimizer": "thor", "epochs": 1}, {}).resolve({})
-    events: list[dict] = []
-    metrics = trial.run({"experiment": "lenet_digits", "params": params}, events.append)
+    events: list = []
+    metrics = trial.run(TrialRequest("lenet_digits", params), events.append)
     assert metrics["eval_accuracy"] > 0.5  # chance is 0.1
     assert metrics["thor_inverse_s"] > 0
-    start = next(e for e in events if e["event"] == "start")
-    assert start["impl"] == {"thor_impl": "msexp"}
+    start = next(e for e in events if isinstance(e, Start))
+    assert start.impl == {"thor_impl": "msexp"}
 
 
 def test_the_implementation_used_is_logged_as_a_param(workdir) -> None:
     result = TrialResult(Status.COMPLETE)
-    TrialProcess._absorb({"event": "start", "data_source": "d", "impl": {"thor_impl": "msexp"}},
-                         result, None)
+    result.absorb(Start("d", 0, {"thor_impl": "msexp"}))
     assert result.impl == {"thor_impl": "msexp"}
     tracker = Tracker()
     experiment = tracker.experiment_id("thor-impl")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import mindspore as ms
@@ -16,8 +17,11 @@ from mindspore import amp, nn
 _NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.LayerNorm, nn.GroupNorm)
 
 
-def apply_amp(network: nn.Cell, params: dict[str, Any]) -> nn.Cell:
+def apply_amp(network: nn.Cell, params: dict[str, Any], scratch: Path | None = None) -> nn.Cell:
     """Cast `network` for `params["amp_level"]`; O0 returns it unchanged.
+
+    O1 rewrites the network's source into `scratch`, which must outlive compiling the
+    network's graphs; without one, a temporary folder lives as long as the network.
 
     O1 casts only MindSpore's white-listed ops (convolutions, matmuls) and leaves
     normalisation in float32. O2 and O3 cast every cell; `keep_batchnorm_fp32` then
@@ -28,8 +32,12 @@ def apply_amp(network: nn.Cell, params: dict[str, Any]) -> nn.Cell:
         return network
     dtype = getattr(ms, params["amp_dtype"])
     if level == "O1":
-        with _scratch_cwd():  # O1 rewrites the network's source into ./rewritten_network/
-            return amp.auto_mixed_precision(network, level, dtype=dtype)
+        folder = scratch or Path(tempfile.mkdtemp(prefix="msexp-amp-"))
+        with _cwd(folder):  # O1 rewrites the network's source into ./rewritten_network/
+            cast = amp.auto_mixed_precision(network, level, dtype=dtype)
+        if scratch is None:
+            weakref.finalize(cast, shutil.rmtree, folder, True)
+        return cast
     network = amp.auto_mixed_precision(network, level, dtype=dtype)
     if level in ("O2", "O3"):
         norm_dtype = ms.float32 if params["keep_batchnorm_fp32"] else dtype
@@ -40,11 +48,9 @@ def apply_amp(network: nn.Cell, params: dict[str, Any]) -> nn.Cell:
 
 
 @contextmanager
-def _scratch_cwd() -> Iterator[None]:
-    """Run in a private folder that lives until exit: compiling reads the rewritten source."""
-    previous, scratch = os.getcwd(), tempfile.mkdtemp(prefix="msexp-amp-")
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-    os.chdir(scratch)
+def _cwd(folder: Path) -> Iterator[None]:
+    previous = os.getcwd()
+    os.chdir(folder)
     try:
         yield
     finally:

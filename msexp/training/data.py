@@ -10,29 +10,6 @@ import numpy as np
 Batch = tuple[np.ndarray, np.ndarray]
 
 
-def describe(data: Any) -> str:
-    """What the data is, for errors: 'arrays (N samples)' or the dataset's class name."""
-    if isinstance(data, tuple):
-        return f"arrays ({len(data[0])} samples)"
-    return type(data).__name__
-
-
-def check_data(data: Any, name: str) -> None:
-    """Raise TypeError unless `data` is (inputs, labels) arrays or a MindSpore dataset."""
-    if isinstance(data, (tuple, list)):
-        if len(data) != 2 or not all(hasattr(a, "shape") for a in data):
-            raise TypeError(f"Workload.{name} must be (inputs, labels) arrays")
-        if len(data[0]) != len(data[1]):
-            raise TypeError(f"Workload.{name} has {len(data[0])} inputs but "
-                            f"{len(data[1])} labels")
-        return
-    from mindspore.dataset import Dataset
-
-    if not isinstance(data, Dataset):
-        raise TypeError(f"Workload.{name} must be (inputs, labels) arrays or a "
-                        f"mindspore.dataset dataset, got {type(data).__name__}")
-
-
 def num_samples(data: Any) -> int:
     """Number of samples in arrays or an unbatched dataset."""
     return len(data[0]) if isinstance(data, (tuple, list)) else data.get_dataset_size()

@@ -4,53 +4,32 @@ from __future__ import annotations
 
 import math
 import statistics
+import tempfile
 import time
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import mindspore as ms
 import numpy as np
 from mindspore import ops
 
-from msexp.experiment import Workload
+from msexp.experiment import Workload, data_problem
 from msexp.training import data
 from msexp.training.amp import apply_amp
 from msexp.training.loss_scale import make_scaler
 from msexp.training.memory import PeakMemory
 from msexp.training.optim import make_optimizer
+from msexp.training.records import Diverged, Epoch, Stopped, Target
 from msexp.training.step import TrainStep
 
-Emit = Callable[[dict[str, Any]], None]
+OnEpoch = Callable[[Epoch], None]
 
 
-class Diverged(RuntimeError):
-    """The loss or the weights became NaN/inf."""
-
-
-class Stopped(RuntimeError):
-    """The orchestrator asked the trial to stop (pruning)."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """Stop the clock when `metric` reaches `value` (epochs_to_target, time_to_target_s)."""
-
-    metric: str
-    value: float
-    maximize: bool
-
-    def reached(self, metrics: dict[str, float]) -> bool:
-        got = metrics.get(self.metric)
-        if got is None:
-            return False
-        return got >= self.value if self.maximize else got <= self.value
-
-
-def train(workload: Workload, params: dict[str, Any], emit: Emit,
+def train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
           stop_requested: Callable[[], bool] = lambda: False,
           target: Target | None = None, shard: tuple[int, int] = (0, 1),
           reducer: Callable | None = None) -> dict[str, float]:
-    """Train `workload` as `params` say, emitting one event per epoch; return final metrics.
+    """Train `workload` as `params` say, reporting each epoch to `on_epoch`; return final metrics.
 
     In a data-parallel rank, `shard` is (rank, size) and `reducer` averages the
     accumulated gradients over the ranks (see `TrainStep`).
@@ -59,15 +38,26 @@ def train(workload: Workload, params: dict[str, Any], emit: Emit,
         Diverged: the eval loss or the training loss of a clean update is not finite.
         Stopped: `stop_requested()` became true.
     """
+    with tempfile.TemporaryDirectory(prefix="msexp-amp-") as scratch:  # O1's rewritten source
+        return _train(workload, params, on_epoch, stop_requested, target, shard, reducer,
+                      Path(scratch))
+
+
+def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
+           stop_requested: Callable[[], bool], target: Target | None,
+           shard: tuple[int, int], reducer: Callable | None, scratch: Path
+           ) -> dict[str, float]:
     for name in ("train", "eval"):
-        data.check_data(workload.train if name == "train" else workload.eval, name)
+        problem = data_problem(getattr(workload, name), name)
+        if problem:
+            raise TypeError(problem)
     memory = PeakMemory()
     batch, micro_size, epochs = params["batch_size"], params["micro_size"], params["epochs"]
     n_train = data.num_samples(workload.train)
     steps_per_epoch = n_train // batch
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size {batch} is larger than the training set ({n_train})")
-    network = apply_amp(workload.network, params)
+    network = apply_amp(workload.network, params, scratch)
     optimizer = make_optimizer(params, network.trainable_params(), steps_per_epoch, network)
     scaler, drop = make_scaler(params)
     step = TrainStep(network, workload.loss_fn, optimizer, micro_size, scaler, drop, reducer)
@@ -104,11 +94,8 @@ def train(workload: Workload, params: dict[str, Any], emit: Emit,
             raise Diverged(f"eval_loss is {metrics['eval_loss']} after epoch {epoch}")
         metrics["train_loss"] = float(np.mean([v for v in losses if math.isfinite(v)] or [np.nan]))
         elapsed = time.perf_counter() - start
-        event = {"event": "epoch", "epoch": epoch, "step": global_step, "elapsed_s": elapsed,
-                 "metrics": metrics, "series": {"train_loss": losses}}
-        if scales:
-            event["series"]["loss_scale"] = scales
-        emit(event)
+        series = {"train_loss": losses, **({"loss_scale": scales} if scales else {})}
+        on_epoch(Epoch(epoch, global_step, elapsed, metrics, series))
         final.update(metrics)
         if target and "epochs_to_target" not in final and target.reached(metrics):
             final["epochs_to_target"] = epoch

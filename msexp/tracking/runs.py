@@ -6,23 +6,24 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
-import re
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msexp.errors import MsexpError
-from msexp.runner import Status, TrialResult
+from msexp.execution.protocol import Status, TrialResult
+from msexp.keys import RunTag
+from msexp.paths import DEFAULT_TRACKING_URI, STORE_DIR
+from msexp.tracking.spool import Spool
+from msexp.urls import redact
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 _log = logging.getLogger("msexp")
-STORE_DIR = Path("mlruns")
-SPOOL_DIR = STORE_DIR / "spool"
-DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 UI_PORT = 5000
 _CHUNK = 1000  # MLflow accepts at most 1000 metrics per log_batch call
 
@@ -32,12 +33,7 @@ _RUN_STATUS = {Status.COMPLETE: "FINISHED", Status.PRUNED: "KILLED",
 
 def tracking_uri(override: str | None = None) -> str:
     """--tracking-uri, else MLFLOW_TRACKING_URI, else the embedded store under mlruns/."""
-    return override or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
-
-
-def redact(url: str) -> str:
-    """Hide the password in a URL such as postgresql://user:secret@host/db."""
-    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)
+    return override or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 class Tracker:
@@ -47,7 +43,8 @@ class Tracker:
         from mlflow import MlflowClient
 
         self.uri = tracking_uri(uri)
-        if self.uri == DEFAULT_URI:
+        self.spool = Spool()
+        if self.uri == DEFAULT_TRACKING_URI:
             STORE_DIR.mkdir(exist_ok=True)
         if self.uri.startswith(("http://", "https://")):
             # fail over to the spool in seconds, not after minutes of retries
@@ -91,7 +88,7 @@ class Tracker:
         if found:
             return found.experiment_id
         location = None
-        if self.uri == DEFAULT_URI:
+        if self.uri == DEFAULT_TRACKING_URI:
             location = (STORE_DIR / "artifacts" / name).resolve().as_uri()
         try:
             return self.client.create_experiment(name, artifact_location=location)
@@ -120,7 +117,7 @@ class Tracker:
         """Create the sweep's parent run, with the sweep file attached."""
         with self.writing():
             run = self.client.create_run(experiment_id, run_name=study, tags={
-                "msexp.role": "sweep", "msexp.study": study, **tags})
+                RunTag.ROLE: "sweep", RunTag.STUDY: study, **tags})
             if sweep_file.is_file():
                 self.client.log_artifact(run.info.run_id, str(sweep_file))
         return run.info.run_id
@@ -137,31 +134,23 @@ class Tracker:
         try:
             return self.log_trial(experiment_id, parent_id, number, params, result, started)
         except Exception as exc:  # unreachable server, broken store: keep the result
-            record = {"uri": self.uri, "experiment_id": experiment_id, "parent_id": parent_id,
-                      "number": number, "params": dict(params), "result": result.to_json(),
-                      "started": started}
-            path = SPOOL_DIR / f"{parent_id}-{number:05d}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(record, default=str))
+            path = self.spool.keep(self.uri, experiment_id, parent_id, number, dict(params),
+                                   result, started)
             _log.warning(f"MLflow at {redact(self.uri)} did not take trial {number} "
-                          f"({type(exc).__name__}); kept in {path}, delivered later or by "
-                          "`msexp sync`")
+                         f"({type(exc).__name__}); kept in {path}, delivered later or by "
+                         "`msexp sync`")
             return None
 
     def flush_spool(self) -> int:
-        """Deliver spooled trials of this tracking URI; returns how many were delivered."""
+        """Deliver spooled trials of this tracking store; returns how many were delivered."""
         delivered = 0
-        for path in sorted(SPOOL_DIR.glob("*.json")) if SPOOL_DIR.exists() else []:
-            record = json.loads(path.read_text())
-            if record["uri"] != self.uri:
-                continue
+        for path, record in self.spool.pending(self.uri):
             try:
                 with self.writing():  # an attempt that failed midway may have left a run
-                    self._delete_trial_runs(record["experiment_id"], record["parent_id"],
-                                            record["number"])
-                self.log_trial(record["experiment_id"], record["parent_id"], record["number"],
-                               record["params"], TrialResult.from_json(record["result"]),
-                               record["started"])
+                    self._delete_trial_runs(record.experiment_id, record.parent_id,
+                                            record.number)
+                self.log_trial(record.experiment_id, record.parent_id, record.number,
+                               record.params, record.trial_result, record.started)
             except Exception:
                 break  # still unreachable: keep the rest for later
             path.unlink()
@@ -170,8 +159,8 @@ class Tracker:
 
     def _delete_trial_runs(self, experiment_id: str, parent_id: str, number: int) -> None:
         for run in self.client.search_runs(
-                [experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}' and "
-                f"tags.`msexp.trial` = '{number}'"):
+                [experiment_id], f"tags.`{RunTag.PARENT}` = '{parent_id}' and "
+                f"tags.`{RunTag.TRIAL}` = '{number}'"):
             self.client.delete_run(run.info.run_id)
 
     def log_trial(self, experiment_id: str, parent_id: str, number: int,
@@ -184,10 +173,10 @@ class Tracker:
                    params: Mapping[str, Any], result: TrialResult, started: float) -> str:
         from mlflow.entities import Param
 
-        tags = {"mlflow.parentRunId": parent_id, "msexp.role": "trial",
-                "msexp.trial": str(number), "status": result.status.value}
+        tags = {RunTag.PARENT: parent_id, RunTag.ROLE: "trial",
+                RunTag.TRIAL: str(number), RunTag.STATUS: result.status.value}
         if result.error:
-            tags["error"] = result.error[:5000]
+            tags[RunTag.ERROR] = redact(result.error[:5000])
         run = self.client.create_run(experiment_id, start_time=int(started * 1000),
                                      run_name=f"trial-{number:04d}", tags=tags)
         run_id = run.info.run_id
@@ -229,8 +218,6 @@ def _absolute(uri: str) -> str:
 
 
 def _param_text(value: Any) -> str:
-    import json
-
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
@@ -243,14 +230,14 @@ def _metrics(result: TrialResult) -> list:
     step = 0
     logged_last: dict[str, float] = {}
     for i, epoch in enumerate(result.epochs):
-        ts, series = start_ms + i, epoch["series"]
-        first = epoch["step"] - len(series["train_loss"]) + 1
+        ts, series = start_ms + i, epoch.series
+        first = epoch.step - len(series["train_loss"]) + 1
         for name, values in series.items():
             metrics += [Metric(name, float(v), ts, first + j) for j, v in enumerate(values)
                         if _finite(v)]
-        step = epoch["step"]
-        logged_last = {k: v for k, v in epoch["metrics"].items() if k not in series}
-        logged_last["epoch"] = epoch["epoch"]
+        step = epoch.step
+        logged_last = {k: v for k, v in epoch.metrics.items() if k not in series}
+        logged_last["epoch"] = epoch.epoch
         metrics += [Metric(k, float(v), ts, step) for k, v in logged_last.items() if _finite(v)]
     final = {**(result.metrics or result.last_epoch_metrics()), "wall_s": result.wall_s}
     end_ms = start_ms + len(result.epochs) + 1
@@ -260,6 +247,4 @@ def _metrics(result: TrialResult) -> list:
 
 
 def _finite(value: Any) -> bool:
-    import math
-
     return isinstance(value, (int, float)) and math.isfinite(value)

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,28 +25,32 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from msexp.execution.local import Emit, train_request
+from msexp.execution.process import die_with_parent, exit_reason, free_port, tail
+from msexp.execution.protocol import EventWriter, Launch, Result, TrialRequest, read_events
+from msexp.paths import write_atomic
+from msexp.training.records import Diverged, Stopped
+
 POLL_S = 0.1
 EXIT_GRACE_S = 1.5  # msrun looks at its workers once a second before it logs an exit code
 TAIL_LINES = 20
 LAUNCHER_ENV = "MSEXP_LAUNCHER_PID"
+# What msrun runs in each process: a script in the rank-log folder, so that no folder of
+# msexp's own shadows top-level modules; the working directory is importable, as with -m.
+RANK_SCRIPT = """import os, sys
+sys.path[0] = os.getcwd()
+from pathlib import Path
+from msexp.execution.msrun import main
+main(Path(sys.argv[1]))
+"""
 _WORKER_EXIT = re.compile(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
-
-Emit = Callable[[dict[str, Any]], None]
-
 
 def rank_log_dir(log: Path) -> Path:
     """The folder of a trial's msrun logs: `trial.log` -> `trial.ranks/`."""
     return log.with_name(log.stem + ".ranks")
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now, for msrun's scheduler."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def launch(request: dict[str, Any], emit: Emit, stop_requested: Callable[[], bool]
+def launch(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool]
            ) -> dict[str, float]:
     """Run a trial as `params["devices"]` msrun ranks and return rank 0's final metrics.
 
@@ -57,33 +60,34 @@ def launch(request: dict[str, Any], emit: Emit, stop_requested: Callable[[], boo
         Stopped: `stop_requested()` became true; every rank is killed.
         RuntimeError: a rank died; the message has its exit reason and its log tail.
     """
-    params = request["params"]
+    params = request.params
     devices = params["devices"]
     if params.get("optimizer") == "thor":
         raise ValueError("optimizer thor does not run data parallel yet (its curvature "
                          f"factors would differ per rank); use devices 1, got {devices}")
-    folder = rank_log_dir(Path(request["log"]))
+    folder = rank_log_dir(request.log_path)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     request_path = folder / "request.json"
-    request_path.write_text(json.dumps(request), encoding="utf-8")
-    emit({"event": "launch", "devices": devices, "rank_logs": str(folder), "pid": os.getpid()})
+    request_path.write_text(request.to_json(), encoding="utf-8")
+    script = folder / "rank.py"
+    script.write_text(RANK_SCRIPT, encoding="utf-8")
+    emit(Launch(devices, str(folder), os.getpid()))
     env = _env(devices)
     command = [*_msrun(env["PATH"]), f"--worker_num={devices}", f"--local_worker_num={devices}",
                "--master_addr=127.0.0.1", f"--master_port={free_port()}", f"--log_dir={folder}",
                "--join=True", f"--tail_worker_log={devices}",  # no rank: no `tail -f` processes
-               str(Path(__file__).resolve()), str(request_path)]
-    from msexp.runner import _die_with_parent
-
+               str(script), str(request_path)]
     with open(folder / "msrun.log", "w", encoding="utf-8") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=_die_with_parent)
-    cluster = _Cluster(proc, folder, devices)
+                                preexec_fn=die_with_parent)
+    cluster = _Cluster(proc, folder, devices, str(script))
     try:
         cluster.wait(stop_requested)
     finally:
         cluster.kill()
-    return _result(Path(request["events"]))
+    return next((e.metrics for e in read_events(request.events_path)
+                 if isinstance(e, Result)), {})
 
 
 def _env(devices: int) -> dict[str, str]:
@@ -100,30 +104,18 @@ def _msrun(path: str) -> list[str]:
     return [found] if found else [sys.executable, "-m", "mindspore.parallel.cluster.run"]
 
 
-def _result(events: Path) -> dict[str, float]:
-    metrics: dict[str, float] = {}
-    for line in events.read_text(encoding="utf-8").splitlines():
-        event = json.loads(line) if line.strip() else {}
-        if event.get("event") == "result":
-            metrics = event["metrics"]
-    return metrics
-
-
 class _Cluster:
     """msrun, its scheduler and its ranks, as the trial process sees them."""
 
-    def __init__(self, proc: subprocess.Popen, folder: Path, devices: int):
+    def __init__(self, proc: subprocess.Popen, folder: Path, devices: int, script: str):
         import psutil
 
-        self.proc, self.folder, self.devices = proc, folder, devices
-        self.script = str(Path(__file__).resolve())
+        self.proc, self.folder, self.devices, self.script = proc, folder, devices, script
         self.seen: dict[int, psutil.Process] = {}
         self.ranks: dict[int, psutil.Process] = {}
         self.dead: list[int] = []  # ranks gone without finishing, in the order noticed
 
     def wait(self, stop_requested: Callable[[], bool]) -> None:
-        from msexp.training.loop import Stopped
-
         failed_at: float | None = None
         while True:
             if stop_requested():
@@ -177,8 +169,6 @@ class _Cluster:
         return (int(found.group(1)), int(found.group(2))) if found else None
 
     def _failure(self, code: int | None) -> Exception:
-        from msexp.training.loop import Diverged
-
         reported = self._reported_exit()
         rank = None
         if reported:
@@ -189,19 +179,19 @@ class _Cluster:
             rank = self.dead[0]
         if rank is None:
             log = self.folder / "msrun.log"
-            how = "is still running" if code is None else _exit_text(code)
-            return RuntimeError(f"msrun {how}; last lines of {log.name}:\n{_tail(log)}")
+            how = "msrun is still running" if code is None else exit_reason(code, "msrun")
+            return RuntimeError(f"{how}; last lines of {log.name}:\n{tail(log, TAIL_LINES)}")
         marker = self._marker(rank)
         error = marker.get("error")
         if error and error["type"] == "Diverged":
             return Diverged(f"rank {rank}: {error['message']}")
         pid = marker.get("pid") or (self.ranks[rank].pid if rank in self.ranks else "?")
-        how = _exit_text(reported[1]) if reported and reported[0] == pid else "died"
-        text = f"rank {rank} of {self.devices} (pid {pid}) {how}"
+        who = f"rank {rank} of {self.devices} (pid {pid})"
+        text = exit_reason(reported[1], who) if reported and reported[0] == pid else f"{who} died"
         if error:
             text += f" after {error['type']}: {error['message']}"
         log = self.folder / f"worker_{rank}.log"
-        return RuntimeError(f"{text}; last lines of {log.name}:\n{_tail(log)}")
+        return RuntimeError(f"{text}; last lines of {log.name}:\n{tail(log, TAIL_LINES)}")
 
     def kill(self) -> None:
         """Kill the ranks (with anything they started), the scheduler and msrun."""
@@ -235,23 +225,6 @@ def _alive(proc: Any) -> bool:
         return False
 
 
-def _exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _tail(path: Path, lines: int = TAIL_LINES) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def main(request_path: Path) -> None:
     """One process of a data-parallel trial, as msrun starts it: a rank or the scheduler."""
     _die_with_msrun()
@@ -263,24 +236,22 @@ def main(request_path: Path) -> None:
     rank = int(os.environ["RANK_ID"])
     marker = request_path.with_name(f"rank-{rank}.json")
     state: dict[str, Any] = {"rank": rank, "pid": os.getpid()}
-    _write_json(marker, state)
+    _write_marker(marker, state)
     print(f"msexp rank {rank}, pid {os.getpid()}", flush=True)
     try:
-        state.update(_train(json.loads(request_path.read_text(encoding="utf-8"))))
+        state.update(_train(TrialRequest.from_json(request_path.read_text(encoding="utf-8"))))
     except BaseException as exc:
         traceback.print_exc()
-        _write_json(marker, {**state, "error": {"type": type(exc).__name__,
+        _write_marker(marker, {**state, "error": {"type": type(exc).__name__,
                                                 "message": str(exc)}})
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    _write_json(marker, {**state, "done": True})
+    _write_marker(marker, {**state, "done": True})
 
 
 def _die_with_msrun() -> None:
-    from msexp.runner import _die_with_parent
-
-    _die_with_parent()
+    die_with_parent()
     launcher = os.environ.get(LAUNCHER_ENV)
     if launcher:
         import psutil
@@ -293,33 +264,26 @@ def _die_with_msrun() -> None:
             os._exit(1)  # msrun died before the death signal was armed
 
 
-def _train(request: dict[str, Any]) -> dict[str, Any]:
+def _train(request: TrialRequest) -> dict[str, Any]:
     import mindspore as ms
     from mindspore.communication import get_group_size, get_rank, init
 
-    from msexp.training.loop import Target, train
     from msexp.training.parallel import mean_over_ranks
-    from msexp.trial import build_workload
 
     threads = os.environ.get("MSEXP_THREADS")
     if threads:
         ms.set_context(runtime_num_threads=int(threads))
     init()
     rank, size = get_rank(), get_group_size()
-    params = request["params"]
-    workload = build_workload(request)
-    with open(request["events"] if rank == 0 else os.devnull, "a", buffering=1,
-              encoding="utf-8") as events:
-        def emit(event: dict[str, Any]) -> None:
-            events.write(json.dumps({**event, "t": time.time()}, default=float) + "\n")
-
-        emit({"event": "start", "data_source": workload.data_source, "pid": os.getpid(),
-              "impl": {}})
-        target = Target(**request["target"]) if request.get("target") else None
-        metrics = train(workload, params, emit, target=target, shard=(rank, size),
-                        reducer=mean_over_ranks(size))
-        emit({"event": "result", "metrics": metrics})
+    events = request.events_path if rank == 0 else Path(os.devnull)  # rank 0 reports
+    with EventWriter.open(events) as emit:
+        _, workload = train_request(request, emit, lambda: False, (rank, size),
+                                    mean_over_ranks(size))
     return {"size": size, "checksum": weights_checksum(workload.network)}
+
+
+def _write_marker(path: Path, content: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(content))
 
 
 def weights_checksum(network: Any) -> str:
@@ -328,14 +292,3 @@ def weights_checksum(network: Any) -> str:
     for param in network.trainable_params():
         digest.update(param.asnumpy().tobytes())
     return digest.hexdigest()
-
-
-def _write_json(path: Path, content: dict[str, Any]) -> None:
-    partial = path.with_suffix(".tmp")
-    partial.write_text(json.dumps(content), encoding="utf-8")
-    os.replace(partial, path)
-
-
-if __name__ == "__main__":
-    sys.path[0] = os.getcwd()  # as `python -m` does: msexp/ must not shadow top-level modules
-    main(Path(sys.argv[1]))

@@ -126,7 +126,7 @@ class Space:
 
     def check_trials(self, is_grid: bool) -> None:
         """Reject a batch_size that micro_size (times devices) does not divide, in any trial."""
-        combos = self.grid() if is_grid else self._combos("batch_size", "micro_size", "devices")
+        combos = self.grid() if is_grid else self.combos({"batch_size", "micro_size", "devices"})
         for assigned in combos:
             values = self.resolve(assigned)
             batch, micro = values["batch_size"], values["micro_size"]
@@ -147,7 +147,8 @@ class Space:
                                 f"micro_size={micro}, devices={devices})",
                                 assigned.get(key, values[key]))
 
-    def _combos(self, *names: str) -> list[dict[str, Any]]:
+    def combos(self, names: set[str]) -> list[dict[str, Any]]:
+        """Every combination of the finite values of the swept params in `names`."""
         swept = [p for p in self.params if p.name in names and p.candidates()]
         return [dict(zip([p.name for p in swept], combo))
                 for combo in itertools.product(*(p.candidates() for p in swept))]

@@ -15,16 +15,16 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msexp.errors import SpecError
+from msexp.paths import write_atomic
 
 if TYPE_CHECKING:
-    from msexp.space import Space
+    from msexp.spec.space import Space
 
 PROBE_TIMEOUT_S = 120.0
 CACHE_FILE = "precision.json"
@@ -98,19 +98,11 @@ def amp_dtypes(space: Space) -> set[str]:
         if param.name in names:
             names |= set(param.when)
     found = set()
-    for point in _product(p for p in space.params if p.name in names):
+    for point in space.combos(names):
         values = space.resolve(point)  # drops what does not apply, amp_dtype under O0 too
         if values.get("amp_level", "O0") != "O0" and "amp_dtype" in values:
             found.add(values["amp_dtype"])
     return found
-
-
-def _product(params: Iterable[Any]) -> list[dict[str, Any]]:
-    points: list[dict[str, Any]] = [{}]
-    for param in params:
-        candidates = param.candidates() or [None]
-        points = [{**point, param.name: value} for point in points for value in candidates]
-    return [{k: v for k, v in p.items() if v is not None} for p in points]
 
 
 def _where(space: Space, dtype: str) -> tuple[str, Any]:
@@ -150,20 +142,18 @@ def _write_cache(cache: dict[str, Any]) -> None:
     path = cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(cache, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(partial, path)
+        write_atomic(path, json.dumps(cache, indent=1, sort_keys=True))
     except OSError:
         pass  # a read-only home only costs a probe next time
 
 
 def _probe(dtype: str) -> Support | None:
-    package_root = str(Path(__file__).resolve().parents[1])
+    package_root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "GLOG_v": "3", "PYTHONPATH": path}
     try:
         with tempfile.TemporaryDirectory(prefix="msexp-probe-") as scratch:  # MindSpore's IR dumps
-            done = subprocess.run([sys.executable, "-m", "msexp.device", dtype], env=env,
+            done = subprocess.run([sys.executable, "-m", "msexp.spec.precision", dtype], env=env,
                                   cwd=scratch, capture_output=True, text=True,
                                   timeout=PROBE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):

@@ -12,9 +12,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from msexp.tracking import STORE_DIR, Tracker
-
-REPORTS_DIR = STORE_DIR / "reports"
+from msexp.keys import StudyKey, TrialKey
+from msexp.tracking.runs import Tracker
 
 
 @dataclass
@@ -31,7 +30,7 @@ class Report:
         return len(self.study.directions) > 1
 
     def objective_names(self) -> list[str]:
-        names = self.study.user_attrs.get("msexp.objectives")
+        names = self.study.user_attrs.get(StudyKey.OBJECTIVES)
         return names or [f"value{i}" for i in range(len(self.study.directions))]
 
 
@@ -99,7 +98,7 @@ def _tradeoffs(study: optuna.Study) -> Any:
     trials = [t for t in study.get_trials(deepcopy=False)
               if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     metrics = [m for m in TRADEOFF_METRICS  # a metric that is zero everywhere says nothing
-               if any(t.user_attrs.get("metrics", {}).get(m) for t in trials)]
+               if any(t.user_attrs.get(TrialKey.METRICS, {}).get(m) for t in trials)]
     if not trials or not metrics:
         return None
     swept = sorted({k for t in trials for k in t.params})
@@ -108,7 +107,7 @@ def _tradeoffs(study: optuna.Study) -> Any:
     figure = make_subplots(rows=len(metrics), cols=1, subplot_titles=metrics,
                            shared_xaxes=True, vertical_spacing=0.04)
     for row, metric in enumerate(metrics, start=1):
-        values = [t.user_attrs.get("metrics", {}).get(metric) for t in trials]
+        values = [t.user_attrs.get(TrialKey.METRICS, {}).get(metric) for t in trials]
         figure.add_bar(x=labels, y=values, name=metric, row=row, col=1, showlegend=False)
     figure.update_layout(height=220 * len(metrics), title=f"{study.study_name}: trade-offs")
     return figure
@@ -125,7 +124,7 @@ def log_report(report: Report, tracker: Tracker) -> str | None:
 
 def log_best(study: optuna.Study, tracker: Tracker) -> str | None:
     """Log the best trial's metrics (best_*) and number on the study's parent run."""
-    run_id = study.user_attrs.get("mlflow_parent_run_id")
+    run_id = study.user_attrs.get(StudyKey.PARENT_RUN)
     if not run_id or not tracker.has_run(run_id):
         return None
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -136,7 +135,7 @@ def log_best(study: optuna.Study, tracker: Tracker) -> str | None:
         now = int(time.time() * 1000)
         tracker.client.log_batch(run_id, metrics=[
             Metric(f"best_{k}", float(v), now, 0)
-            for k, v in best.user_attrs.get("metrics", {}).items()
+            for k, v in best.user_attrs.get(TrialKey.METRICS, {}).items()
             if isinstance(v, (int, float)) and math.isfinite(v)])
         tracker.client.set_tag(run_id, "best_trial", str(best.number))
     return run_id
@@ -146,6 +145,8 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
     """Trials per state, with msexp's statuses (TIMEOUT) where the trial has one."""
     counts: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
-        name = t.user_attrs.get("status", t.state.name) if t.state.is_finished() else t.state.name
+        name = t.state.name
+        if t.state.is_finished():
+            name = t.user_attrs.get(TrialKey.STATUS, name)
         counts[name] = counts.get(name, 0) + 1
     return counts

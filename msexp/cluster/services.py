@@ -19,10 +19,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from msexp.distributed import free_port
 from msexp.errors import MsexpError
+from msexp.execution.process import free_port
+from msexp.paths import SERVICES_DIR
 
-SERVICES_DIR = Path("mlruns/services")
 USER = "msexp"
 
 

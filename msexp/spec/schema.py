@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from msexp.knobs import METRICS, Knob
-from msexp.spec import Budget, Data, Method, Objective, Pruner, SweepFile
+from msexp.spec.file import Budget, Data, Method, Objective, Pruner, SweepFile
 
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array"}
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msexp.errors import MsexpError, SpecError
-from msexp.tracking import redact
+from msexp.paths import CRON_LOG, SLURM_DIR
+from msexp.urls import redact
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,20 @@ class Target:
                                 "put the password in PGPASSWORD/PGPASSFILE (or a Secret), "
                                 "not in the URL", redact(value))
 
-    def command(self, verb: str = "worker", study: str | None = None) -> list[str]:
-        msexp = str(Path(sys.executable).parent / "msexp")
-        args = [msexp, verb, str(self.sweep_file.resolve()), "--storage", self.storage,
+    def command(self, verb: str, program: str, sweep_file: str) -> list[str]:
+        """The argv of one scheduled process, without its `--study`."""
+        return [program, verb, sweep_file, "--storage", self.storage,
                 "--tracking-uri", self.tracking_uri]
-        study = study or self.study
-        return args + (["--study", study] if study else [])
+
+
+def _local_program() -> str:
+    return str(Path(sys.executable).parent / "msexp")
+
+
+def _study_argument(study: str, dated: bool) -> str:
+    """`--study`'s value in a shell command: quoted, with a date suffix expanded by the shell
+    when each scheduled run starts a fresh study (`%` escaped for crontab when asked)."""
+    return shlex.quote(study) + ("-$(date +%Y%m%d)" if dated else "")
 
 
 def slurm_script(target: Target, array: int, partition: str | None, time: str,
@@ -51,7 +60,7 @@ def slurm_script(target: Target, array: int, partition: str | None, time: str,
              f"#SBATCH --array=0-{array - 1}",
              f"#SBATCH --time={time}", f"#SBATCH --cpus-per-task={cpus_per_task}",
              "#SBATCH --ntasks=1",
-             f"#SBATCH --output={Path('mlruns/slurm').resolve()}/%x-%A_%a.out"]
+             f"#SBATCH --output={SLURM_DIR.resolve()}/%x-%A_%a.out"]
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
     if gpus_per_task:
@@ -64,7 +73,9 @@ def slurm_script(target: Target, array: int, partition: str | None, time: str,
         f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"',
         f"export OMP_NUM_THREADS={cpus_per_task}",
         'echo "array task ${SLURM_ARRAY_TASK_ID:-0} on $(hostname)"',
-        "exec " + shlex.join(target.command()),
+        "exec " + shlex.join(target.command("worker", _local_program(),
+                                            str(target.sweep_file.resolve()))
+                             + (["--study", target.study] if target.study else [])),
     ]
     return "\n".join(lines) + "\n"
 
@@ -72,7 +83,7 @@ def slurm_script(target: Target, array: int, partition: str | None, time: str,
 def write_slurm(script: str, path: Path, submit: bool) -> str | None:
     """Write the script; with `submit`, sbatch it and return sbatch's answer."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    Path("mlruns/slurm").mkdir(parents=True, exist_ok=True)
+    SLURM_DIR.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
     path.chmod(0o755)
     if not submit:
@@ -90,11 +101,11 @@ def cron_line(target: Target, schedule: str, fresh_study: bool, name: str) -> st
     if len(schedule.split()) != 5:
         raise SpecError("msexp schedule", "--cron", "a schedule has 5 fields "
                         "(minute hour day month weekday)", schedule)
-    name = target.study or name
-    study = f"{name}-$(date +\\%Y\\%m\\%d)" if fresh_study else name
-    command = shlex.join(target.command("sweep", study="STUDY")).replace("STUDY", study)
-    log = Path("mlruns/cron.log").resolve()
-    return f"{schedule} cd {shlex.quote(str(Path.cwd()))} && {command} >> {log} 2>&1"
+    argv = target.command("sweep", _local_program(), str(target.sweep_file.resolve()))
+    study = _study_argument(target.study or name, fresh_study).replace("%", "\\%")
+    log = shlex.quote(str(CRON_LOG.resolve()))
+    return (f"{schedule} cd {shlex.quote(str(Path.cwd()))} && {shlex.join(argv)} "
+            f"--study {study} >> {log} 2>&1")
 
 
 def install_cron(line: str) -> None:
@@ -116,11 +127,8 @@ def k8s_cronjob(target: Target, schedule: str, image: str, parallelism: int, sec
     """A Kubernetes CronJob running `parallelism` worker pods per scheduled run."""
     import yaml
 
-    study = target.study or name
-    script = shlex.join(target.command("worker", study="STUDY")).replace(
-        "STUDY", f'{study}-$(date +%Y%m%d)' if fresh_study else study)
-    script = script.replace(str(Path(sys.executable).parent / "msexp"), "msexp").replace(
-        str(target.sweep_file.resolve()), f"/work/{target.sweep_file.name}")
+    argv = target.command("worker", "msexp", f"/work/{target.sweep_file.name}")
+    script = f"{shlex.join(argv)} --study {_study_argument(target.study or name, fresh_study)}"
     manifest = {
         "apiVersion": "batch/v1", "kind": "CronJob",
         "metadata": {"name": f"msexp-{name}"},

@@ -1,0 +1,26 @@
+"""What every command shares: the consoles, the --debug switch and the common options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True)
+state = {"debug": False}
+
+SweepFileArg = Annotated[Path, typer.Argument(help="The sweep YAML file.", show_default=False)]
+OptionalSweepFileArg = Annotated[Optional[Path], typer.Argument(
+    help="The sweep file (or give --study and --storage).", show_default=False)]
+TrackingOpt = Annotated[Optional[str], typer.Option(
+    "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+    help="MLflow tracking URI [default: sqlite:///mlruns/mlflow.db].")]
+StorageOpt = Annotated[Optional[str], typer.Option(
+    "--storage", envvar="MSEXP_STORAGE",
+    help="Optuna storage: an RDB URL (postgresql://...) or a .journal file "
+         "[default: mlruns/optuna.journal].")]
+StudyOpt = Annotated[Optional[str], typer.Option(
+    "--study", help="Study name [default: the sweep's name]; a new name starts afresh.")]

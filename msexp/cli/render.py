@@ -1,0 +1,112 @@
+"""How commands show things: value cells, tables of trials, progress while a sweep runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from msexp.cli.options import console
+from msexp.keys import StudyKey, TrialKey
+from msexp.urls import redact
+
+
+def cell(value: Any) -> str:
+    """A value as a table cell: floats to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def kv(values: dict[str, Any], exclude: Any = ()) -> str:
+    """`key=value, ...` of `values`, leaving out `exclude`."""
+    return ", ".join(f"{k}={cell(v)}" for k, v in values.items() if k not in exclude)
+
+
+def when_text(when: Any) -> str:
+    """A knob's or param's condition, e.g. `loss_scale in ['dynamic']`."""
+    return ", ".join(f"{k} in {list(v)}" for k, v in (when or {}).items())
+
+
+def trials_table(study: Any) -> None:
+    """Print the finished trials of a study: status, swept params and the main metrics."""
+    names = study.user_attrs.get(StudyKey.OBJECTIVES, [])
+    columns = [*names, *(m for m in ("eval_accuracy", "samples_per_s", "peak_mem_mb", "wall_s")
+                         if m not in names)]
+    swept = sorted({k for t in study.trials for k in t.params})
+    table = Table(title=f"{study.study_name}: trials")
+    for name in ("#", "status", *swept, *columns):
+        table.add_column(name, justify="left" if name == "status" else "right")
+    for t in study.get_trials(deepcopy=False):
+        if not t.state.is_finished():
+            continue
+        metrics = t.user_attrs.get(TrialKey.METRICS, {})
+        table.add_row(str(t.number), t.user_attrs.get(TrialKey.STATUS, t.state.name),
+                      *(cell(t.params.get(n, "-")) for n in swept),
+                      *(cell(metrics.get(c, "-")) for c in columns))
+    console.print(table)
+
+
+def summary(outcome: Any) -> None:
+    """The trials table and the MLflow links that end a sweep."""
+    trials_table(outcome.study)
+    runs, parent, command = outcome.tracker.ui_links(outcome.experiment_id, outcome.parent_run_id)
+    if command:
+        console.print(f"serve the store:  {command}")
+    console.print(f"compare trials:   {redact(runs)}")
+    console.print(f"sweep run:        {redact(parent)}")
+
+
+class SweepProgress:
+    """Rich progress bar: trials done out of total and the best value so far."""
+
+    def __init__(self, spec: Any):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.spec = spec
+        self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TextColumn("best {task.fields[best]}"),
+                            TimeElapsedColumn(), console=console)
+        self.task: Any = None
+
+    def __enter__(self) -> SweepProgress:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        return self.bar.__exit__(*exc)
+
+    def start(self, total: int, done: int) -> None:
+        self.task = self.bar.add_task(self.spec.name, total=total, completed=done, best="-")
+
+    def trial_done(self, number: int, result: Any, best: str) -> None:
+        metric = self.spec.objectives[0].metric
+        value = (result.metrics or result.last_epoch_metrics()).get(metric)
+        shown = f"{metric}={value:.4g}" if value is not None else result.error
+        self.bar.console.print(f"trial {number}: {result.status.value} {shown} "
+                               f"({result.wall_s:.1f} s)", markup=False, highlight=False)
+        self.bar.update(self.task, advance=1, best=best)
+
+
+class LineProgress:
+    """One plain line per trial, for logs of workers that no one watches."""
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def start(self, total: int, done: int) -> None:
+        console.print(f"{self.spec.name}: {done}/{total} trials done", highlight=False)
+
+    def trial_done(self, number: int, result: Any, best: str) -> None:
+        console.print(f"trial {number}: {result.status.value} ({result.wall_s:.1f} s); "
+                      f"best {best}", markup=False, highlight=False)

@@ -1,0 +1,109 @@
+"""Commands that write and describe files: new experiment, new sweep, knobs, schema."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from msexp.cli import templates
+from msexp.cli.options import console
+from msexp.cli.render import cell, when_text
+from msexp.experiment import Experiment, builtin_names, load_experiment
+from msexp.knobs import KNOBS, METRICS, Knob
+from msexp.spec import load_spec
+
+
+def new_experiment(
+    name: Annotated[str, typer.Argument(help="Python identifier; writes NAME.py.",
+                                        show_default=False)],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write NAME.py: a commented experiment (network, loss, data) that trains as written.
+
+    Example: msexp new experiment my_model
+    """
+    path = templates.new_experiment(name, force=force)
+    console.print(f"wrote {path}; next: msexp new sweep --experiment {path}")
+
+
+class SweepMethod(str, Enum):
+    """Methods `msexp new sweep` writes."""
+
+    grid = "grid"
+    tpe = "tpe"
+
+
+def new_sweep(
+    experiment: Annotated[str, typer.Option(
+        "--experiment", help="Built-in name, package.module:build or path/to/file.py.",
+        show_default=False)],
+    method: Annotated[SweepMethod, typer.Option("--method", help="grid or tpe.")
+                      ] = SweepMethod.grid,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Where to write [default: sweeps/<experiment>.yaml].")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a sweep file over the main knobs of an experiment; it validates as written.
+
+    Example: msexp new sweep --experiment my_model.py --method tpe
+    """
+    path = templates.new_sweep(experiment, method.value, output, force)
+    load_spec(path)
+    console.print(f"wrote {path}; next: msexp plan {path} && msexp sweep {path}")
+
+
+def knobs(
+    experiment: Annotated[Optional[str], typer.Option(
+        "--experiment", help="Add this experiment's own knobs and defaults.")] = None,
+) -> None:
+    """List every knob: type, allowed values, default and condition (when).
+
+    Example: msexp knobs --experiment mlp_digits
+    """
+    table = Table(title="knobs" + (f" of {experiment}" if experiment else ""))
+    for column in ("knob", "type", "allowed", "default", "when", "meaning"):
+        table.add_column(column)
+    for knob in _knob_table(experiment).values():
+        allowed = (", ".join(map(str, knob.choices)) if knob.choices else
+                   " ".join(f"{op} {getattr(knob, attr):g}" for attr, op in
+                            (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+                            if getattr(knob, attr) is not None))
+        table.add_row(knob.name, knob.type.__name__, allowed, cell(knob.default),
+                      when_text(knob.when), knob.help)
+    console.print(table)
+
+
+def schema(
+    experiment: Annotated[Optional[str], typer.Option(
+        "--experiment", help="Include this experiment's own knobs.")] = None,
+) -> None:
+    """Print the JSON Schema of sweep files, for editor completion and checks.
+
+    Example: msexp schema > sweep.schema.json
+    """
+    import json
+
+    from msexp.spec.schema import sweep_schema
+
+    metrics = METRICS + tuple(m for e in _experiments(experiment) for m in e.metrics)
+    typer.echo(json.dumps(sweep_schema(_knob_table(experiment), metrics), indent=2))
+
+
+def _experiments(ref: str | None) -> list[Experiment]:
+    return [load_experiment(r, "--experiment") for r in ([ref] if ref else builtin_names())]
+
+
+def _knob_table(ref: str | None) -> dict[str, Knob]:
+    """One experiment's knobs (with its defaults), or msexp's plus every built-in's own."""
+    if ref:
+        return dict(_experiments(ref)[0].knobs)
+    merged = dict(KNOBS)
+    for exp in _experiments(None):
+        merged.update(exp.own_knobs)
+    return merged
+
+

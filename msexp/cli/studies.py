@@ -1,0 +1,112 @@
+"""Commands that look at a study and its records: report, status, sync."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from msexp.cli.options import OptionalSweepFileArg, StorageOpt, StudyOpt, TrackingOpt, console
+from msexp.cli.render import cell, kv, trials_table
+from msexp.errors import MsexpError, SpecError
+from msexp.keys import StudyKey, TrialKey
+from msexp.spec import read_name
+from msexp.urls import redact
+
+
+def report(
+    file: OptionalSweepFileArg = None,
+    study: StudyOpt = None,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Show a study's trials, best trial (or Pareto set) and parameter importances.
+
+    Optuna's plots (optimization history, parallel coordinates, importances, Pareto front)
+    are saved as HTML under mlruns/reports/ and logged on the sweep's MLflow parent run.
+
+    Example: msexp report sweeps/accum.yaml
+    """
+    from msexp.paths import REPORTS_DIR
+    from msexp.tracking.report import build_report, log_report
+    from msexp.tracking.runs import Tracker
+
+    loaded = _existing_study(file, study, storage)
+    rep = build_report(loaded, REPORTS_DIR / loaded.study_name)
+    trials_table(loaded)
+    names = rep.objective_names()
+    if rep.best:
+        title = "Pareto set" if rep.multi_objective else "best trial"
+        table = Table(title=title)
+        for column in ("#", *names, "params"):
+            table.add_column(column)
+        for t in rep.best:
+            table.add_row(str(t.number), *(cell(v) for v in t.values), kv(t.params))
+        console.print(table)
+    if rep.importances:
+        console.print("importance: " + ", ".join(f"{k}={v:.2f}" for k, v in
+                                                  rep.importances.items()))
+    for path in rep.plots:
+        console.print(f"plot: {path}")
+    run_id = log_report(rep, Tracker(tracking_uri))
+    if run_id:
+        console.print(f"logged on MLflow run {run_id}")
+
+
+def status(
+    file: OptionalSweepFileArg = None,
+    study: StudyOpt = None,
+    storage: StorageOpt = None,
+) -> None:
+    """Show a study's progress: trials by state and the trials running now.
+
+    Example: msexp status sweeps/accum.yaml
+    """
+    import time
+
+    from optuna.trial import TrialState
+
+    from msexp.search.study import finished_count
+    from msexp.tracking.report import state_counts
+
+    loaded = _existing_study(file, study, storage)
+    counts = state_counts(loaded)
+    total = loaded.user_attrs.get(StudyKey.TOTAL, "?")
+    console.print(f"{loaded.study_name}: {finished_count(loaded)} finished of {total}; "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for t in loaded.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        beat = t.user_attrs.get(TrialKey.HEARTBEAT)
+        age = f", heartbeat {time.time() - beat:.0f} s ago" if beat else ""
+        console.print(f"  running #{t.number} on {t.user_attrs.get(TrialKey.OWNER, '?')}{age}: "
+                      f"{kv(t.params)}")
+
+
+def _existing_study(file: Path | None, study: str | None, storage: str | None) -> Any:
+    import optuna
+
+    from msexp.search.storage import open_storage, storage_label
+
+    if file is None and study is None:
+        raise SpecError("msexp", "", "give a sweep file or --study NAME", show_value=False)
+    name = study or read_name(file)
+    try:
+        return optuna.load_study(study_name=name, storage=open_storage(storage))
+    except KeyError:
+        raise MsexpError(f"no study named {name!r} in {storage_label(storage)}") from None
+
+
+def sync(tracking_uri: TrackingOpt = None) -> None:
+    """Deliver trial results kept on disk while the MLflow server was unreachable.
+
+    Example: msexp sync --tracking-uri http://mlflow.internal:5000
+    """
+    from msexp.tracking.runs import Tracker
+
+    tracker = Tracker(tracking_uri)
+    delivered = tracker.flush_spool()
+    left = len(tracker.spool.files())
+    console.print(f"delivered {delivered} trial(s) to {redact(tracker.uri)}; {left} still waiting")
+    if left:
+        raise typer.Exit(1)

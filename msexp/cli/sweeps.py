@@ -1,0 +1,163 @@
+"""Commands that check and run sweeps: validate, plan, sweep, worker, run."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from msexp.cli.options import (
+    StorageOpt,
+    StudyOpt,
+    SweepFileArg,
+    TrackingOpt,
+    console,
+    err_console,
+    state,
+)
+from msexp.cli.render import LineProgress, SweepProgress, cell, kv, summary, when_text
+from msexp.errors import SpecError
+from msexp.execution.pool import start_workers
+from msexp.spec import Method, load_spec, trial_params
+from msexp.spec.space import derived
+
+
+def validate(file: SweepFileArg) -> None:
+    """Check a sweep file without running anything.
+
+    Example: msexp validate sweeps/accum.yaml
+    """
+    spec = load_spec(file)
+    console.print(f"{file}: ok ({spec.method.value}, {spec.n_trials()} trials)")
+
+
+def plan(file: SweepFileArg) -> None:
+    """List the trials a sweep would run, without running any.
+
+    Example: msexp plan sweeps/accum.yaml
+    """
+    spec = load_spec(file)
+    swept = [p.name for p in spec.space.params]
+    if spec.method is not Method.grid:
+        table = Table(title=f"{spec.name}: {spec.method.value}, {spec.n_trials()} trials over")
+        for column in ("param", "distribution", "when"):
+            table.add_column(column)
+        for p in spec.space.params:
+            dist = (", ".join(map(str, p.values)) if p.values is not None else
+                    f"{p.low} .. {p.high}" + (" log" if p.log else "")
+                    + (f" step {p.step}" if p.step else ""))
+            table.add_row(p.name, dist, when_text(p.when))
+        console.print(table)
+        console.print(f"fixed: {kv(spec.space.resolve({}), exclude=swept)}")
+        return
+    table = Table(title=f"{spec.name}: grid of {spec.n_trials()} trials on {spec.experiment.ref}")
+    table.add_column("#", justify="right")
+    for name in swept:
+        table.add_column(name)
+    table.add_column("micro_batch", justify="right")
+    table.add_column("effective_batch", justify="right")
+    for i, point in enumerate(spec.space.grid()[:spec.n_trials()]):
+        extra = derived(spec.space.resolve(point))
+        table.add_row(str(i), *(cell(point.get(n, "-")) for n in swept),
+                      str(extra["micro_batch"]), str(extra["effective_batch"]))
+    console.print(table)
+    console.print(f"fixed: {kv(spec.space.resolve({}), exclude=swept)}")
+
+
+def sweep(
+    file: SweepFileArg,
+    tracking_uri: TrackingOpt = None,
+    storage: StorageOpt = None,
+    study: StudyOpt = None,
+    workers: Annotated[Optional[int], typer.Option(
+        "--workers", min=1, help="Trials run at once [default: budget.workers].")] = None,
+) -> None:
+    """Run a sweep: every trial is a MindSpore job, every result lands in MLflow.
+
+    Running the same command again resumes the study without re-running finished trials.
+
+    Example: msexp sweep sweeps/accum.yaml --workers 2
+    """
+    spec = load_spec(file)
+    outcome = _run(spec, workers or spec.budget.workers, SweepProgress(spec), tracking_uri,
+                   storage, study)
+    summary(outcome)
+    console.print(f"plots, importances: msexp report {file}", highlight=False)
+    if outcome.interrupted:
+        err_console.print("interrupted: run the same command again to resume")
+        raise typer.Exit(130)
+
+
+def worker(
+    file: SweepFileArg,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+    study: StudyOpt = None,
+    workers: Annotated[int, typer.Option("--workers", min=1,
+                                         help="Trials this worker runs at once.")] = 1,
+) -> None:
+    """Join a sweep's study from another process or machine and run trials until none are left.
+
+    Every worker on the same storage shares one study: no grid point runs twice.
+    Output is one line per trial, for logs.
+
+    Example: msexp worker sweeps/accum.yaml --storage postgresql://msexp@db/msexp
+    """
+    spec = load_spec(file)
+    outcome = _run(spec, workers, LineProgress(spec), tracking_uri, storage, study)
+    if outcome.interrupted:
+        raise typer.Exit(130)
+
+
+def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
+         storage: str | None, study: str | None) -> Any:
+    """Run the sweep's trials in `workers` trial processes, showing `progress` (a context
+    manager) while they run: the body of the sweep and worker commands."""
+    processes = start_workers(workers)  # MindSpore imports there
+    from msexp.search.loop import run_sweep  # lazy: Optuna and MLflow import meanwhile
+
+    with progress:
+        return run_sweep(spec, progress, processes, tracking_uri, storage, study)
+
+
+def run_one(
+    experiment: Annotated[str, typer.Argument(
+        help="Built-in name, package.module[:build] or path/to/file.py[:build].",
+        show_default=False)],
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", "-s", help="A knob value, key=value (repeatable).")] = None,
+) -> None:
+    """Run one trial in the foreground, for debugging; nothing is recorded.
+
+    Example: msexp run mlp_digits --set micro_size=4 --set epochs=2
+    """
+    import yaml
+
+    fixed: dict[str, Any] = {}
+    for item in set_ or []:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise SpecError("--set", key, "must be key=value", item)
+        fixed[key.strip()] = yaml.safe_load(text)
+    params = trial_params(experiment, fixed)
+    console.print(f"[bold]{experiment}[/]: {kv(params)}")
+    from msexp.execution.protocol import Start, TrialRequest
+    from msexp.execution.trial import run  # lazy: imports MindSpore
+    from msexp.training.records import Epoch
+
+    def show(event: Any) -> None:
+        if isinstance(event, Epoch):
+            console.print(f"epoch {event.epoch}: {kv(event.metrics)}")
+        elif isinstance(event, Start):
+            console.print(f"data: {event.data_source}")
+
+    try:
+        metrics = run(TrialRequest(experiment, params), show)
+    except Exception as exc:
+        if state["debug"]:
+            raise
+        err_console.print(f"trial failed: {type(exc).__name__}: {exc} (--debug shows the "
+                          "traceback)", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    console.print(kv(metrics))

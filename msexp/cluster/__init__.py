@@ -1,0 +1,1 @@
+"""Running on a cluster: local services (PostgreSQL, MLflow server) and schedules."""

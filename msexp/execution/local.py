@@ -1,0 +1,63 @@
+"""A trial in this process: build the experiment's workload, train it, emit its events."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from msexp.execution.protocol import Error, Event, Result, Start, TrialRequest
+from msexp.experiment import Workload, load_experiment, workload_problem
+from msexp.training.records import Diverged, Stopped
+
+Emit = Callable[[Event], None]
+
+
+def train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool],
+                  shard: tuple[int, int] = (0, 1), reducer: Callable | None = None
+                  ) -> tuple[dict[str, float], Workload]:
+    """Build the workload and train it in this process (or as one data-parallel rank):
+    emit start, each epoch and the result; return the metrics and the workload."""
+    from msexp.training.loop import train  # MindSpore: a failure to import shows in the trial
+
+    workload = build_workload(request)
+    impl = _implementations(request.params)
+    emit(Start(workload.data_source, os.getpid(), impl))
+    metrics = train(workload, {**request.params, **impl}, emit, stop_requested,
+                    request.target, shard, reducer)
+    emit(Result(metrics))
+    return metrics, workload
+
+
+def build_workload(request: TrialRequest) -> Workload:
+    """Seed every generator, import the experiment, build its workload and check it."""
+    import mindspore as ms
+    import numpy as np
+
+    params = request.params
+    ms.set_seed(params["seed"])
+    np.random.seed(params["seed"])
+    experiment = load_experiment(request.experiment)
+    workload = experiment.build({**params, "data": request.data})
+    problem = workload_problem(workload, experiment.metrics)
+    if problem:
+        raise TypeError(problem)
+    return workload
+
+
+def _implementations(params: dict[str, Any]) -> dict[str, str]:
+    """Implementations resolved for this device, e.g. {"thor_impl": "msexp"}."""
+    if params.get("optimizer") != "thor":
+        return {}
+    import mindspore as ms
+
+    from msexp.training.thor import resolve_impl
+
+    return {"thor_impl": resolve_impl(params["thor_impl"], ms.get_context("device_target"))}
+
+
+def failure(exc: BaseException) -> Error:
+    """The error event for an exception that ended a trial."""
+    kind = {Diverged: "diverged", Stopped: "stopped"}.get(type(exc), "exception")
+    return Error(kind, f"{type(exc).__name__}: {exc}")
+
+

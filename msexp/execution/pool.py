@@ -1,0 +1,139 @@
+"""The worker pool: trial processes that run one trial at a time, with timeouts and stops.
+
+A failed trial is data, not an exception: `TrialProcess.run` always returns a
+`TrialResult` whose status says what happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from msexp.execution.process import die_with_parent, exit_reason, kill_group
+from msexp.execution.protocol import Epoch, EventReader, Status, TrialRequest, TrialResult
+
+POLL_S = 0.05
+STOP_GRACE_S = 1.5
+
+
+OnEpoch = Callable[[Epoch], bool]
+"""Called with each epoch; returns True to stop (prune) the trial."""
+
+
+class TrialProcess:
+    """A worker process (`python -m msexp.execution.trial`) that runs one trial at a time.
+
+    The worker imports MindSpore once; on CPU it forks a fresh child per trial, so trials
+    stay independent (own memory, own graphs) without paying the import each time. A
+    worker that dies, or is killed for a timeout, is replaced by a new one.
+    """
+
+    def __init__(self, threads: int | None = None, cwd: Path | None = None,
+                 slot: int | None = None):
+        self.threads, self.cwd, self.slot = threads, cwd, slot
+        self._proc: subprocess.Popen | None = None
+
+    def _spawn(self) -> subprocess.Popen:
+        env = dict(os.environ)
+        if self.threads:
+            env["MSEXP_THREADS"] = str(self.threads)
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        if self.slot is not None:
+            env["MSEXP_SLOT"] = str(self.slot)
+        env.setdefault("GLOG_v", "2")
+        return subprocess.Popen(
+            [sys.executable, "-m", "msexp.execution.trial"], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.cwd, env=env,
+            start_new_session=True, text=True, preexec_fn=die_with_parent)
+
+    def prewarm(self) -> None:
+        """Start the worker now, so it imports MindSpore before the first trial."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = self._spawn()
+
+    def run(self, request: TrialRequest, timeout: float, on_epoch: OnEpoch | None = None
+            ) -> TrialResult:
+        """Run one trial; never raises for anything the trial does."""
+        events_path, log_path = request.events_path, request.log_path
+        events_path.parent.mkdir(parents=True, exist_ok=True)
+        events_path.write_text("")
+        log_path.write_text("")
+        started = time.monotonic()
+        self.prewarm()
+        proc = self._proc
+        result = TrialResult(Status.FAILED, log_path=log_path, events_path=events_path)
+        try:
+            proc.stdin.write(request.to_json() + "\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the worker died at start-up; reported below from its exit code
+        reader = EventReader(events_path)
+        stop_sent_at: float | None = None
+        ended = False
+        while not ended:
+            for event in reader.read():
+                ended |= self._absorb(event, result, on_epoch)
+                if result.status is Status.PRUNED and stop_sent_at is None:
+                    stop_sent_at = time.monotonic()
+                    self._signal(signal.SIGUSR1)
+            if ended:
+                break
+            now = time.monotonic()
+            if proc.poll() is not None:
+                for event in reader.read():
+                    ended |= self._absorb(event, result, on_epoch)
+                if not ended and result.status is not Status.PRUNED:
+                    result.status = Status.FAILED
+                    result.error = exit_reason(proc.returncode)
+                break
+            if now - started > timeout:
+                result.status = Status.TIMEOUT
+                result.error = f"exceeded trial_timeout of {timeout:g} s"
+                break
+            if stop_sent_at is not None and now - stop_sent_at > STOP_GRACE_S:
+                break
+            time.sleep(POLL_S)
+        if not ended:
+            self.kill()  # whatever is left of this trial goes; the next trial gets a new worker
+        now = time.monotonic()
+        result.wall_s = now - started
+        if stop_sent_at is not None:
+            result.stop_s = now - stop_sent_at
+        return result
+
+    @staticmethod
+    def _absorb(event, result: TrialResult, on_epoch: OnEpoch | None) -> bool:
+        ended = result.absorb(event)
+        if (isinstance(event, Epoch) and on_epoch and result.status is not Status.PRUNED
+                and on_epoch(event)):
+            result.status = Status.PRUNED
+        return ended
+
+    def _signal(self, signum: int) -> None:
+        if self._proc and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, signum)
+
+    def kill(self) -> None:
+        """Kill the worker's process group: the worker, its trial and what that started."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            kill_group(proc.pid)
+            proc.wait()
+
+
+def start_workers(count: int, cwd: Path | None = None) -> list[TrialProcess]:
+    """`count` trial processes, started now so that they import MindSpore while the
+    caller opens its stores. Worker i gets cores / count CPU threads and, on GPU or
+    Ascend, device i modulo the device count."""
+    threads = max(1, (os.cpu_count() or 1) // count)
+    workers = [TrialProcess(threads, cwd or Path.cwd(), slot) for slot in range(count)]
+    for worker in workers:
+        worker.prewarm()
+    return workers

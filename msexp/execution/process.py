@@ -1,0 +1,50 @@
+"""Process chores shared by trial processes and launchers: exit reasons, logs, kills, ports."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from pathlib import Path
+
+
+def exit_reason(code: int, who: str = "trial process") -> str:
+    """How a process ended, from its return code (negative: the signal)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"{who} was killed by {name}"
+    return f"{who} exited with code {code}"
+
+
+def tail(path: Path, lines: int) -> str:
+    """The last `lines` lines of a log file, or "(no log)"."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def die_with_parent() -> None:
+    """In a child: get SIGKILL when the parent dies, even by kill -9 (Linux)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by `pid`, if it is still there."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

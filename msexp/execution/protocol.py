@@ -1,0 +1,236 @@
+"""The trial protocol: what the orchestrator asks of a trial process, and what it answers.
+
+A trial process reads one `TrialRequest` (a JSON line) and appends events to the
+trial's `events.jsonl`, one JSON object a line: `launch` (data parallel only), `start`,
+one `epoch` per epoch, then `result` or `error`, and always `end` last. `EventWriter`
+writes that stream and `EventReader` reads it; nothing else builds or parses them.
+`TrialResult` is what the orchestrator makes of the stream, whatever the trial did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import IO, Any, Union
+
+from msexp.training.records import Epoch, Target
+
+LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """One trial: the experiment, its complete params, and where its files go.
+
+    `folder` holds `trial.log` and `events.jsonl`; None runs the trial in the
+    foreground with events going only to the caller (`msexp run`).
+    """
+
+    experiment: str
+    params: dict[str, Any]
+    folder: Path | None = None
+    target: Target | None = None
+    data: dict[str, Any] | None = None
+
+    @property
+    def events_path(self) -> Path:
+        assert self.folder is not None
+        return self.folder / "events.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        assert self.folder is not None
+        return self.folder / "trial.log"
+
+    def to_json(self) -> str:
+        """One line of JSON."""
+        data = dataclasses.asdict(self)
+        data["folder"] = str(self.folder) if self.folder else None
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrialRequest:
+        """Inverse of `to_json`."""
+        data = json.loads(text)
+        return cls(data["experiment"], data["params"],
+                   Path(data["folder"]) if data.get("folder") else None,
+                   Target(**data["target"]) if data.get("target") else None, data.get("data"))
+
+
+@dataclass
+class Launch:
+    """A data-parallel trial started msrun; its ranks log into `rank_logs`."""
+
+    devices: int
+    rank_logs: str
+    pid: int
+
+
+@dataclass
+class Start:
+    """The workload is built and training begins."""
+
+    data_source: str
+    pid: int
+    impl: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    """The trial finished; its final metrics."""
+
+    metrics: dict[str, float]
+
+
+@dataclass
+class Error:
+    """The trial failed: `kind` is diverged, stopped, exception or exit."""
+
+    kind: str
+    message: str
+
+
+@dataclass
+class End:
+    """Nothing follows."""
+
+
+
+Event = Union[Launch, Start, Epoch, Result, Error, End]  # Epoch: the training loop builds it
+_KINDS: dict[str, type] = {"launch": Launch, "start": Start, "epoch": Epoch, "result": Result,
+                           "error": Error, "end": End}
+_NAMES = {cls: name for name, cls in _KINDS.items()}
+
+
+def encode(event: Event) -> str:
+    """One JSON line (with its time) for `event`."""
+    fields = dataclasses.asdict(event)
+    return json.dumps({"event": _NAMES[type(event)], **fields, "t": time.time()}, default=float)
+
+
+def decode(line: str) -> Event:
+    """The event of one JSON line."""
+    data = json.loads(line)
+    cls = _KINDS[data.pop("event")]
+    data.pop("t", None)
+    return cls(**data)
+
+
+class EventWriter:
+    """Appends events to a stream, a line each, flushed as written."""
+
+    def __init__(self, stream: IO[str]):
+        self.stream = stream
+
+    @classmethod
+    def open(cls, path: Path) -> EventWriter:
+        return cls(open(path, "a", buffering=1, encoding="utf-8"))  # noqa: SIM115
+
+    def __call__(self, event: Event) -> None:
+        self.stream.write(encode(event) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EventReader:
+    """Reads the complete event lines appended to an events file since the last read."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.partial = path, 0, ""
+
+    def read(self) -> list[Event]:
+        try:
+            with self.path.open("r", encoding="utf-8") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+                self.offset = f.tell()
+        except FileNotFoundError:
+            return []
+        lines = (self.partial + chunk).split("\n")
+        self.partial = lines.pop()
+        return [decode(line) for line in lines if line.strip()]
+
+
+def read_events(path: Path) -> list[Event]:
+    """Every complete event in an events file."""
+    return EventReader(path).read()
+
+
+class Status(str, Enum):
+    """How a trial ended."""
+
+    COMPLETE = "COMPLETE"
+    FAILED = "FAILED"
+    PRUNED = "PRUNED"
+    TIMEOUT = "TIMEOUT"
+
+
+@dataclass
+class TrialResult:
+    """Everything a trial produced, whatever its status."""
+
+    status: Status
+    metrics: dict[str, float] = field(default_factory=dict)
+    epochs: list[Epoch] = field(default_factory=list)
+    error: str = ""
+    data_source: str = ""
+    impl: dict[str, str] = field(default_factory=dict)
+    wall_s: float = 0.0
+    log_path: Path | None = None
+    events_path: Path | None = None
+    stop_s: float | None = None
+    rank_logs: Path | None = None
+
+    def absorb(self, event: Event) -> bool:
+        """Update from one event of the trial's stream; True at its end."""
+        if isinstance(event, Launch):
+            self.rank_logs = Path(event.rank_logs)
+        elif isinstance(event, Start):
+            self.data_source, self.impl = event.data_source, event.impl
+        elif isinstance(event, Epoch):
+            self.epochs.append(event)
+        elif isinstance(event, Result):
+            self.metrics, self.status = event.metrics, Status.COMPLETE
+        elif isinstance(event, Error) and self.status is not Status.PRUNED:
+            self.status, self.error = Status.FAILED, event.message
+        return isinstance(event, End)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready copy (for the spool of results waiting for MLflow)."""
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        for key in ("log_path", "events_path", "rank_logs"):
+            data[key] = str(data[key]) if data[key] else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrialResult:
+        """Inverse of `to_json`."""
+        data = dict(data, status=Status(data["status"]),
+                    epochs=[Epoch(**e) for e in data.get("epochs", [])])
+        for key in ("log_path", "events_path", "rank_logs"):
+            data[key] = Path(data[key]) if data.get(key) else None
+        return cls(**data)
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last lines of the trial's log."""
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def last_epoch_metrics(self) -> dict[str, float]:
+        """Per-epoch metrics of the last epoch that finished (for pruned/failed trials)."""
+        return dict(self.epochs[-1].metrics) if self.epochs else {}

@@ -1,0 +1,155 @@
+"""The trial process: runs `TrialRequest`s and writes their events (see `protocol`).
+
+It never talks to Optuna or MLflow. `python -m msexp.execution.trial` imports MindSpore
+once, then runs the requests it reads on stdin, one JSON line each, until stdin closes;
+on CPU each trial runs in a child forked for it (see `serve`). Each trial gets its own
+log (stdout and stderr at the file descriptor level, so MindSpore's C++ logs land there
+too) and its own events file. A data-parallel trial (`devices` > 1) runs through msrun
+(see `msrun`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import traceback
+from typing import Any, Callable
+
+from msexp.execution.local import Emit, failure, train_request
+from msexp.execution.process import die_with_parent, exit_reason
+from msexp.execution.protocol import End, Error, EventWriter, TrialRequest, read_events
+from msexp.experiment import load_experiment
+
+_stop = False
+
+
+def run(request: TrialRequest, emit: Emit,
+        stop_requested: Callable[[], bool] = lambda: _stop) -> dict[str, float]:
+    """Run one trial (through msrun for `devices` > 1); emit its events, return its metrics."""
+    if request.params.get("devices", 1) > 1:
+        from msexp.execution.msrun import launch  # imports psutil; only data-parallel trials
+
+        return launch(request, emit, stop_requested)
+    return train_request(request, emit, stop_requested)[0]
+
+
+def serve(requests=sys.stdin) -> None:
+    """Run requests from `requests`, one JSON line each, until it closes.
+
+    On CPU this process is a zygote: it imports MindSpore and msexp's training code once
+    and forks a fresh child per trial, so every trial starts clean (own memory, own
+    graphs) without paying the import. Elsewhere (GPU, Ascend: device runtimes do not
+    survive a fork), or with MSEXP_FORK=0, it runs each trial itself.
+    """
+    signal.signal(signal.SIGUSR1, _request_stop)
+    fork = _preload()
+    for line in requests:
+        if not line.strip():
+            continue
+        request = TrialRequest.from_json(line)
+        if not fork:
+            _run_logged(request)
+            continue
+        _import_once(request.experiment)
+        child = os.fork()
+        if child == 0:
+            os._exit(_run_child(request))
+        _children.append(child)
+        _, status = os.waitpid(child, 0)
+        _children.remove(child)
+        _report_exit(request, status)
+
+
+_children: list[int] = []
+
+
+def _preload() -> bool:
+    """Import what every trial needs; return whether trials may run in forked children."""
+    try:  # a failure here re-raises inside the trial, where its log shows it
+        import mindspore as ms
+
+        import msexp.training.loop  # noqa: F401
+
+        threads = os.environ.get("MSEXP_THREADS")
+        if threads:
+            ms.set_context(runtime_num_threads=int(threads))
+        device = ms.get_context("device_target")
+        slot = os.environ.get("MSEXP_SLOT")
+        if device != "CPU" and slot is not None:  # one device per worker, round robin
+            count = getattr(ms.device_context, device.lower()).device_count()
+            ms.set_device(device, int(slot) % max(1, count))
+    except Exception:
+        return False
+    return device == "CPU" and os.environ.get("MSEXP_FORK", "1") != "0"
+
+
+def _import_once(experiment: str) -> None:
+    """Import the experiment's module in the zygote, so forked trials share the import
+    (never `build`: each trial builds its own workload). Failures show in the trial."""
+    with contextlib.suppress(Exception, SystemExit):
+        load_experiment(experiment)
+
+
+def _run_child(request: TrialRequest) -> int:
+    """In the forked child: run the trial, return the exit code (sys.exit's, if it exits)."""
+    die_with_parent()
+    try:
+        _run_logged(request)
+        return 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _report_exit(request: TrialRequest, status: int) -> None:
+    """After a child that died without ending its trial, end it with the reason."""
+    if any(isinstance(event, End) for event in read_events(request.events_path)):
+        return
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    with EventWriter.open(request.events_path) as emit:
+        emit(Error("exit", exit_reason(code)))
+        emit(End())
+
+
+def _run_logged(request: TrialRequest) -> None:
+    """Run one trial with its own log and events file, ending with an "end" event."""
+    global _stop
+    _stop = False
+    _redirect_output(str(request.log_path))
+    with EventWriter.open(request.events_path) as emit:
+        try:
+            run(request, emit)
+        except Exception as exc:
+            traceback.print_exc()
+            emit(failure(exc))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        emit(End())
+
+
+def _request_stop(signum: int, frame: Any) -> None:
+    global _stop
+    _stop = True
+    for child in _children:  # in a zygote: pass the stop on to the running trial
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGUSR1)
+
+
+def _redirect_output(path: str) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,43 @@
+"""Names shared by the stores: Optuna study and trial user attributes, MLflow tags.
+
+Studies written by earlier versions use the same strings, so they resume unchanged.
+"""
+
+from __future__ import annotations
+
+
+class StudyKey:
+    """User attributes of an Optuna study that msexp created."""
+
+    RETRIES = "msexp.retries"
+    TOTAL = "msexp.total"
+    OBJECTIVES = "msexp.objectives"
+    SWEEP = "msexp.sweep"
+    EXPERIMENT = "msexp.experiment"
+    FINGERPRINT = "msexp.fingerprint"  # written last: marks the study complete
+    PARENT_RUN = "mlflow_parent_run_id"
+
+
+class TrialKey:
+    """User attributes of an Optuna trial."""
+
+    OWNER = "owner"
+    HEARTBEAT = "heartbeat"
+    STATUS = "status"
+    METRICS = "metrics"
+    RUN_ID = "mlflow_run_id"
+    ERROR = "error"
+    GRID_POINT = "grid_point"
+    RETRY_OF = "retry_of"
+    ATTEMPT = "attempt"
+
+
+class RunTag:
+    """Tags of MLflow runs."""
+
+    ROLE = "msexp.role"
+    STUDY = "msexp.study"
+    TRIAL = "msexp.trial"
+    STATUS = "status"
+    ERROR = "error"
+    PARENT = "mlflow.parentRunId"

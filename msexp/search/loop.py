@@ -1,0 +1,313 @@
+"""The ask/tell loop: one Optuna study drives every method, trials run in worker processes."""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import optuna
+from optuna.trial import TrialState
+
+from msexp.execution.pool import TrialProcess, start_workers
+from msexp.execution.protocol import Epoch, Status, TrialRequest, TrialResult
+from msexp.keys import StudyKey, TrialKey
+from msexp.paths import TRIALS_DIR
+from msexp.search.storage import storage_label
+from msexp.search.study import (
+    claim_waiting,
+    fail_stale_trials,
+    finished_count,
+    open_study,
+    owner,
+    requeue,
+    started_count,
+)
+from msexp.spec import Method, SweepSpec
+from msexp.spec.space import derived
+from msexp.tracking.report import log_best
+from msexp.tracking.runs import Tracker
+
+_log = logging.getLogger("msexp")
+
+_OPTUNA_STATE = {Status.COMPLETE: TrialState.COMPLETE, Status.PRUNED: TrialState.PRUNED,
+                 Status.FAILED: TrialState.FAIL, Status.TIMEOUT: TrialState.FAIL}
+HEARTBEAT_S = 5.0
+PARENT_WAIT_S = 30.0
+
+
+class Progress(Protocol):
+    """What a sweep tells its user interface."""
+
+    def start(self, total: int, done: int) -> None: ...
+
+    def trial_done(self, number: int, result: TrialResult, best: str) -> None: ...
+
+
+@dataclass
+class SweepOutcome:
+    """What a sweep leaves behind for the summary."""
+
+    study: optuna.Study
+    experiment_id: str
+    parent_run_id: str
+    tracker: Tracker
+    interrupted: bool = False
+    results: dict[int, TrialResult] = field(default_factory=dict)
+
+
+class Sweep:
+    """Runs a study's remaining trials with `workers` trial processes in parallel.
+
+    MLflow opens in the background while the first trials train: a new store takes
+    seconds to create, and no trial needs it before its result is in.
+    """
+
+    def __init__(self, spec: SweepSpec, tracking_uri: str | None, study: optuna.Study,
+                 created: bool, storage_url: str | None, processes: list[TrialProcess],
+                 progress: Progress):
+        self.spec, self.study, self.progress = spec, study, progress
+        self.storage_url, self.processes = storage_url, processes
+        self.total = spec.n_trials()
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.results: dict[int, TrialResult] = {}
+        self.interrupted = False
+        self.mlflow = Future()
+        threading.Thread(target=self._open_mlflow, args=(tracking_uri, created),
+                         daemon=True).start()
+
+    def _open_mlflow(self, tracking_uri: str | None, created: bool) -> None:
+        try:
+            tracker = Tracker(tracking_uri)
+            experiment_id = tracker.experiment_id(self.spec.name)
+            parent_id = self._parent_run(tracker, experiment_id, created)
+            self.mlflow.set_result((tracker, experiment_id, parent_id))
+        except BaseException as exc:
+            self.mlflow.set_exception(exc)
+
+    def _parent_run(self, tracker: Tracker, experiment_id: str, created: bool) -> str:
+        """The study's one parent run: made by the study's creator, found by every other.
+
+        A joining worker waits for the creator's run only while no trial has ended: the
+        creator makes its run before it records any trial.
+        """
+        deadline = time.monotonic() + (0 if created else PARENT_WAIT_S)
+        while True:
+            with self.lock:
+                run_id = self.study.user_attrs.get(StudyKey.PARENT_RUN)
+                ended = any(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
+            if run_id and tracker.has_run(run_id):
+                tracker.reopen(run_id)
+                return run_id
+            if run_id or ended or time.monotonic() >= deadline:
+                break  # another tracking store, or a creator that never made one
+            time.sleep(0.5)
+        run_id = tracker.parent_run(
+            experiment_id, self.study.study_name,
+            {"msexp.sweep": self.spec.name, "msexp.method": self.spec.method.value,
+             "msexp.experiment": self.spec.experiment.ref,
+             "msexp.storage": storage_label(self.storage_url)}, self.spec.path)
+        with self.lock:
+            self.study.set_user_attr(StudyKey.PARENT_RUN, run_id)
+        return run_id
+
+    def run(self) -> SweepOutcome:
+        """Run until the budget is spent; Ctrl-C stops cleanly and leaves the rest to resume.
+
+        Raises:
+            MsexpError: the MLflow tracking store cannot be reached (the trials that ran
+                meanwhile are queued again, for the next run).
+        """
+        fail_stale_trials(self.study)
+        self.progress.start(self.total, finished_count(self.study))
+        threads = [threading.Thread(target=self._work, args=(p,), daemon=True)
+                   for p in self.processes]
+        # Ctrl-C stops the trials; the threads then record them for the next run. (A
+        # KeyboardInterrupt inside Thread.join can leave CPython reporting a running thread
+        # as dead, so the signal is handled here instead.)
+        handled = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self._interrupt) if handled else None
+        try:
+            for t in threads:
+                t.start()
+            failed = self.mlflow.exception()
+            if failed is not None:
+                self._stop()
+            for t in threads:
+                t.join()
+        finally:
+            if handled:
+                signal.signal(signal.SIGINT, previous)
+            for p in self.processes:
+                p.kill()
+        if failed is not None:
+            raise failed
+        tracker, experiment_id, parent_id = self.mlflow.result()
+        try:
+            tracker.flush_spool()
+            log_best(self.study, tracker)
+            tracker.client.set_terminated(parent_id,
+                                          "KILLED" if self.interrupted else "FINISHED")
+        except Exception as exc:  # the results are safe in Optuna and the spool
+            _log.warning(f"MLflow unreachable at the end of the sweep ({type(exc).__name__});"
+                          " run `msexp sync` and `msexp report` when it is back")
+        return SweepOutcome(self.study, experiment_id, parent_id, tracker, self.interrupted,
+                            self.results)
+
+    def _interrupt(self, signum: int, frame: object) -> None:
+        if self.stopping.is_set():
+            raise KeyboardInterrupt  # a second Ctrl-C: leave at once
+        self.interrupted = True
+        self._stop()
+
+    def _stop(self) -> None:
+        self.stopping.set()
+        for p in self.processes:
+            p.kill()
+
+    def _next_trial(self) -> optuna.Trial | None:
+        with self.lock:
+            if self.stopping.is_set():
+                return None
+            trial = claim_waiting(self.study)
+            if trial or self.spec.method is Method.grid:
+                return self._own(trial)
+            if started_count(self.study) >= self.total:
+                return None
+            return self._own(self.study.ask())
+
+    def _own(self, trial: optuna.Trial | None) -> optuna.Trial | None:
+        if trial is not None:
+            trial.set_user_attr(TrialKey.OWNER, owner())
+            trial.set_user_attr(TrialKey.HEARTBEAT, time.time())
+        return trial
+
+    def _work(self, process: TrialProcess) -> None:
+        while (trial := self._next_trial()) is not None:
+            self._run_trial(trial, process)
+
+    def _run_trial(self, trial: optuna.Trial, process: TrialProcess) -> None:
+        spec = self.spec
+        assigned = spec.space.suggest(trial)
+        params = spec.space.resolve(assigned)
+        folder = (TRIALS_DIR / self.study.study_name / f"trial-{trial.number:04d}").resolve()
+        request = TrialRequest(_experiment_ref(spec.experiment.ref), params, folder,
+                               spec.target(), spec.data_section())
+        started = time.time()
+        with _Heartbeat(self.study, trial, self.lock):
+            result = process.run(request, spec.budget.trial_timeout, self._pruning_hook(trial))
+        unrecordable = self.mlflow.exception() is not None
+        if unrecordable or self.stopping.is_set():
+            with self.lock:  # interrupted, not finished: queue it again for the next run
+                trial.set_user_attr(TrialKey.ERROR, "MLflow unreachable" if unrecordable
+                                    else "interrupted")
+                frozen = self.study.tell(trial, state=TrialState.FAIL)
+                requeue(self.study, frozen, count_attempt=False)
+            return
+        tracker, experiment_id, parent_id = self.mlflow.result()
+        logged = {**params, **derived(params), "experiment": spec.experiment.ref}
+        run_id = tracker.record_trial(experiment_id, parent_id, trial.number, logged, result,
+                                      started)
+        with self.lock:
+            self._tell(trial, result, run_id)
+            self.results[trial.number] = result
+            self.progress.trial_done(trial.number, result, self._best_text())
+
+    def _pruning_hook(self, trial: optuna.Trial):
+        if self.spec.pruner.type == "none":
+            return None
+        metric = self.spec.objectives[0].metric
+
+        def on_epoch(epoch: Epoch) -> bool:
+            value = epoch.metrics.get(metric)
+            if value is None or not math.isfinite(value):
+                return False
+            with self.lock:
+                trial.report(value, epoch.epoch)
+                return trial.should_prune()
+
+        return on_epoch
+
+    def _tell(self, trial: optuna.Trial, result: TrialResult, run_id: str | None) -> None:
+        metrics = result.metrics or result.last_epoch_metrics()
+        metrics = {**metrics, "wall_s": result.wall_s}
+        trial.set_user_attr(TrialKey.STATUS, result.status.value)
+        trial.set_user_attr(TrialKey.METRICS,
+                            {k: v for k, v in metrics.items() if math.isfinite(v)})
+        trial.set_user_attr(TrialKey.RUN_ID, run_id or "spooled")
+        if result.error:
+            trial.set_user_attr(TrialKey.ERROR, result.error[:1000])
+        values = None
+        state = _OPTUNA_STATE[result.status]
+        if result.status is Status.COMPLETE:
+            values = [metrics.get(o.metric, math.nan) for o in self.spec.objectives]
+            if not all(math.isfinite(v) for v in values):
+                missing = [o.metric for o, v in zip(self.spec.objectives, values)
+                           if not math.isfinite(v)]
+                trial.set_user_attr(TrialKey.ERROR,
+                                    f"objective not available: {', '.join(missing)}")
+                state, values = TrialState.FAIL, None
+        self.study.tell(trial, values, state=state if values is None else None)
+
+    def _best_text(self) -> str:
+        if len(self.spec.objectives) > 1:
+            return f"pareto {len(self.study.best_trials)}"
+        try:
+            best = self.study.best_trial
+        except ValueError:
+            return "-"
+        return f"{self.spec.objectives[0].metric}={best.value:.4g} (#{best.number})"
+
+
+class _Heartbeat:
+    """Writes the trial's heartbeat while it runs, so a dead orchestrator can be told."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial, lock: threading.Lock):
+        self.study, self.trial, self.lock = study, trial, lock
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while not self.done.wait(HEARTBEAT_S):
+            with self.lock:
+                self.trial.set_user_attr(TrialKey.HEARTBEAT, time.time())
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def _experiment_ref(ref: str) -> str:
+    target, sep, attr = ref.partition(":")
+    if target.endswith(".py") or "/" in target:
+        return str(Path(target).resolve()) + sep + attr
+    return ref
+
+
+def run_sweep(spec: SweepSpec, progress: Progress,
+              processes: list[TrialProcess] | None = None, tracking_uri: str | None = None,
+              storage_url: str | None = None, study_name: str | None = None) -> SweepOutcome:
+    """Open (or resume) the sweep's study and run its remaining trials.
+
+    `processes` (see `runner.start_workers`, default: `budget.workers` of them) run the
+    trials and are killed when this returns.
+    """
+    processes = processes or start_workers(spec.budget.workers)
+    try:
+        study, created = open_study(spec, storage_url, study_name)
+    except BaseException:
+        for process in processes:
+            process.kill()
+        raise
+    return Sweep(spec, tracking_uri, study, created, storage_url, processes, progress).run()

@@ -1,0 +1,186 @@
+"""The sweep's Optuna study: sampler, pruner, grid queue, retries and stale trials."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+
+import optuna
+import psutil
+from optuna.trial import TrialState
+
+from msexp.errors import MsexpError
+from msexp.keys import StudyKey, TrialKey
+from msexp.search.storage import open_storage, storage_label
+from msexp.spec import Method, SweepSpec
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+CREATOR_WAIT_S = 10.0
+STALE_AFTER_S = 60.0
+
+
+def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
+    """The sampler for the sweep's method; grid points are enqueued, so grid samples nothing."""
+    seed = spec.space.resolve({}).get("seed", 0)
+    samplers = {
+        Method.grid: lambda: optuna.samplers.RandomSampler(seed=seed),
+        Method.random: lambda: optuna.samplers.RandomSampler(seed=seed),
+        Method.tpe: lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True,
+                                                       group=True),
+        Method.cmaes: lambda: optuna.samplers.CmaEsSampler(seed=seed,
+                                                           warn_independent_sampling=False),
+        Method.nsga2: lambda: optuna.samplers.NSGAIISampler(seed=seed),
+    }
+    return samplers[spec.method]()
+
+
+def make_pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
+    """The pruner the sweep file asks for, acting on per-epoch values."""
+    p = spec.pruner
+    if p.type == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=p.startup_trials,
+                                           n_warmup_steps=p.warmup_epochs)
+    if p.type == "percentile":
+        return optuna.pruners.PercentilePruner(p.percentile, n_startup_trials=p.startup_trials,
+                                               n_warmup_steps=p.warmup_epochs)
+    if p.type == "hyperband":
+        epochs = spec.space.resolve({})["epochs"]
+        return optuna.pruners.HyperbandPruner(min_resource=max(1, p.warmup_epochs),
+                                              max_resource=epochs,
+                                              reduction_factor=p.reduction_factor)
+    return optuna.pruners.NopPruner()
+
+
+def fingerprint(spec: SweepSpec) -> str:
+    """Identifies what a study samples, so a changed sweep file is not resumed by mistake."""
+    content = {"experiment": spec.experiment.ref, "method": spec.method.value,
+               "objective": [o.model_dump() for o in spec.objectives],
+               "fixed": spec.fixed, "params": spec.params}
+    text = json.dumps(content, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None = None
+               ) -> tuple[optuna.Study, bool]:
+    """Create the sweep's study, or load it to resume or join; returns (study, created).
+
+    A new grid study enqueues its points; workers take them atomically, so no grid
+    point runs twice, whatever the number of workers and machines.
+    """
+    name = study_name or spec.name
+    storage = open_storage(storage_url)
+    directions = [o.direction for o in spec.objectives]
+    kwargs = dict(study_name=name, storage=storage, sampler=make_sampler(spec),
+                  pruner=make_pruner(spec))
+    created = True
+    try:
+        study = optuna.create_study(directions=directions, **kwargs)
+    except optuna.exceptions.DuplicatedStudyError:
+        created = False
+        study = optuna.load_study(**kwargs)
+        if study.user_attrs.get(StudyKey.FINGERPRINT) not in (None, fingerprint(spec)):
+            raise MsexpError(f"{spec.path}: study {name!r} in {storage_label(storage_url)} was "
+                             "created from a different sweep; pass --study NEW_NAME") from None
+        if [d.name.lower() for d in study.directions] != directions:
+            raise MsexpError(
+                f"{spec.path}: study {name!r} has other objective directions") from None
+    if not created:
+        _wait_for_creator(study)
+    if StudyKey.FINGERPRINT not in study.user_attrs:
+        if spec.method is Method.grid:
+            _enqueue_grid(study, spec)
+        study.set_user_attr(StudyKey.RETRIES, spec.budget.retries)
+        study.set_user_attr(StudyKey.TOTAL, spec.n_trials())
+        study.set_user_attr(StudyKey.OBJECTIVES, [o.metric for o in spec.objectives])
+        study.set_user_attr(StudyKey.SWEEP, spec.name)
+        study.set_user_attr(StudyKey.EXPERIMENT, spec.experiment.ref)
+        study.set_user_attr(StudyKey.FINGERPRINT, fingerprint(spec))  # last: marks it complete
+    return study, created
+
+
+def _enqueue_grid(study: optuna.Study, spec: SweepSpec) -> None:
+    by_name = {p.name: p for p in spec.space.params}
+    for i, point in enumerate(spec.space.grid()[:spec.n_trials()]):
+        study.enqueue_trial({k: by_name[k].optuna_value(v) for k, v in point.items()},
+                            user_attrs={TrialKey.GRID_POINT: i})
+
+
+def owner() -> str:
+    """This process, as written in the trials it runs: host:pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner_is_dead(name: str) -> bool:
+    host, _, pid = name.rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid))
+
+
+def requeue(study: optuna.Study, frozen: optuna.trial.FrozenTrial, count_attempt: bool) -> bool:
+    """Queue a copy of an unfinished trial; False when its retries are used up."""
+    attempts = frozen.user_attrs.get(TrialKey.ATTEMPT, 0) + count_attempt
+    limit = study.user_attrs.get(StudyKey.RETRIES, 0)
+    if attempts > limit:
+        return False
+    attrs = {k: v for k, v in frozen.user_attrs.items() if k == TrialKey.GRID_POINT}
+    study.enqueue_trial(frozen.params or frozen.system_attrs.get("fixed_params", {}),
+                        user_attrs={**attrs, TrialKey.RETRY_OF: frozen.number,
+                                    TrialKey.ATTEMPT: attempts})
+    return True
+
+
+def fail_stale_trials(study: optuna.Study) -> list[int]:
+    """Fail RUNNING trials whose orchestrator died (no heartbeat), and retry them.
+
+    A trial's owner writes a heartbeat every few seconds; a trial is stale when its
+    owner is a dead process on this host, or its heartbeat is older than a minute.
+    """
+    failed = []
+    now = time.time()
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        name = frozen.user_attrs.get(TrialKey.OWNER, "")
+        beat = frozen.user_attrs.get(TrialKey.HEARTBEAT, frozen.datetime_start.timestamp()
+                                     if frozen.datetime_start else now)
+        if name == owner() or not (_owner_is_dead(name) or now - beat > STALE_AFTER_S):
+            continue
+        study._storage.set_trial_user_attr(frozen._trial_id, TrialKey.ERROR,
+                                           "orchestrator stopped (no heartbeat)")
+        if study._storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL):
+            requeue(study, frozen, count_attempt=True)
+            failed.append(frozen.number)
+    return failed
+
+
+def _wait_for_creator(study: optuna.Study) -> None:
+    """Give the process that just created the study time to enqueue its grid."""
+    deadline = time.monotonic() + CREATOR_WAIT_S
+    while time.monotonic() < deadline:
+        if StudyKey.FINGERPRINT in study.user_attrs:
+            return
+        time.sleep(0.2)
+
+
+def claim_waiting(study: optuna.Study) -> optuna.Trial | None:
+    """Atomically take a WAITING (enqueued) trial, as Study.ask does, without sampling anew."""
+    storage = study._storage
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if storage.set_trial_state_values(frozen._trial_id, TrialState.RUNNING):
+            return optuna.Trial(study, frozen._trial_id)
+    return None
+
+
+def finished_count(study: optuna.Study) -> int:
+    """Trials that ended, not counting attempts that were queued again."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get(TrialKey.RETRY_OF) for t in trials} - {None}
+    return sum(t.state.is_finished() and t.number not in retried for t in trials)
+
+
+def started_count(study: optuna.Study) -> int:
+    """Trials taken from the budget: started ones, not counting queued retries."""
+    trials = study.get_trials(deepcopy=False)
+    return sum(t.state is not TrialState.WAITING and TrialKey.RETRY_OF not in t.user_attrs
+               for t in trials)

@@ -1,0 +1,112 @@
+"""Rules that need more than one section: method and objectives, and the built workload.
+
+The workload is built at most once per validation: for an experiment that is not
+built in (to check what `build` returns), and for THOR split indices (to count the
+network's THOR layers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from msexp.errors import ExperimentError, SpecError
+from msexp.experiment import Experiment, Workload, describe_failure, is_builtin, workload_problem
+from msexp.knobs import EPOCH_METRICS, METRICS
+from msexp.spec.file import Method, Objective, Pruner
+from msexp.spec.space import Space
+
+SPLIT_KNOB = "thor.split_indices"
+
+
+def check_method(source: str, method: Method, objectives: list[Objective], pruner: Pruner,
+                 space: Space) -> None:
+    """Grids need value lists; several objectives exclude cmaes and pruning."""
+    if method is Method.grid:
+        for param in space.params:
+            if param.values is None:
+                raise SpecError(source, f"params.{param.name}",
+                                "grid needs a list of values", param.written)
+    if len(objectives) > 1:
+        if method is Method.cmaes:
+            raise SpecError(source, "method", "cmaes optimizes a single objective; "
+                            "use nsga2, tpe, random or grid with several", method.value)
+        if pruner.type != "none":
+            raise SpecError(source, "pruner.type", "pruning needs a single objective",
+                            pruner.type)
+
+
+def check_objectives(source: str, objectives: list[Objective], pruner: Pruner,
+                     experiment: Experiment) -> None:
+    """Objectives name known metrics once each; targets and pruning need per-epoch ones."""
+    known = METRICS + experiment.metrics
+    seen = set()
+    for i, objective in enumerate(objectives):
+        if objective.metric not in known:
+            raise SpecError(source, f"objective.{i}.metric",
+                            "must be one of " + ", ".join(known), objective.metric)
+        if objective.metric in seen:
+            raise SpecError(source, f"objective.{i}.metric", "is listed twice", objective.metric)
+        seen.add(objective.metric)
+        if objective.target is not None and objective.metric not in EPOCH_METRICS:
+            raise SpecError(source, f"objective.{i}.target", "a target needs a per-epoch metric ("
+                            + ", ".join(EPOCH_METRICS) + ")", objective.metric)
+    if pruner.type != "none" and objectives[0].metric not in EPOCH_METRICS:
+        raise SpecError(source, "pruner.type", "pruning needs a per-epoch objective ("
+                        + ", ".join(EPOCH_METRICS) + ")", objectives[0].metric)
+
+
+def check_workload(source: str, experiment: Experiment, space: Space,
+                   data: dict[str, Any] | None) -> None:
+    """Build the workload once, if a rule needs it, and check what `build` returned and the
+    THOR split indices against it.
+
+    Raises:
+        ExperimentError: `build` raised or returned something msexp cannot train.
+        SpecError: split indices that are unsorted, repeated or beyond the THOR layers.
+    """
+    splits = [(key, value) for key, value in _written_splits(space) if value != []]
+    splits = splits if _may_use_thor(space) else []
+    own = not is_builtin(experiment.ref)  # built-ins are covered by the test suite
+    if not (own or splits):
+        return
+    params = space.resolve({"optimizer": "thor"} if splits else {})
+    workload = _build(source, experiment, {**params, "data": data})
+    if own:
+        problem = workload_problem(workload, experiment.metrics)
+        if problem:
+            raise ExperimentError(source, "experiment", problem, experiment.ref)
+    if splits:
+        from msexp.training.thor import count_layers, split_rule  # imports MindSpore
+
+        n_layers = count_layers(workload.network)
+        for key, value in splits:
+            rule = split_rule(value, n_layers)
+            if rule:
+                raise SpecError(source, key, f"{rule} ({experiment.ref} has {n_layers} "
+                                "THOR layers)", value)
+
+
+def _build(source: str, experiment: Experiment, params: dict[str, Any]) -> Workload:
+    try:
+        return experiment.build(dict(params))
+    except Exception as exc:
+        raise ExperimentError(source, "experiment", "build() raised " + describe_failure(exc),
+                              experiment.ref) from None
+
+
+def _written_splits(space: Space) -> Iterator[tuple[str, Any]]:
+    if SPLIT_KNOB in space.fixed:
+        yield f"fixed.{SPLIT_KNOB}", space.fixed[SPLIT_KNOB]
+    param = next((p for p in space.params if p.name == SPLIT_KNOB), None)
+    if param is not None and param.values is not None:
+        prefix = f"params.{SPLIT_KNOB}" + (".values" if "when" in param.written else "")
+        for i, value in enumerate(param.values):
+            yield f"{prefix}.{i}", value
+
+
+def _may_use_thor(space: Space) -> bool:
+    optimizer = next((p for p in space.params if p.name == "optimizer"), None)
+    if optimizer is not None:
+        return optimizer.values is None or "thor" in optimizer.values
+    return space.resolve({}).get("optimizer") == "thor"

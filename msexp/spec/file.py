@@ -1,0 +1,149 @@
+"""The sweep file as written: its sections, keys and types, and their errors as one line."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from msexp.datasets import FORMATS
+from msexp.errors import SpecError
+
+
+class Method(str, Enum):
+    """How trials are chosen."""
+
+    grid = "grid"
+    random = "random"
+    tpe = "tpe"
+    cmaes = "cmaes"
+    nsga2 = "nsga2"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Objective(_Strict):
+    """A metric to optimize, and optionally a target that defines `epochs_to_target`."""
+
+    metric: str
+    direction: Literal["maximize", "minimize"] = "maximize"
+    target: Optional[float] = None
+
+
+class Budget(_Strict):
+    """How many trials, how long each may run, and how many run at once."""
+
+    trials: Optional[int] = Field(None, ge=1)
+    trial_timeout: float = Field(600.0, gt=0)
+    workers: int = Field(1, ge=1)
+    retries: int = Field(1, ge=0)
+
+
+class Pruner(_Strict):
+    """Early stopping of unpromising trials on their per-epoch values."""
+
+    type: Literal["none", "median", "percentile", "hyperband"] = "none"
+    warmup_epochs: int = Field(1, ge=0)
+    startup_trials: int = Field(2, ge=0)
+    percentile: float = Field(25.0, gt=0, lt=100)
+    reduction_factor: int = Field(3, ge=2)
+
+
+class Data(_Strict):
+    """Where a workload reads its data; without it the workload uses its built-in data."""
+
+    format: Literal[tuple(FORMATS)]  # type: ignore[valid-type]
+    path: str = Field(min_length=1)
+
+
+class SweepFile(_Strict):
+    """The YAML document as written, checked for keys and types."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    experiment: str = Field(min_length=1)
+    method: Method = Method.grid
+    objective: list[Objective] = Field(
+        default_factory=lambda: [Objective(metric="eval_accuracy")], min_length=1)
+    budget: Budget = Budget()
+    fixed: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+    pruner: Pruner = Pruner()
+    data: Optional[Data] = None
+
+    @field_validator("objective", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _method_name(cls, value: Any) -> Any:
+        return Method(value) if value in Method._value2member_map_ else value
+
+
+def read_file(text: str, source: str) -> SweepFile:
+    """Parse and type-check sweep-file text; `source` names it in errors.
+
+    Raises:
+        SpecError: invalid YAML, or a key or type the file format does not allow.
+    """
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise SpecError(source, _yaml_where(exc), f"invalid YAML ({_yaml_problem(exc)})",
+                        show_value=False) from None
+    if not isinstance(data, dict):
+        raise SpecError(source, "", "the file must be a mapping of sections", data)
+    try:
+        return SweepFile.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(source, exc) from None
+
+
+def _first_error(source: str, exc: ValidationError) -> SpecError:
+    err = exc.errors(include_url=False)[0]
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        return SpecError(source, key, "unknown key (allowed: " + ", ".join(allowed) + ")",
+                         err["input"])
+    if kind == "missing":
+        return SpecError(source, key, "required key is missing", show_value=False)
+    if kind == "enum" or key == "method":
+        return SpecError(source, key, "must be one of " + ", ".join(m.value for m in Method),
+                         err["input"])
+    rule = err["msg"]
+    for prefix in ("Input should be ", "Value should be ", "String should "):
+        if rule.startswith(prefix):
+            rule = ("must " if prefix == "String should " else "must be ") + rule[len(prefix):]
+    return SpecError(source, key, rule[0].lower() + rule[1:], err.get("input"))
+
+
+def _allowed_keys(loc: list[str]) -> list[str]:
+    model: Any = SweepFile
+    for part in loc:
+        if part.isdigit():
+            continue
+        field = model.model_fields.get(part)
+        annotation = field.annotation if field else None
+        args = getattr(annotation, "__args__", ())
+        model = next((a for a in (annotation, *args)
+                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if model is None:
+            return []
+    return list(model.model_fields)
+
+
+def _yaml_where(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    return getattr(exc, "problem", None) or str(exc).splitlines()[0]

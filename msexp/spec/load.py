@@ -1,0 +1,126 @@
+"""A validated sweep: load the file, check every rule before anything runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from msexp.datasets import check_data
+from msexp.errors import SpecError
+from msexp.experiment import Experiment, load_experiment
+from msexp.spec.checks import check_method, check_objectives, check_workload
+from msexp.spec.file import Budget, Data, Method, Objective, Pruner, read_file
+from msexp.spec.precision import check_precision
+from msexp.spec.space import Space, parse_params
+from msexp.training.records import Target
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep: the file's sections, its experiment and its search space.
+
+    `fixed` and `params` are the sections as written; `space` is what they mean.
+    """
+
+    path: Path
+    name: str
+    experiment: Experiment
+    method: Method
+    objectives: list[Objective]
+    budget: Budget
+    pruner: Pruner
+    data: Data | None
+    fixed: dict[str, Any]
+    params: dict[str, Any]
+    space: Space
+
+    def n_trials(self) -> int:
+        """Trials the sweep runs in all: the budget, capped by the grid size for grids."""
+        if self.method is Method.grid:
+            size = len(self.space.grid())
+            return min(size, self.budget.trials or size)
+        return self.budget.trials or 20
+
+    def data_section(self) -> dict[str, Any] | None:
+        """The `data` section as the experiment's `build` receives it (params["data"])."""
+        return self.data.model_dump() if self.data else None
+
+    def target(self) -> Target | None:
+        """The first objective's target, which defines epochs_to_target, if one is set."""
+        for o in self.objectives:
+            if o.target is not None:
+                return Target(o.metric, o.target, o.direction == "maximize")
+        return None
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep file.
+
+    Raises:
+        SpecError: one line naming the file, the key path, the rule and the value.
+    """
+    path = Path(path)
+    return parse_spec(_read_text(path), str(path), path)
+
+
+def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
+    """Validate sweep-file text; `source` names it in errors."""
+    file = read_file(text, source)
+    experiment = load_experiment(file.experiment, source)
+    space = parse_params(source, experiment.knobs, file.fixed, file.params)
+    spec = SweepSpec(path or Path(source), file.name, experiment, file.method, file.objective,
+                     file.budget, file.pruner, file.data, file.fixed, file.params, space)
+    check_method(source, spec.method, spec.objectives, spec.pruner, space)
+    check_objectives(source, spec.objectives, spec.pruner, experiment)
+    space.check_trials(spec.method is Method.grid)
+    if spec.data is not None:
+        check_data(source, spec.data_section(), experiment.data_formats, experiment.ref)
+    check_precision(source, space)
+    check_workload(source, experiment, space, spec.data_section())
+    return spec
+
+
+def read_name(path: str | Path) -> str:
+    """The sweep's `name`, read without validating the rest (for commands that only
+    look a study up).
+
+    Raises:
+        SpecError: the file cannot be read, or has no valid name.
+    """
+    path = Path(path)
+    source = str(path)
+    try:
+        data = yaml.safe_load(_read_text(path)) or {}
+    except yaml.YAMLError:
+        data = {}
+    name = data.get("name") if isinstance(data, dict) else None
+    if not isinstance(name, str) or not name:
+        return read_file(_read_text(path), source).name  # says what is wrong, in one line
+    return name
+
+
+def trial_params(ref: str, fixed: Mapping[str, Any], source: str = "--set") -> dict[str, Any]:
+    """The complete, checked params of one trial of experiment `ref` with `fixed` values.
+
+    Raises:
+        SpecError: a value breaks a knob's rule (one line naming `source` and the key).
+    """
+    space = parse_params(source, load_experiment(ref, source).knobs, fixed, {})
+    space.check_trials(is_grid=True)
+    check_precision(source, space)
+    return space.resolve({})
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(path), "", f"must be UTF-8 text (byte {exc.start} is not)",
+                        show_value=False) from None
+    except OSError as exc:
+        raise SpecError(str(path), "", f"cannot read the file ({exc.strerror})",
+                        show_value=False) from None

@@ -1,0 +1,39 @@
+"""What the training loop reports, without importing MindSpore: epochs, targets, endings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class Diverged(RuntimeError):
+    """The loss or the weights became NaN/inf."""
+
+
+class Stopped(RuntimeError):
+    """The orchestrator asked the trial to stop (pruning)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Stop the clock when `metric` reaches `value` (epochs_to_target, time_to_target_s)."""
+
+    metric: str
+    value: float
+    maximize: bool
+
+    def reached(self, metrics: dict[str, float]) -> bool:
+        got = metrics.get(self.metric)
+        if got is None:
+            return False
+        return got >= self.value if self.maximize else got <= self.value
+
+
+@dataclass
+class Epoch:
+    """One finished epoch: its eval metrics and the per-update series (train_loss, ...)."""
+
+    epoch: int
+    step: int
+    elapsed_s: float
+    metrics: dict[str, float]
+    series: dict[str, list[float]] = field(default_factory=dict)
