@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 from scipy.ndimage import zoom
 
+from msexp import datasets
+
 EVAL_SIZE = 360
 SPLIT_SEED = 0
 
@@ -57,10 +59,8 @@ def source(size: int) -> str:
 def train_and_eval(data: dict[str, Any] | None, size: int) -> tuple[Any, Any, str]:
     """(train, eval, description): the sweep's `data` folder as 1 x size x size images
     if it names one, else the built-in digits."""
-    if data:
-        from msexp.datasets import load
+    def builtin() -> tuple[Any, Any, str]:
+        x_train, y_train, x_eval, y_eval = digits(size)
+        return (x_train, y_train), (x_eval, y_eval), source(size)
 
-        loaded = load(data, size, channels=1)
-        return loaded.train, loaded.eval, loaded.description
-    x_train, y_train, x_eval, y_eval = digits(size)
-    return (x_train, y_train), (x_eval, y_eval), source(size)
+    return datasets.train_and_eval(data, size, 1, builtin)

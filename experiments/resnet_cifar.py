@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments._patterns import patterns
+from msexp.datasets import train_and_eval
 from msexp.experiment import Workload
 
 DATA_FORMATS = ("cifar10", "imagefolder")
@@ -92,13 +93,9 @@ def build(params: dict[str, Any]) -> Workload:
     from mindspore import nn
 
     network = resnet(params["depth"], params["width"], params["block"])
-    data = params.get("data")
-    if data:
-        from msexp.datasets import load
-
-        loaded = load(data, 32, channels=3)
-        train, held, description = loaded.train, loaded.eval, loaded.description
-    else:
+    def builtin() -> tuple[Any, Any, str]:
         x_train, y_train, x_eval, y_eval, description = patterns()
-        train, held = (x_train, y_train), (x_eval, y_eval)
+        return (x_train, y_train), (x_eval, y_eval), description
+
+    train, held, description = train_and_eval(params.get("data"), 32, 3, builtin)
     return Workload(network, nn.CrossEntropyLoss(), train, held, data_source=description)

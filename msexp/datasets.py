@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from msexp.errors import SpecError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".JPG", ".JPEG", ".PNG", ".BMP")
@@ -154,7 +156,7 @@ def _classes(folder: Path) -> dict[str, list[Path]]:
 
 
 def _verify_image(file: Path) -> str | None:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # lazy: only image folders need it
 
     try:
         with Image.open(file) as image:
@@ -177,21 +179,31 @@ def load(data: Mapping[str, Any], size: int, channels: int) -> Loaded:
     return Loaded(train, held, description)
 
 
+def train_and_eval(data: Mapping[str, Any] | None, size: int, channels: int,
+                   builtin: Callable[[], tuple[Any, Any, str]]) -> tuple[Any, Any, str]:
+    """(train, eval, description): the sweep's `data` section loaded as `channels`x`size`x`size`
+    images if the trial has one, else what `builtin()` returns (an experiment's own data)."""
+    if data:
+        loaded = load(data, size, channels)
+        return loaded.train, loaded.eval, loaded.description
+    return builtin()
+
+
 def _open_mnist(folder: Path) -> tuple[Any, Any]:
-    import mindspore.dataset as ds
+    import mindspore.dataset as ds  # lazy: loaders run in trials, checks at plan time
 
     return tuple(ds.MnistDataset(str(folder), usage=u, shuffle=False) for u in ("train", "test"))
 
 
 def _open_cifar10(folder: Path) -> tuple[Any, Any]:
-    import mindspore.dataset as ds
+    import mindspore.dataset as ds  # lazy: loaders run in trials, checks at plan time
 
     return tuple(ds.Cifar10Dataset(str(folder), usage=u, shuffle=False)
                  for u in ("train", "test"))
 
 
 def _image_folder(folder: Path) -> tuple[Any, Any]:
-    import mindspore.dataset as ds
+    import mindspore.dataset as ds  # lazy: loaders run in trials, checks at plan time
 
     train_dir, eval_dir = _image_splits(folder)
     classes = _classes(train_dir)
@@ -217,7 +229,7 @@ def _image_folder(folder: Path) -> tuple[Any, Any]:
 
 def _prepare(dataset: Any, size: int, channels: int,
              stats: tuple[tuple[float, ...], tuple[float, ...]]) -> Any:
-    import mindspore as ms
+    import mindspore as ms  # lazy: as above
     import mindspore.dataset.transforms as transforms
     import mindspore.dataset.vision as vision
 
@@ -239,8 +251,6 @@ def _per_channel(values: tuple[float, ...], channels: int) -> list[float]:
 
 
 def _to_channels(channels: int) -> Callable[[Any], Any]:
-    import numpy as np
-
     def convert(image: np.ndarray) -> np.ndarray:
         if image.ndim == 2:
             image = image[:, :, None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -42,6 +43,4 @@ def format_value(value: Any) -> str:
 
 
 def _compact(value: Any) -> str:
-    import json
-
     return json.dumps(value, default=str)

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+import experiments
 from msexp.errors import ExperimentError
 from msexp.knobs import KNOBS, Knob, infer_knob
 
@@ -113,7 +114,7 @@ def load_experiment(ref: str, source: str = "experiment") -> Experiment:
 
 def workload_problem(workload: Any, declared_metrics: tuple[str, ...] = ()) -> str | None:
     """What is wrong with what `build` returned, or None if it is a usable Workload."""
-    from mindspore import nn
+    from mindspore import nn  # lazy: MindSpore takes seconds; plan-time callers skip it
 
     if not isinstance(workload, Workload):
         return f"build() must return msexp.experiment.Workload, got {type(workload).__name__}"
@@ -143,7 +144,7 @@ def data_problem(data: Any, name: str) -> str | None:
         if len(data[0]) != len(data[1]):
             return f"Workload.{name} has {len(data[0])} inputs but {len(data[1])} labels"
         return None
-    from mindspore.dataset import Dataset
+    from mindspore.dataset import Dataset  # lazy: as above
 
     if not isinstance(data, Dataset):
         return (f"Workload.{name} must be (inputs, labels) arrays or a mindspore.dataset "
@@ -211,7 +212,5 @@ def _import_file(path: Path, source: str) -> ModuleType:
 
 def builtin_names() -> list[str]:
     """Names of the workloads shipped in `experiments/`."""
-    import experiments
-
     folder = Path(experiments.__file__).parent
     return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))

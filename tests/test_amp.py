@@ -102,3 +102,23 @@ def test_o1_casts_white_listed_ops_and_writes_nothing_here(tmp_path, monkeypatch
     assert not np.array_equal(got, want)  # conv and dense ran in float16
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
     assert list(tmp_path.iterdir()) == [], "O1's rewritten source must not land in the cwd"
+
+
+def test_an_o1_trial_leaves_no_scratch_folder(tmp_path, monkeypatch) -> None:
+    """O1's rewritten source lives in a temp folder that the forked trial removes itself."""
+    from msexp.execution.pool import TrialProcess
+    from msexp.execution.protocol import Status, TrialRequest
+    from msexp.spec import trial_params
+    from tests.conftest import ROOT
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    params = trial_params("mlp_digits", {"amp_level": "O1", "epochs": 1, "hidden": 16})
+    runner = TrialProcess(cwd=ROOT)
+    try:
+        result = runner.run(TrialRequest("mlp_digits", params, tmp_path / "trial"), 300)
+    finally:
+        runner.kill()
+    assert result.status is Status.COMPLETE, result.error
+    assert list(scratch.iterdir()) == []

@@ -162,3 +162,43 @@ def test_json_schema_accepts_every_sweep_and_rejects_the_bad_corpus() -> None:
     assert set(bad) == SCHEMA_REJECTS | BEYOND_SCHEMA, "classify every bad file"
     for stem in sorted(SCHEMA_REJECTS):
         assert not validator.is_valid(yaml.safe_load(bad[stem].read_text())), stem
+
+
+def test_validation_builds_an_own_experiment_once_even_for_thor_splits(workdir: Path) -> None:
+    counting = MODEL.replace('    def build(params):\n', '''    def build(params):
+        with open("builds.txt", "a") as f:
+            f.write("build\\n")
+''')
+    write(workdir / "counted.py", counting)
+    sweep = write(workdir / "s.yaml", """
+        name: counted
+        experiment: counted.py
+        fixed: {optimizer: thor}
+        params:
+          thor.split_indices: [[], [0]]
+    """)
+    result = CliRunner().invoke(app, ["validate", str(sweep)])
+    assert result.exit_code == 0, result.output
+    assert (workdir / "builds.txt").read_text().splitlines() == ["build"]
+    bad = write(workdir / "bad.yaml", """
+        name: counted
+        experiment: counted.py
+        fixed: {optimizer: thor}
+        params:
+          thor.split_indices: [[0, 5]]
+    """)
+    refused = CliRunner().invoke(app, ["validate", str(bad)])
+    assert refused.exit_code == 2
+    assert "counted.py has 2 THOR layers" in refused.output
+    assert (workdir / "builds.txt").read_text().splitlines() == ["build", "build"]
+
+
+def test_status_and_report_look_up_the_study_without_building(workdir: Path) -> None:
+    write(workdir / "counted.py", MODEL.replace('    def build(params):\n', '''    def build(params):
+        raise RuntimeError("status must not build")
+'''))
+    sweep = write(workdir / "s.yaml", "name: counted\nexperiment: counted.py\n")
+    for command in ("status", "report"):
+        result = CliRunner().invoke(app, [command, str(sweep)])
+        assert result.exit_code == 1, result.output
+        assert result.output.strip() == "no study named 'counted' in mlruns/optuna.journal"

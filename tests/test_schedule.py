@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -77,3 +78,27 @@ def test_password_in_url_is_refused(sweep: Path) -> None:
     assert result.exit_code == 2
     assert "hunter2" not in result.output
     assert "put the password in PGPASSWORD/PGPASSFILE" in result.output
+
+
+@pytest.mark.parametrize("folder", ["my nightly runs", "nightly"])
+def test_commands_name_the_sweep_file_in_any_folder(workdir: Path, folder: str) -> None:
+    """A folder named like the study, or with a space, keeps its path in every schedule."""
+    sweep = write(workdir / folder / "nightly.yaml", """
+        name: nightly
+        experiment: mlp_digits
+        params: {micro_size: [1, 2]}
+    """)
+    cron = run("schedule", str(sweep), "--cron", "0 2 * * *", *SHARED)
+    assert cron.exit_code == 0, cron.output
+    line = cron.output.strip().splitlines()[-1]
+    command = shlex.split(line.split(" && ", 1)[1].replace("\\%", "%"))
+    assert command[1:3] == ["sweep", str(sweep.resolve())]
+    assert command[command.index("--study") + 1] == "nightly-$(date"
+    k8s = run("schedule", str(sweep), "--k8s", "--cron", "0 2 * * *", *SHARED)
+    assert k8s.exit_code == 0, k8s.output
+    config, job = yaml.safe_load_all(k8s.output)
+    script = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    argv = shlex.split(script)
+    assert argv[:3] == ["msexp", "worker", "/work/nightly.yaml"]
+    assert argv[argv.index("--study") + 1].startswith("nightly-$(date")
+    assert list(config["data"]) == ["nightly.yaml"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from msexp.cli.options import console
@@ -59,14 +60,6 @@ class SweepProgress:
     """Rich progress bar: trials done out of total and the best value so far."""
 
     def __init__(self, spec: Any):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
         self.spec = spec
         self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                             MofNCompleteColumn(), TextColumn("best {task.fields[best]}"),

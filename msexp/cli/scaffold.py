@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -15,6 +16,7 @@ from msexp.cli.render import cell, when_text
 from msexp.experiment import Experiment, builtin_names, load_experiment
 from msexp.knobs import KNOBS, METRICS, Knob
 from msexp.spec import load_spec
+from msexp.spec.schema import sweep_schema
 
 
 def new_experiment(
@@ -85,10 +87,6 @@ def schema(
 
     Example: msexp schema > sweep.schema.json
     """
-    import json
-
-    from msexp.spec.schema import sweep_schema
-
     metrics = METRICS + tuple(m for e in _experiments(experiment) for m in e.metrics)
     typer.echo(json.dumps(sweep_schema(_knob_table(experiment), metrics), indent=2))
 

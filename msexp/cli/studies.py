@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,9 @@ from msexp.cli.options import OptionalSweepFileArg, StorageOpt, StudyOpt, Tracki
 from msexp.cli.render import cell, kv, trials_table
 from msexp.errors import MsexpError, SpecError
 from msexp.keys import StudyKey, TrialKey
+from msexp.paths import REPORTS_DIR
 from msexp.spec import read_name
+from msexp.tracking.runs import Tracker
 from msexp.urls import redact
 
 
@@ -29,9 +32,7 @@ def report(
 
     Example: msexp report sweeps/accum.yaml
     """
-    from msexp.paths import REPORTS_DIR
-    from msexp.tracking.report import build_report, log_report
-    from msexp.tracking.runs import Tracker
+    from msexp.tracking.report import build_report, log_report  # lazy: Optuna's plots
 
     loaded = _existing_study(file, study, storage)
     rep = build_report(loaded, REPORTS_DIR / loaded.study_name)
@@ -64,12 +65,10 @@ def status(
 
     Example: msexp status sweeps/accum.yaml
     """
-    import time
+    from optuna.trial import TrialState  # lazy: Optuna takes a second to import
 
-    from optuna.trial import TrialState
-
-    from msexp.search.study import finished_count
-    from msexp.tracking.report import state_counts
+    from msexp.search.study import finished_count  # lazy: as above
+    from msexp.tracking.report import state_counts  # lazy: as above
 
     loaded = _existing_study(file, study, storage)
     counts = state_counts(loaded)
@@ -84,9 +83,9 @@ def status(
 
 
 def _existing_study(file: Path | None, study: str | None, storage: str | None) -> Any:
-    import optuna
+    import optuna  # lazy: Optuna takes a second to import
 
-    from msexp.search.storage import open_storage, storage_label
+    from msexp.search.storage import open_storage, storage_label  # lazy: as above
 
     if file is None and study is None:
         raise SpecError("msexp", "", "give a sweep file or --study NAME", show_value=False)
@@ -102,8 +101,6 @@ def sync(tracking_uri: TrackingOpt = None) -> None:
 
     Example: msexp sync --tracking-uri http://mlflow.internal:5000
     """
-    from msexp.tracking.runs import Tracker
-
     tracker = Tracker(tracking_uri)
     delivered = tracker.flush_spool()
     left = len(tracker.spool.files())

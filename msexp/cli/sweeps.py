@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Optional
 
 import typer
+import yaml
 from rich.table import Table
 
 from msexp.cli.options import (
@@ -19,8 +20,10 @@ from msexp.cli.options import (
 from msexp.cli.render import LineProgress, SweepProgress, cell, kv, summary, when_text
 from msexp.errors import SpecError
 from msexp.execution.pool import start_workers
+from msexp.execution.protocol import Start, TrialRequest
 from msexp.spec import Method, load_spec, trial_params
 from msexp.spec.space import derived
+from msexp.training.records import Epoch
 
 
 def validate(file: SweepFileArg) -> None:
@@ -132,8 +135,6 @@ def run_one(
 
     Example: msexp run mlp_digits --set micro_size=4 --set epochs=2
     """
-    import yaml
-
     fixed: dict[str, Any] = {}
     for item in set_ or []:
         key, sep, text = item.partition("=")
@@ -142,9 +143,7 @@ def run_one(
         fixed[key.strip()] = yaml.safe_load(text)
     params = trial_params(experiment, fixed)
     console.print(f"[bold]{experiment}[/]: {kv(params)}")
-    from msexp.execution.protocol import Start, TrialRequest
-    from msexp.execution.trial import run  # lazy: imports MindSpore
-    from msexp.training.records import Epoch
+    from msexp.execution.trial import run  # lazy: the trial imports MindSpore
 
     def show(event: Any) -> None:
         if isinstance(event, Epoch):

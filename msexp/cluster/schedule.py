@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from msexp.errors import MsexpError, SpecError
 from msexp.paths import CRON_LOG, SLURM_DIR
 from msexp.urls import redact
@@ -125,8 +127,6 @@ def install_cron(line: str) -> None:
 def k8s_cronjob(target: Target, schedule: str, image: str, parallelism: int, secret: str,
                 fresh_study: bool, name: str) -> str:
     """A Kubernetes CronJob running `parallelism` worker pods per scheduled run."""
-    import yaml
-
     argv = target.command("worker", "msexp", f"/work/{target.sweep_file.name}")
     script = f"{shlex.join(argv)} --study {_study_argument(target.study or name, fresh_study)}"
     manifest = {

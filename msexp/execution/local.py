@@ -17,7 +17,9 @@ def train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[]
                   ) -> tuple[dict[str, float], Workload]:
     """Build the workload and train it in this process (or as one data-parallel rank):
     emit start, each epoch and the result; return the metrics and the workload."""
-    from msexp.training.loop import train  # MindSpore: a failure to import shows in the trial
+    from msexp.training.loop import (
+        train,  # lazy: a failing MindSpore import shows in the trial's log
+    )
 
     workload = build_workload(request)
     impl = _implementations(request.params)
@@ -30,7 +32,7 @@ def train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[]
 
 def build_workload(request: TrialRequest) -> Workload:
     """Seed every generator, import the experiment, build its workload and check it."""
-    import mindspore as ms
+    import mindspore as ms  # lazy: see _preload in trial.py
     import numpy as np
 
     params = request.params
@@ -48,9 +50,9 @@ def _implementations(params: dict[str, Any]) -> dict[str, str]:
     """Implementations resolved for this device, e.g. {"thor_impl": "msexp"}."""
     if params.get("optimizer") != "thor":
         return {}
-    import mindspore as ms
+    import mindspore as ms  # lazy: as above
 
-    from msexp.training.thor import resolve_impl
+    from msexp.training.thor import resolve_impl  # lazy: as above
 
     return {"thor_impl": resolve_impl(params["thor_impl"], ms.get_context("device_target"))}
 

@@ -25,10 +25,15 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+import mindspore as ms
+import psutil
+from mindspore.communication import get_group_size, get_rank, init
+
 from msexp.execution.local import Emit, train_request
 from msexp.execution.process import die_with_parent, exit_reason, free_port, tail
 from msexp.execution.protocol import EventWriter, Launch, Result, TrialRequest, read_events
 from msexp.paths import write_atomic
+from msexp.training.parallel import mean_over_ranks
 from msexp.training.records import Diverged, Stopped
 
 POLL_S = 0.1
@@ -108,8 +113,6 @@ class _Cluster:
     """msrun, its scheduler and its ranks, as the trial process sees them."""
 
     def __init__(self, proc: subprocess.Popen, folder: Path, devices: int, script: str):
-        import psutil
-
         self.proc, self.folder, self.devices, self.script = proc, folder, devices, script
         self.seen: dict[int, psutil.Process] = {}
         self.ranks: dict[int, psutil.Process] = {}
@@ -135,8 +138,6 @@ class _Cluster:
             time.sleep(POLL_S)
 
     def _discover(self) -> None:
-        import psutil
-
         try:
             children = psutil.Process(self.proc.pid).children()
         except psutil.Error:
@@ -195,8 +196,6 @@ class _Cluster:
 
     def kill(self) -> None:
         """Kill the ranks (with anything they started), the scheduler and msrun."""
-        import psutil
-
         try:
             procs = psutil.Process(self.proc.pid).children(recursive=True)
         except psutil.Error:
@@ -217,8 +216,6 @@ class _Cluster:
 
 
 def _alive(proc: Any) -> bool:
-    import psutil
-
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -229,8 +226,6 @@ def main(request_path: Path) -> None:
     """One process of a data-parallel trial, as msrun starts it: a rank or the scheduler."""
     _die_with_msrun()
     if os.environ.get("MS_ROLE") == "MS_SCHED":
-        from mindspore.communication import init
-
         init()  # the scheduler serves the cluster inside init() and exits with it
         return
     rank = int(os.environ["RANK_ID"])
@@ -254,8 +249,6 @@ def _die_with_msrun() -> None:
     die_with_parent()
     launcher = os.environ.get(LAUNCHER_ENV)
     if launcher:
-        import psutil
-
         try:
             grandparent = psutil.Process(os.getppid()).ppid()
         except psutil.Error:
@@ -265,11 +258,6 @@ def _die_with_msrun() -> None:
 
 
 def _train(request: TrialRequest) -> dict[str, Any]:
-    import mindspore as ms
-    from mindspore.communication import get_group_size, get_rank, init
-
-    from msexp.training.parallel import mean_over_ranks
-
     threads = os.environ.get("MSEXP_THREADS")
     if threads:
         ms.set_context(runtime_num_threads=int(threads))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -31,8 +32,6 @@ def tail(path: Path, lines: int) -> str:
 
 def die_with_parent() -> None:
     """In a child: get SIGKILL when the parent dies, even by kill -9 (Linux)."""
-    import ctypes
-
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 

@@ -29,7 +29,7 @@ def run(request: TrialRequest, emit: Emit,
         stop_requested: Callable[[], bool] = lambda: _stop) -> dict[str, float]:
     """Run one trial (through msrun for `devices` > 1); emit its events, return its metrics."""
     if request.params.get("devices", 1) > 1:
-        from msexp.execution.msrun import launch  # imports psutil; only data-parallel trials
+        from msexp.execution.msrun import launch  # lazy: only data-parallel trials need it
 
         return launch(request, emit, stop_requested)
     return train_request(request, emit, stop_requested)[0]
@@ -68,7 +68,7 @@ _children: list[int] = []
 def _preload() -> bool:
     """Import what every trial needs; return whether trials may run in forked children."""
     try:  # a failure here re-raises inside the trial, where its log shows it
-        import mindspore as ms
+        import mindspore as ms  # here, not at the top: a failure must reach the trial's log
 
         import msexp.training.loop  # noqa: F401
 

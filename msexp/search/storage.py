@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._file import BaseJournalFileLock
 
 from msexp.paths import JOURNAL
@@ -18,8 +19,6 @@ from msexp.urls import redact
 def open_storage(url: str | None) -> optuna.storages.BaseStorage:
     """A journal file (`*.journal`, default `mlruns/optuna.journal`) or any RDB URL."""
     if url is None or url.endswith(".journal"):
-        from optuna.storages.journal import JournalFileBackend
-
         path = Path(url or JOURNAL).resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(

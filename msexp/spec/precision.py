@@ -167,7 +167,7 @@ def _probe(dtype: str) -> Support | None:
 
 def _run_probe(dtype: str) -> dict[str, Any]:
     """Train one step of a tiny network in `dtype`; runs inside the probe process."""
-    import mindspore as ms
+    import mindspore as ms  # lazy: only the probe process imports MindSpore
     import numpy as np
     from mindspore import nn, ops
 

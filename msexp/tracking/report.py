@@ -57,7 +57,7 @@ def _varied_params(trials: list[FrozenTrial]) -> bool:
 
 
 def _write_plots(report: Report, folder: Path) -> list[Path]:
-    from optuna import visualization as vis
+    from optuna import visualization as vis  # lazy: plotly takes a second to import
 
     folder.mkdir(parents=True, exist_ok=True)
     study, names = report.study, report.objective_names()
@@ -93,7 +93,7 @@ TRADEOFF_METRICS = ("eval_accuracy", "samples_per_s", "peak_mem_mb", "wall_s",
 
 def _tradeoffs(study: optuna.Study) -> Any:
     """One bar chart per metric, a bar per trial: what each setting costs and buys."""
-    from plotly.subplots import make_subplots
+    from plotly.subplots import make_subplots  # lazy: as above
 
     trials = [t for t in study.get_trials(deepcopy=False)
               if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
@@ -129,7 +129,7 @@ def log_best(study: optuna.Study, tracker: Tracker) -> str | None:
         return None
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(study.directions) == 1 and complete:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # lazy: MLflow takes ~1.4 s to import
 
         best = study.best_trial
         now = int(time.time() * 1000)

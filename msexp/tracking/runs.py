@@ -40,7 +40,9 @@ class Tracker:
     """Writes sweeps and trials to one MLflow tracking store."""
 
     def __init__(self, uri: str | None = None):
-        from mlflow import MlflowClient
+        from mlflow import (
+            MlflowClient,  # lazy: MLflow takes ~1.4 s; sweeps open it in the background
+        )
 
         self.uri = tracking_uri(uri)
         self.spool = Spool()
@@ -82,7 +84,7 @@ class Tracker:
             return self._experiment_id(name)
 
     def _experiment_id(self, name: str) -> str:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: as above
 
         found = self.client.get_experiment_by_name(name)
         if found:
@@ -100,7 +102,7 @@ class Tracker:
 
     def has_run(self, run_id: str) -> bool:
         """Whether the run exists in this store."""
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: as above
 
         try:
             self.client.get_run(run_id)
@@ -171,7 +173,7 @@ class Tracker:
 
     def _log_trial(self, experiment_id: str, parent_id: str, number: int,
                    params: Mapping[str, Any], result: TrialResult, started: float) -> str:
-        from mlflow.entities import Param
+        from mlflow.entities import Param  # lazy: as above
 
         tags = {RunTag.PARENT: parent_id, RunTag.ROLE: "trial",
                 RunTag.TRIAL: str(number), RunTag.STATUS: result.status.value}
@@ -223,7 +225,7 @@ def _param_text(value: Any) -> str:
 
 def _metrics(result: TrialResult) -> list:
     """Per-update series, per-epoch values and final values, all on the update-step axis."""
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric  # lazy: as above
 
     metrics: list[Metric] = []
     start_ms = int(time.time() * 1000) - len(result.epochs) - 2

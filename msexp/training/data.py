@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import mindspore.dataset as ds
 import numpy as np
 
 Batch = tuple[np.ndarray, np.ndarray]
@@ -33,8 +34,6 @@ def updates(data: Any, batch_size: int, micro_size: int, seed: int,
             yield [(x[ids[i:i + micro]], y[ids[i:i + micro]])
                    for i in range(0, micro * micro_size, micro)]
         return
-    import mindspore.dataset as ds
-
     ds.config.set_seed(seed)
     stream = data.shuffle(buffer_size=4096).batch(micro, drop_remainder=True)
     left = data.get_dataset_size() // batch_size if size > 1 else -1  # equal on every rank

@@ -6,6 +6,8 @@ import contextlib
 import resource
 from pathlib import Path
 
+import mindspore as ms
+
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
@@ -14,8 +16,6 @@ class PeakMemory:
     """Tracks peak memory from construction on, also in a process that ran earlier trials."""
 
     def __init__(self) -> None:
-        import mindspore as ms
-
         self._device = ms.get_context("device_target") != "CPU"
         if self._device:
             ms.runtime.reset_max_memory_allocated()
@@ -24,8 +24,6 @@ class PeakMemory:
     def peak_mb(self) -> float:
         """Peak megabytes since construction."""
         if self._device:
-            import mindspore as ms
-
             allocated = ms.runtime.max_memory_allocated()
             if allocated:
                 return allocated / 2**20

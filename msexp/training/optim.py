@@ -8,6 +8,8 @@ from typing import Any
 import mindspore as ms
 from mindspore import nn
 
+from msexp.training.thor import Thor, resolve_impl, thor_damping, thor_lr
+
 
 def learning_rates(params: dict[str, Any], steps_per_epoch: int) -> float | list[float]:
     """The learning rate: a float if constant, else one value per optimizer update."""
@@ -58,8 +60,6 @@ def thor_learning_rates(params: dict[str, Any], steps_per_epoch: int) -> float |
     The decay reaches zero one epoch after the run ends (the seed ends its schedule past
     its last epoch too); warm-up still applies. With `thor.lr_decay` 0, as `learning_rates`.
     """
-    from msexp.training.thor import thor_lr
-
     decay = params.get("thor.lr_decay", 0.0)
     if not decay:
         return learning_rates(params, steps_per_epoch)
@@ -71,8 +71,6 @@ def thor_learning_rates(params: dict[str, Any], steps_per_epoch: int) -> float |
 
 
 def _make_thor(params: dict[str, Any], network: nn.Cell, steps_per_epoch: int) -> nn.Optimizer:
-    from msexp.training.thor import Thor, resolve_impl, thor_damping
-
     lr = thor_learning_rates(params, steps_per_epoch)
     damping = thor_damping(params["thor.damping_init"], params["thor.damping_decay"],
                            params["epochs"], steps_per_epoch)

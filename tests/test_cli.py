@@ -1,0 +1,87 @@
+"""The CLI's one error boundary, and commands that read a study: status, report, sync."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from msexp.search.study import claim_waiting, open_study, requeue
+from msexp.spec import load_spec
+from tests.conftest import msexp_cmd, write
+
+UNREACHABLE = "http://user:s3cret@127.0.0.1:9"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "300"})
+
+
+@pytest.fixture
+def sweep(workdir: Path) -> Path:
+    return write(workdir / "s.yaml", """
+        name: cli
+        experiment: mlp_digits
+        params: {micro_size: [1, 2]}
+    """)
+
+
+def one_line(result) -> str:
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_sync_to_an_unreachable_store_is_one_line_without_the_password(workdir: Path) -> None:
+    done = subprocess.run(msexp_cmd("sync", "--tracking-uri", UNREACHABLE),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "cannot reach the MLflow tracking store http://user:***@127.0.0.1:9" in done.stderr
+    assert "s3cret" not in done.stderr + done.stdout
+
+
+def test_report_to_an_unreachable_store_is_one_line(sweep: Path) -> None:
+    open_study(load_spec(sweep), None)
+    result = invoke("report", str(sweep), "--tracking-uri", UNREACHABLE)
+    assert result.exit_code == 1
+    assert "cannot reach the MLflow tracking store" in result.output
+    assert "Traceback" not in result.output and "s3cret" not in result.output
+
+
+def test_an_unforeseen_error_is_one_line_and_debug_shows_the_traceback(workdir: Path) -> None:
+    blocker = write(workdir / "file", "not a folder\n")
+    storage = str(blocker / "optuna.journal")
+    result = invoke("status", "--study", "x", "--storage", storage)
+    assert result.exit_code == 1
+    assert one_line(result).startswith("msexp: ")
+    assert result.output.strip().endswith("(--debug shows the traceback)")
+    debug = invoke("--debug", "status", "--study", "x", "--storage", storage)
+    assert debug.exit_code == 1 and isinstance(debug.exception, OSError)
+
+
+def test_status_counts_a_retried_trial_once(sweep: Path) -> None:
+    """An interrupted attempt queued again is not a finished trial of its own."""
+    study, _ = open_study(load_spec(sweep), None)
+    first = claim_waiting(study)
+    frozen = study.tell(first, state=TrialState.FAIL)
+    assert requeue(study, frozen, count_attempt=True)
+    for _ in range(2):
+        trial = claim_waiting(study)
+        study.tell(trial, [0.5])
+    result = invoke("status", str(sweep))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("cli: 2 finished of 2;"), result.output
+
+
+def test_validate_refuses_a_file_that_is_not_utf8(workdir: Path) -> None:
+    path = workdir / "latin1.yaml"
+    path.write_bytes("name: caf\xe9\nexperiment: mlp_digits\n".encode("latin-1"))
+    result = invoke("validate", str(path))
+    assert result.exit_code == 2
+    assert one_line(result) == f"{path}: must be UTF-8 text (byte 9 is not)"
