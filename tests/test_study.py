@@ -119,6 +119,24 @@ def test_two_workers_share_a_grid_without_duplicates(workdir: Path) -> None:
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent}
 
 
+def test_two_workers_on_a_seeded_random_study_sample_distinct_points(workdir: Path) -> None:
+    sweep = write(workdir / "r.yaml", """
+        name: seeded
+        experiment: mlp_digits
+        method: random
+        budget: {trials: 4}
+        fixed: {epochs: 1, hidden: 8, seed: 3}
+        params:
+          lr: {low: 0.001, high: 0.1, log: true}
+    """)
+    workers = [subprocess.Popen(msexp_cmd("worker", str(sweep)), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [w.communicate(timeout=300)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    lrs = [t.params["lr"] for t in load("seeded").trials]
+    assert len(lrs) == 4 and len(set(lrs)) == 4, lrs
+
+
 def test_kill_9_then_resume_reruns_only_the_interrupted_trial(workdir: Path) -> None:
     sweep = write(workdir / "k.yaml", """
         name: killed

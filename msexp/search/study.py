@@ -23,9 +23,12 @@ CREATOR_WAIT_S = 10.0
 STALE_AFTER_S = 60.0
 
 
-def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
-    """The sampler for the sweep's method; grid points are enqueued, so grid samples nothing."""
-    seed = spec.space.resolve({}).get("seed", 0)
+def make_sampler(spec: SweepSpec, worker: str | None = None) -> optuna.samplers.BaseSampler:
+    """The sampler for the sweep's method; grid points are enqueued, so grid samples nothing.
+
+    `worker` names a process other than the study's creator (see `sampler_seed`).
+    """
+    seed = sampler_seed(spec.space.resolve({}).get("seed", 0), worker)
     samplers = {
         Method.grid: lambda: optuna.samplers.RandomSampler(seed=seed),
         Method.random: lambda: optuna.samplers.RandomSampler(seed=seed),
@@ -36,6 +39,17 @@ def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
         Method.nsga2: lambda: optuna.samplers.NSGAIISampler(seed=seed),
     }
     return samplers[spec.method]()
+
+
+def sampler_seed(seed: int, worker: str | None) -> int:
+    """The sampler seed of one process: the study's `seed` for the process that creates
+    the study, a hash of `seed` and `worker` (host:pid) for every process that joins or
+    resumes it, so no two processes draw the same points. The threads of one process
+    share its sampler, so they never draw the same points either."""
+    if worker is None:
+        return seed
+    digest = hashlib.sha256(f"{seed}:{worker}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 def make_pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
@@ -74,14 +88,14 @@ def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None 
     name = study_name or spec.name
     storage = open_storage(storage_url)
     directions = [o.direction for o in spec.objectives]
-    kwargs = dict(study_name=name, storage=storage, sampler=make_sampler(spec),
-                  pruner=make_pruner(spec))
+    kwargs = dict(study_name=name, storage=storage, pruner=make_pruner(spec))
     created = True
     try:
-        study = optuna.create_study(directions=directions, **kwargs)
+        study = optuna.create_study(directions=directions, sampler=make_sampler(spec),
+                                    **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
         created = False
-        study = optuna.load_study(**kwargs)
+        study = optuna.load_study(sampler=make_sampler(spec, owner()), **kwargs)
         if study.user_attrs.get(StudyKey.FINGERPRINT) not in (None, fingerprint(spec)):
             raise MsexpError(f"{spec.path}: study {name!r} in {storage_label(storage_url)} was "
                              "created from a different sweep; pass --study NEW_NAME") from None
