@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import signal
 import socket
@@ -286,3 +288,64 @@ def test_mlflow_telemetry_is_off_unless_asked_for(setting: str | None) -> None:
                             "print(os.environ['MLFLOW_DISABLE_TELEMETRY'])"],
                            env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert shown == (setting or "true")
+
+
+def test_a_trial_that_raises_fails_and_the_sweep_goes_on(workdir: Path) -> None:
+    spec = load_spec(write(workdir / "inf.yaml", """
+        name: raises
+        experiment: mlp_digits
+        method: random
+        budget: {trials: 2}
+        params:
+          lr: {low: 0.001, high: 0.1}
+    """))
+    spec.space.params[0] = dataclasses.replace(spec.space.params[0], high=math.inf)
+    outcome = run_sweep(spec, Quiet())
+    trials = outcome.study.trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert all(t.user_attrs["error"].startswith("OverflowError") for t in trials)
+    runs = child_runs("raises")
+    assert sorted(r.data.tags["msexp.trial"] for r in runs) == ["0", "1"]
+    assert {r.info.status for r in runs} == {"FAILED"}
+
+
+def test_a_trial_folder_that_cannot_be_made_fails_each_trial(workdir: Path) -> None:
+    sweep = write(workdir / "folder.yaml", """
+        name: nofolder
+        experiment: mlp_digits
+        params: {micro_size: [1, 2]}
+    """)
+    write(workdir / "mlruns/trials/nofolder", "a file where the trial folders go\n")
+    result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    trials = load("nofolder").trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert all("Error" in t.user_attrs["error"] for t in trials)
+
+
+def test_an_error_outside_any_trial_stops_the_sweep_and_leaves_nothing_running(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep = write(workdir / "outside.yaml", """
+        name: outside
+        experiment: mlp_digits
+        method: random
+        budget: {trials: 2}
+        params:
+          lr: {low: 0.001, high: 0.1}
+    """)
+
+    def broken_owner() -> str:
+        raise OSError("the host name is gone")
+
+    monkeypatch.setattr("msexp.search.loop.owner", broken_owner)
+    result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if "stopped" in line]
+    assert lines == ["sweep outside stopped: OSError: the host name is gone (finished trials "
+                     "are kept; run the same command to resume)"], result.output
+    study = load("outside")
+    assert "RUNNING" not in [t.state.name for t in study.trials]
+    parent = mlflow_client().get_run(study.user_attrs["mlflow_parent_run_id"])
+    assert parent.info.status == "FAILED"

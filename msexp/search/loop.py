@@ -15,6 +15,7 @@ from typing import Protocol
 import optuna
 from optuna.trial import TrialState
 
+from msexp.errors import MsexpError
 from msexp.execution.pool import TrialProcess, start_workers
 from msexp.execution.protocol import Epoch, Status, TrialRequest, TrialResult
 from msexp.keys import StudyKey, TrialKey
@@ -78,7 +79,9 @@ class Sweep:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.results: dict[int, TrialResult] = {}
+        self.held: dict[int, optuna.Trial] = {}  # trials this process took and has not told
         self.interrupted = False
+        self.error: Exception | None = None  # what stopped the sweep outside any trial
         self.mlflow = Future()
         threading.Thread(target=self._open_mlflow, args=(tracking_uri, created),
                          daemon=True).start()
@@ -123,7 +126,8 @@ class Sweep:
 
         Raises:
             MsexpError: the MLflow tracking store cannot be reached (the trials that ran
-                meanwhile are queued again, for the next run).
+                meanwhile are queued again, for the next run), or an error outside any
+                trial stopped the sweep (its unfinished trials are queued again).
         """
         fail_stale_trials(self.study)
         self.progress.start(self.total, finished_count(self.study))
@@ -147,17 +151,22 @@ class Sweep:
                 signal.signal(signal.SIGINT, previous)
             for p in self.processes:
                 p.kill()
+        if self.error is not None:
+            self._release_held()
         if failed is not None:
             raise failed
         tracker, experiment_id, parent_id = self.mlflow.result()
+        ending = "FAILED" if self.error else "KILLED" if self.interrupted else "FINISHED"
         try:
             tracker.flush_spool()
             log_best(self.study, tracker)
-            tracker.client.set_terminated(parent_id,
-                                          "KILLED" if self.interrupted else "FINISHED")
+            tracker.client.set_terminated(parent_id, ending)
         except Exception as exc:  # the results are safe in Optuna and the spool
             _log.warning(f"MLflow unreachable at the end of the sweep ({type(exc).__name__});"
                           " run `msexp sync` and `msexp report` when it is back")
+        if self.error is not None:
+            raise MsexpError(f"sweep {self.study.study_name} stopped: {_describe(self.error)}"
+                             " (finished trials are kept; run the same command to resume)")
         return SweepOutcome(self.study, experiment_id, parent_id, tracker, self.interrupted,
                             self.results)
 
@@ -172,26 +181,76 @@ class Sweep:
         for p in self.processes:
             p.kill()
 
+    def _abort(self, exc: Exception) -> None:
+        """Stop the sweep for an error outside any trial; `run` reports the first one."""
+        with self.lock:
+            self.error = self.error or exc
+        self._stop()
+
+    def _release_held(self) -> None:
+        """Fail and queue again the trials an aborted sweep took but did not finish."""
+        error = f"sweep stopped: {_describe(self.error)}"[:1000]
+        for trial in list(self.held.values()):
+            try:
+                with self.lock:
+                    trial.set_user_attr(TrialKey.ERROR, error)
+                    frozen = self.study.tell(trial, state=TrialState.FAIL)
+                    requeue(self.study, frozen, count_attempt=False)
+            except Exception:  # the storage itself failed: the next run fails it as stale
+                continue
+
     def _next_trial(self) -> optuna.Trial | None:
         with self.lock:
             if self.stopping.is_set():
                 return None
             trial = claim_waiting(self.study)
-            if trial or self.spec.method is Method.grid:
-                return self._own(trial)
-            if started_count(self.study) >= self.total:
-                return None
-            return self._own(self.study.ask())
-
-    def _own(self, trial: optuna.Trial | None) -> optuna.Trial | None:
-        if trial is not None:
-            trial.set_user_attr(TrialKey.OWNER, owner())
-            trial.set_user_attr(TrialKey.HEARTBEAT, time.time())
-        return trial
+            if trial is None and self.spec.method is not Method.grid \
+                    and started_count(self.study) < self.total:
+                trial = self.study.ask()
+            if trial is not None:
+                self.held[trial.number] = trial
+                trial.set_user_attr(TrialKey.OWNER, owner())
+                trial.set_user_attr(TrialKey.HEARTBEAT, time.time())
+            return trial
 
     def _work(self, process: TrialProcess) -> None:
-        while (trial := self._next_trial()) is not None:
+        """Run trials until none are left; an error outside any trial stops the sweep."""
+        try:
+            while (trial := self._next_trial()) is not None:
+                self._attempt(trial, process)
+        except Exception as exc:
+            self._abort(exc)
+
+    def _attempt(self, trial: optuna.Trial, process: TrialProcess) -> None:
+        """Run one trial; an error while running it fails that trial, not the sweep."""
+        started = time.time()
+        try:
             self._run_trial(trial, process)
+        except Exception as exc:
+            process.kill()  # it may be in the middle of the trial
+            self._fail_trial(trial, exc, started)
+        with self.lock:
+            self.held.pop(trial.number, None)
+
+    def _fail_trial(self, trial: optuna.Trial, exc: Exception, started: float) -> None:
+        """Record a trial that raised as FAILED, in Optuna and (if it is up) MLflow."""
+        result = TrialResult(Status.FAILED, error=_describe(exc), wall_s=time.time() - started)
+        with self.lock:
+            try:
+                trial.set_user_attr(TrialKey.ERROR, result.error[:1000])
+            except optuna.exceptions.UpdateFinishedTrialError:
+                _log.warning(f"trial {trial.number} was recorded, then: {result.error}")
+                return
+            trial.set_user_attr(TrialKey.STATUS, result.status.value)
+            self.study.tell(trial, state=TrialState.FAIL)
+        if self.mlflow.exception() is None:
+            tracker, experiment_id, parent_id = self.mlflow.result()
+            logged = {**trial.params, "experiment": self.spec.experiment.ref}
+            tracker.record_trial(experiment_id, parent_id, trial.number, logged, result,
+                                 started)
+        with self.lock:
+            self.results[trial.number] = result
+            self.progress.trial_done(trial.number, result, self._best_text())
 
     def _run_trial(self, trial: optuna.Trial, process: TrialProcess) -> None:
         spec = self.spec
@@ -286,6 +345,12 @@ class _Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self.done.set()
         self.thread.join()
+
+
+def _describe(exc: Exception) -> str:
+    """An error as one line: an MsexpError's own text, else its type and text."""
+    text = " ".join(str(exc).split())[:300]
+    return text if isinstance(exc, MsexpError) else f"{type(exc).__name__}: {text}"
 
 
 def _experiment_ref(ref: str) -> str:

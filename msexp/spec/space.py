@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -225,6 +226,8 @@ def _parse_range(source: str, key: str, knob: Knob, written: dict, when: dict) -
         rule = knob.check(written[bound])
         if rule:
             raise SpecError(source, f"{key}.{bound}", rule, written[bound])
+        if not math.isfinite(written[bound]):
+            raise SpecError(source, f"{key}.{bound}", "must be a finite number", written[bound])
     low, high = written["low"], written["high"]
     log, step = written.get("log", False), written.get("step")
     if low > high:
