@@ -58,15 +58,23 @@ class Experiment:
     """A resolved experiment: where it came from and the knobs it adds."""
 
     ref: str
-    build: Callable[[dict[str, Any]], Workload]
+    build: Callable[[dict[str, Any]], Workload] | None
     defaults: Mapping[str, Any]
     own_knobs: Mapping[str, Knob]
     metrics: tuple[str, ...]
     data_formats: tuple[str, ...] | None = None
 
     @property
+    def is_command(self) -> bool:
+        """A user's own command: msexp runs it, it does not build it."""
+        return self.build is None
+
+    @property
     def knobs(self) -> dict[str, Knob]:
-        """msexp's knobs with this experiment's defaults, plus the experiment's own."""
+        """msexp's knobs with this experiment's defaults, plus the experiment's own; for a
+        command, only the knobs its sweep file sets."""
+        if self.is_command:
+            return dict(self.own_knobs)
         merged = {name: _with_default(k, self.defaults.get(name, k.default))
                   for name, k in KNOBS.items()}
         merged.update(self.own_knobs)

@@ -41,3 +41,12 @@ class RunTag:
     STATUS = "status"
     ERROR = "error"
     PARENT = "mlflow.parentRunId"
+
+
+class TrialEnv:
+    """Environment variables a command trial gets (read by `msexp.hooks`)."""
+
+    PARAMS = "MSEXP_TRIAL"  # path of a JSON file with every param of the trial
+    OUTPUT_DIR = "MSEXP_OUTPUT_DIR"  # a folder for the trial's outputs and checkpoints
+    EVENTS = "MSEXP_EVENTS"  # where `msexp.hooks.report` writes epochs (JSON lines)
+    RESUME = "MSEXP_RESUME"  # set on a retried trial: the checkpoint folder to resume from

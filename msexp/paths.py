@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 STORE_DIR = Path("mlruns")
@@ -22,3 +23,9 @@ def write_atomic(path: Path, text: str) -> None:
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)
+
+
+def search_path() -> str:
+    """PATH with this interpreter's folder first: `python` and `msrun` in a command mean
+    the environment msexp runs in."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])

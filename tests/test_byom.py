@@ -194,9 +194,9 @@ def test_validation_builds_an_own_experiment_once_even_for_thor_splits(workdir: 
 
 
 def test_status_and_report_look_up_the_study_without_building(workdir: Path) -> None:
-    write(workdir / "counted.py", MODEL.replace('    def build(params):\n', '''    def build(params):
-        raise RuntimeError("status must not build")
-'''))
+    raising = MODEL.replace("    def build(params):\n",
+                            "    def build(params):\n        raise RuntimeError('no build')\n")
+    write(workdir / "counted.py", raising)
     sweep = write(workdir / "s.yaml", "name: counted\nexperiment: counted.py\n")
     for command in ("status", "report"):
         result = CliRunner().invoke(app, [command, str(sweep)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Annotated, Any, Optional
 
 import typer
@@ -19,28 +20,51 @@ from msexp.cli.options import (
 )
 from msexp.cli.render import LineProgress, SweepProgress, cell, kv, summary, when_text
 from msexp.errors import SpecError
+from msexp.execution.command import check_command
 from msexp.execution.pool import start_workers
 from msexp.execution.protocol import Start, TrialRequest
-from msexp.spec import Method, load_spec, trial_params
+from msexp.spec import Method, SweepSpec, load_spec, trial_params
+from msexp.spec.command import split_command
 from msexp.spec.space import derived
 from msexp.training.records import Epoch
 
+CheckOpt = Annotated[bool, typer.Option(
+    "--check", help="Also run a command experiment once with experiment.check (default "
+                    "--help), so a broken script fails now, not in the sweep.")]
 
-def validate(file: SweepFileArg) -> None:
-    """Check a sweep file without running anything.
+
+def validate(file: SweepFileArg, check: CheckOpt = False) -> None:
+    """Check a sweep file without running anything (with --check: run its command once).
 
     Example: msexp validate sweeps/accum.yaml
     """
     spec = load_spec(file)
+    if check:
+        _check(spec)
     console.print(f"{file}: ok ({spec.method.value}, {spec.n_trials()} trials)")
 
 
-def plan(file: SweepFileArg) -> None:
-    """List the trials a sweep would run, without running any.
+def _check(spec: SweepSpec) -> None:
+    """Run a command experiment once with its check arguments; refuse it if that fails."""
+    if spec.command is None:
+        return
+    source = str(spec.path)
+    argv, check_args = split_command(source, spec.command.command), shlex.split(spec.command.check)
+    problem = check_command(argv, spec.folder, check_args)
+    if problem:
+        raise SpecError(source, "experiment.command", problem, spec.command.command)
+    console.print(f"{source}: `{shlex.join(argv + check_args)}` ok", highlight=False)
 
-    Example: msexp plan sweeps/accum.yaml
+
+def plan(file: SweepFileArg, check: CheckOpt = False) -> None:
+    """List the trials a sweep would run, without running any (with --check: run its
+    command once).
+
+    Example: msexp plan sweeps/accum.yaml --check
     """
     spec = load_spec(file)
+    if check:
+        _check(spec)
     swept = [p.name for p in spec.space.params]
     if spec.method is not Method.grid:
         table = Table(title=f"{spec.name}: {spec.method.value}, {spec.n_trials()} trials over")
@@ -63,7 +87,7 @@ def plan(file: SweepFileArg) -> None:
     for i, point in enumerate(spec.space.grid()[:spec.n_trials()]):
         extra = derived(spec.space.resolve(point))
         table.add_row(str(i), *(cell(point.get(n, "-")) for n in swept),
-                      str(extra["micro_batch"]), str(extra["effective_batch"]))
+                      str(extra.get("micro_batch", "-")), str(extra.get("effective_batch", "-")))
     console.print(table)
     console.print(f"fixed: {kv(spec.space.resolve({}), exclude=swept)}")
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from msexp.execution.protocol import Error, Event, Result, Start, TrialRequest
+from msexp.execution.protocol import Event, Result, Start, TrialRequest
 from msexp.experiment import Workload, load_experiment, workload_problem
-from msexp.training.records import Diverged, Stopped
 
 Emit = Callable[[Event], None]
 
@@ -55,11 +54,3 @@ def _implementations(params: dict[str, Any]) -> dict[str, str]:
     from msexp.training.thor import resolve_impl  # lazy: as above
 
     return {"thor_impl": resolve_impl(params["thor_impl"], ms.get_context("device_target"))}
-
-
-def failure(exc: BaseException) -> Error:
-    """The error event for an exception that ended a trial."""
-    kind = {Diverged: "diverged", Stopped: "stopped"}.get(type(exc), "exception")
-    return Error(kind, f"{type(exc).__name__}: {exc}")
-
-

@@ -32,7 +32,7 @@ from mindspore.communication import get_group_size, get_rank, init
 from msexp.execution.local import Emit, train_request
 from msexp.execution.process import die_with_parent, exit_reason, free_port, tail
 from msexp.execution.protocol import EventWriter, Launch, Result, TrialRequest, read_events
-from msexp.paths import write_atomic
+from msexp.paths import search_path, write_atomic
 from msexp.training.parallel import mean_over_ranks
 from msexp.training.records import Diverged, Stopped
 
@@ -97,7 +97,7 @@ def launch(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool]
 
 def _env(devices: int) -> dict[str, str]:
     env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PATH"] = search_path()
     threads = int(env.get("MSEXP_THREADS") or os.cpu_count() or 1)
     env["MSEXP_THREADS"] = env["OMP_NUM_THREADS"] = str(max(1, threads // devices))
     env[LAUNCHER_ENV] = str(os.getpid())

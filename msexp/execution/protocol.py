@@ -23,11 +23,29 @@ LOG_TAIL_LINES = 40
 
 
 @dataclass(frozen=True)
+class Command:
+    """A user's own training command, run once per trial (see `execution/command.py`).
+
+    Attributes:
+        argv: the command, split as a shell would.
+        cwd: where it runs: the sweep file's folder.
+        args: how params become arguments: flags (--name=value), hydra (name=value), none.
+        metrics: regexes whose named groups are metrics, applied to every output line.
+    """
+
+    argv: list[str]
+    cwd: str
+    args: str = "flags"
+    metrics: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class TrialRequest:
     """One trial: the experiment, its complete params, and where its files go.
 
     `folder` holds `trial.log` and `events.jsonl`; None runs the trial in the
-    foreground with events going only to the caller (`msexp run`).
+    foreground with events going only to the caller (`msexp run`). A trial of a user's
+    own command has `command`; `experiment` then names it for logs.
     """
 
     experiment: str
@@ -35,6 +53,7 @@ class TrialRequest:
     folder: Path | None = None
     target: Target | None = None
     data: dict[str, Any] | None = None
+    command: Command | None = None
 
     @property
     def events_path(self) -> Path:
@@ -58,7 +77,8 @@ class TrialRequest:
         data = json.loads(text)
         return cls(data["experiment"], data["params"],
                    Path(data["folder"]) if data.get("folder") else None,
-                   Target(**data["target"]) if data.get("target") else None, data.get("data"))
+                   Target(**data["target"]) if data.get("target") else None, data.get("data"),
+                   Command(**data["command"]) if data.get("command") else None)
 
 
 @dataclass

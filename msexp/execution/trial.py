@@ -17,10 +17,12 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from msexp.execution.local import Emit, failure, train_request
+from msexp.execution.command import CommandFailed, run_command
+from msexp.execution.local import Emit, train_request
 from msexp.execution.process import die_with_parent, exit_reason
-from msexp.execution.protocol import End, Error, EventWriter, TrialRequest, read_events
+from msexp.execution.protocol import End, Error, EventWriter, Result, TrialRequest, read_events
 from msexp.experiment import load_experiment
+from msexp.training.records import Diverged, Stopped
 
 _stop = False
 
@@ -28,11 +30,23 @@ _stop = False
 def run(request: TrialRequest, emit: Emit,
         stop_requested: Callable[[], bool] = lambda: _stop) -> dict[str, float]:
     """Run one trial (through msrun for `devices` > 1); emit its events, return its metrics."""
+    if request.command is not None:
+        metrics = run_command(request, emit, stop_requested)
+        emit(Result(metrics))
+        return metrics
     if request.params.get("devices", 1) > 1:
         from msexp.execution.msrun import launch  # lazy: only data-parallel trials need it
 
         return launch(request, emit, stop_requested)
     return train_request(request, emit, stop_requested)[0]
+
+
+def failure(exc: BaseException) -> Error:
+    """The error event for an exception that ended a trial."""
+    if isinstance(exc, CommandFailed):
+        return Error("exit", str(exc))
+    kind = {Diverged: "diverged", Stopped: "stopped"}.get(type(exc), "exception")
+    return Error(kind, f"{type(exc).__name__}: {exc}")
 
 
 def serve(requests=sys.stdin) -> None:
@@ -52,7 +66,8 @@ def serve(requests=sys.stdin) -> None:
         if not fork:
             _run_logged(request)
             continue
-        _import_once(request.experiment)
+        if request.command is None:
+            _import_once(request.experiment)
         child = os.fork()
         if child == 0:
             os._exit(_run_child(request))

@@ -10,14 +10,14 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import optuna
 from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
 from msexp.execution.pool import TrialProcess, start_workers
-from msexp.execution.protocol import Epoch, Status, TrialRequest, TrialResult
+from msexp.execution.protocol import Command, Epoch, Status, TrialRequest, TrialResult
 from msexp.keys import StudyKey, TrialKey
 from msexp.paths import TRIALS_DIR
 from msexp.search.storage import storage_label
@@ -31,6 +31,7 @@ from msexp.search.study import (
     started_count,
 )
 from msexp.spec import Method, SweepSpec
+from msexp.spec.command import split_command
 from msexp.spec.space import derived
 from msexp.tracking.report import log_best
 from msexp.tracking.runs import Tracker
@@ -257,8 +258,7 @@ class Sweep:
         assigned = spec.space.suggest(trial)
         params = spec.space.resolve(assigned)
         folder = (TRIALS_DIR / self.study.study_name / f"trial-{trial.number:04d}").resolve()
-        request = TrialRequest(_experiment_ref(spec.experiment.ref), params, folder,
-                               spec.target(), spec.data_section())
+        request = trial_request(spec, params, folder)
         started = time.time()
         with _Heartbeat(self.study, trial, self.lock):
             result = process.run(request, spec.budget.trial_timeout, self._pruning_hook(trial))
@@ -345,6 +345,16 @@ class _Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self.done.set()
         self.thread.join()
+
+
+def trial_request(spec: SweepSpec, params: dict[str, Any], folder: Path) -> TrialRequest:
+    """The request of one trial of `spec` with complete `params`, its files in `folder`."""
+    if spec.command is not None:
+        command = Command(split_command(str(spec.path), spec.command.command), str(spec.folder),
+                          spec.command.args, list(spec.command.metrics))
+        return TrialRequest(spec.experiment.ref, params, folder, spec.target(), None, command)
+    return TrialRequest(_experiment_ref(spec.experiment.ref), params, folder, spec.target(),
+                        spec.data_section())
 
 
 def _describe(exc: Exception) -> str:

@@ -38,22 +38,39 @@ def check_method(source: str, method: Method, objectives: list[Objective], prune
 
 def check_objectives(source: str, objectives: list[Objective], pruner: Pruner,
                      experiment: Experiment) -> None:
-    """Objectives name known metrics once each; targets and pruning need per-epoch ones."""
+    """Objectives name known metrics once each; targets and pruning need per-epoch ones.
+
+    A command may report any metric, each epoch or at its end, so its names are its own.
+    """
     known = METRICS + experiment.metrics
+    per_epoch = EPOCH_METRICS + experiment.metrics  # an experiment's own metrics: each eval
     seen = set()
     for i, objective in enumerate(objectives):
-        if objective.metric not in known:
+        if objective.metric not in known and not experiment.is_command:
             raise SpecError(source, f"objective.{i}.metric",
                             "must be one of " + ", ".join(known), objective.metric)
         if objective.metric in seen:
             raise SpecError(source, f"objective.{i}.metric", "is listed twice", objective.metric)
         seen.add(objective.metric)
-        if objective.target is not None and objective.metric not in EPOCH_METRICS:
+        if (objective.target is not None and objective.metric not in per_epoch
+                and not experiment.is_command):
             raise SpecError(source, f"objective.{i}.target", "a target needs a per-epoch metric ("
-                            + ", ".join(EPOCH_METRICS) + ")", objective.metric)
-    if pruner.type != "none" and objectives[0].metric not in EPOCH_METRICS:
+                            + ", ".join(per_epoch) + ")", objective.metric)
+    if (pruner.type != "none" and objectives[0].metric not in per_epoch
+            and not experiment.is_command):
         raise SpecError(source, "pruner.type", "pruning needs a per-epoch objective ("
-                        + ", ".join(EPOCH_METRICS) + ")", objectives[0].metric)
+                        + ", ".join(per_epoch) + ")", objectives[0].metric)
+
+
+def check_command_sweep(source: str, pruner: Pruner, data: Any, space: Space) -> None:
+    """What a command sweep cannot use: a data section (the script reads its own data)
+    and hyperband without `epochs` (its budget is epochs)."""
+    if data is not None:
+        raise SpecError(source, "data", "a command reads its own data; pass its folder as "
+                        "an argument in fixed", data.model_dump())
+    if pruner.type == "hyperband" and "epochs" not in space.resolve({}):
+        raise SpecError(source, "pruner.type", "hyperband with a command needs fixed.epochs",
+                        pruner.type)
 
 
 def check_workload(source: str, experiment: Experiment, space: Space,
@@ -65,6 +82,8 @@ def check_workload(source: str, experiment: Experiment, space: Space,
         ExperimentError: `build` raised or returned something msexp cannot train.
         SpecError: split indices that are unsorted, repeated or beyond the THOR layers.
     """
+    if experiment.is_command:
+        return
     splits = [(key, value) for key, value in _written_splits(space) if value != []]
     splits = splits if _may_use_thor(space) else []
     own = not is_builtin(experiment.ref)  # built-ins are covered by the test suite

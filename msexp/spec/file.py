@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -60,11 +60,25 @@ class Data(_Strict):
     path: str = Field(min_length=1)
 
 
+class CommandSection(_Strict):
+    """`experiment:` as the user's own command, run unchanged once per trial."""
+
+    command: str = Field(min_length=1)
+    args: Literal["flags", "hydra", "none"] = "flags"
+    metrics: list[str] = Field(default_factory=list)
+    check: str = "--help"
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
 class SweepFile(_Strict):
     """The YAML document as written, checked for keys and types."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
-    experiment: str = Field(min_length=1)
+    experiment: Union[Annotated[str, Field(min_length=1)], CommandSection]
     method: Method = Method.grid
     objective: list[Objective] = Field(
         default_factory=lambda: [Objective(metric="eval_accuracy")], min_length=1)
@@ -101,11 +115,15 @@ def read_file(text: str, source: str) -> SweepFile:
     try:
         return SweepFile.model_validate(data)
     except ValidationError as exc:
-        raise _first_error(source, exc) from None
+        raise _first_error(source, exc, data) from None
 
 
-def _first_error(source: str, exc: ValidationError) -> SpecError:
-    err = exc.errors(include_url=False)[0]
+def _first_error(source: str, exc: ValidationError, data: dict[str, Any]) -> SpecError:
+    err = _first_relevant(exc.errors(include_url=False), data.get("experiment"))
+    if err is None:
+        return SpecError(source, "experiment", "must be an experiment name (built-in, "
+                         "package.module:build or file.py) or a mapping with a command",
+                         data.get("experiment"))
     loc = [str(p) for p in err["loc"]]
     key = ".".join(loc)
     kind = err["type"]
@@ -123,6 +141,22 @@ def _first_error(source: str, exc: ValidationError) -> SpecError:
         if rule.startswith(prefix):
             rule = ("must " if prefix == "String should " else "must be ") + rule[len(prefix):]
     return SpecError(source, key, rule[0].lower() + rule[1:], err.get("input"))
+
+
+def _first_relevant(errors: list[Any], experiment: Any) -> Any:
+    """The first error; for `experiment` (a name or a command mapping), the error of the
+    form the value was written in, without the form's name in the key path; None for a
+    value of neither form."""
+    meant = "CommandSection" if isinstance(experiment, dict) else "str"
+    for err in errors:
+        loc = err["loc"]
+        if len(loc) < 2 or loc[0] != "experiment":
+            return err
+        if not isinstance(experiment, (str, dict)):
+            return None
+        if meant in str(loc[1]):
+            return {**err, "loc": (loc[0], *loc[2:])}
+    return None
 
 
 def _allowed_keys(loc: list[str]) -> list[str]:

@@ -12,8 +12,14 @@ import yaml
 from msexp.datasets import check_data
 from msexp.errors import SpecError
 from msexp.experiment import Experiment, load_experiment
-from msexp.spec.checks import check_method, check_objectives, check_workload
-from msexp.spec.file import Budget, Data, Method, Objective, Pruner, read_file
+from msexp.spec.checks import (
+    check_command_sweep,
+    check_method,
+    check_objectives,
+    check_workload,
+)
+from msexp.spec.command import command_experiment
+from msexp.spec.file import Budget, CommandSection, Data, Method, Objective, Pruner, read_file
 from msexp.spec.precision import check_precision
 from msexp.spec.space import Space, parse_params
 from msexp.training.records import Target
@@ -37,6 +43,12 @@ class SweepSpec:
     fixed: dict[str, Any]
     params: dict[str, Any]
     space: Space
+    command: CommandSection | None = None
+
+    @property
+    def folder(self) -> Path:
+        """The sweep file's folder, where a command experiment runs."""
+        return self.path.parent.resolve()
 
     def n_trials(self) -> int:
         """Trials the sweep runs in all: the budget, capped by the grid size for grids."""
@@ -70,11 +82,19 @@ def load_spec(path: str | Path) -> SweepSpec:
 def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
     """Validate sweep-file text; `source` names it in errors."""
     file = read_file(text, source)
-    experiment = load_experiment(file.experiment, source)
+    path = path or Path(source)
+    command = file.experiment if isinstance(file.experiment, CommandSection) else None
+    if command is None:
+        experiment = load_experiment(file.experiment, source)
+    else:
+        experiment = command_experiment(source, command, path.parent.resolve(), file.fixed,
+                                        file.params)
     space = parse_params(source, experiment.knobs, file.fixed, file.params)
-    spec = SweepSpec(path or Path(source), file.name, experiment, file.method, file.objective,
-                     file.budget, file.pruner, file.data, file.fixed, file.params, space)
+    spec = SweepSpec(path, file.name, experiment, file.method, file.objective, file.budget,
+                     file.pruner, file.data, file.fixed, file.params, space, command)
     check_method(source, spec.method, spec.objectives, spec.pruner, space)
+    if command is not None:
+        check_command_sweep(source, spec.pruner, spec.data, space)
     check_objectives(source, spec.objectives, spec.pruner, experiment)
     space.check_trials(spec.method is Method.grid)
     if spec.data is not None:

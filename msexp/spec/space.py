@@ -55,9 +55,12 @@ class Param:
 
 
 def derived(values: Mapping[str, Any]) -> dict[str, int]:
-    """Values computed from a trial's knobs: the per-device micro-batch and the effective batch."""
-    devices = values.get("devices", 1)
-    return {"micro_batch": values["batch_size"] // (values["micro_size"] * devices),
+    """Values computed from a trial's knobs: the per-device micro-batch and the effective batch
+    (none for a command whose sweep sets no batch_size)."""
+    if "batch_size" not in values:
+        return {}
+    devices, micro_size = values.get("devices", 1), values.get("micro_size", 1)
+    return {"micro_batch": values["batch_size"] // (micro_size * devices),
             "effective_batch": values["batch_size"]}
 
 
@@ -129,7 +132,9 @@ class Space:
         """Reject a batch_size that micro_size (times devices) does not divide, in any trial."""
         combos = self.grid() if is_grid else self.combos({"batch_size", "micro_size", "devices"})
         for assigned in combos:
-            values = self.resolve(assigned)
+            values = {"micro_size": 1, **self.resolve(assigned)}
+            if "batch_size" not in values:
+                continue  # a command that leaves its batch to itself
             batch, micro = values["batch_size"], values["micro_size"]
             if batch % micro:
                 key = "micro_size" if "micro_size" in assigned or "batch_size" not in assigned \

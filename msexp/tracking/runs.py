@@ -46,22 +46,22 @@ class Tracker:
 
         self.uri = tracking_uri(uri)
         self.spool = Spool()
-        if self.uri == DEFAULT_TRACKING_URI:
-            STORE_DIR.mkdir(exist_ok=True)
         if self.uri.startswith(("http://", "https://")):
             # fail over to the spool in seconds, not after minutes of retries
             for key, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"),
                                ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
                                ("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")):
                 os.environ.setdefault(key, value)
-        with self.writing():  # the first client of a new SQLite store creates its tables
-            self.client: MlflowClient = MlflowClient(_absolute(self.uri))
-            try:
+        try:  # an unreachable server, or a local store under an unwritable mlruns/
+            if self.uri == DEFAULT_TRACKING_URI:
+                STORE_DIR.mkdir(exist_ok=True)
+            with self.writing():  # the first client of a new SQLite store creates its tables
+                self.client: MlflowClient = MlflowClient(_absolute(self.uri))
                 self.client.search_experiments(max_results=1)
-            except Exception as exc:
-                reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-                raise MsexpError(f"cannot reach the MLflow tracking store {redact(self.uri)} "
-                                 f"({type(exc).__name__}: {reason})") from None
+        except Exception as exc:
+            reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise MsexpError(f"cannot reach the MLflow tracking store {redact(self.uri)} "
+                             f"({type(exc).__name__}: {reason})") from None
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -233,7 +233,7 @@ def _metrics(result: TrialResult) -> list:
     logged_last: dict[str, float] = {}
     for i, epoch in enumerate(result.epochs):
         ts, series = start_ms + i, epoch.series
-        first = epoch.step - len(series["train_loss"]) + 1
+        first = epoch.step - len(series.get("train_loss", [])) + 1
         for name, values in series.items():
             metrics += [Metric(name, float(v), ts, first + j) for j, v in enumerate(values)
                         if _finite(v)]

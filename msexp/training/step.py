@@ -106,10 +106,26 @@ class TrainStep:
         self._capturing: Callable | None = None
 
     def __call__(self, micro_batches: list[tuple[Any, Any]]) -> tuple[float, bool]:
+        return self.update([self.accumulate(x, y) for x, y in micro_batches])
+
+    def accumulate(self, x: Any, y: Any) -> Any:
+        """Add one micro-batch's gradients into the buffers (with THOR's factors on a
+        refresh update); return its loss as a tensor."""
+        thor = self.thor
+        if thor is None or not thor.refresh_due():
+            return self._accumulate(x, y)
+        if self._capturing is None:
+            self._capturing = self._make_capturing(thor.probes(x))
+        with thor.capturing():
+            loss, douts = self._capturing(x, y)
+            thor.collect(douts, self.loss_scale or 1.0)
+        return loss
+
+    def update(self, losses: list[Any]) -> tuple[float, bool]:
+        """Apply the accumulated gradients of the micro-batches whose `losses` these are;
+        return (mean loss, gradients finite)."""
         if self.thor is not None and self.thor.refresh_due():
-            losses = self._refresh(micro_batches)
-        else:
-            losses = [self._accumulate(x, y) for x, y in micro_batches]
+            self.thor.invert()
         if self._update_reduced is None:
             finite = self._update()
         else:
@@ -119,19 +135,6 @@ class TrainStep:
         if self.thor is not None:
             self.thor.advance()
         return sum(float(loss.asnumpy()) for loss in losses) / len(losses), bool(finite.asnumpy())
-
-    def _refresh(self, micro_batches: list[tuple[Any, Any]]) -> list:
-        thor = self.thor
-        if self._capturing is None:
-            self._capturing = self._make_capturing(thor.probes(micro_batches[0][0]))
-        losses = []
-        with thor.capturing():
-            for x, y in micro_batches:
-                loss, douts = self._capturing(x, y)
-                thor.collect(douts, self.loss_scale or 1.0)
-                losses.append(loss)
-        thor.invert()
-        return losses
 
     @property
     def loss_scale(self) -> float | None:

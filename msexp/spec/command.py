@@ -1,0 +1,100 @@
+"""A command experiment: the user's own script, swept over the values its sweep file sets.
+
+msexp cannot see a script's arguments, so every key in `fixed` and `params` is a knob:
+msexp's own knobs keep their rules (`lr > 0`, ...) but no default and no condition, and
+any other name is the script's own argument, typed by the values written for it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from msexp.errors import SpecError
+from msexp.experiment import Experiment
+from msexp.knobs import KNOBS, Knob
+from msexp.paths import search_path
+from msexp.spec.file import CommandSection
+
+_TYPES = (bool, int, float, str, list)
+
+
+def command_experiment(source: str, section: CommandSection, folder: Path,
+                       fixed: Mapping[str, Any], params: Mapping[str, Any]) -> Experiment:
+    """The experiment of a command section, with a knob for every key the file sets.
+
+    Raises:
+        SpecError: the command cannot be split or started, a metrics regex is invalid,
+            or an own knob's values do not share one type.
+    """
+    argv = split_command(source, section.command)
+    missing = _missing_program(argv, folder)
+    if missing:
+        raise SpecError(source, "experiment.command", missing, section.command)
+    for i, pattern in enumerate(section.metrics):
+        key = f"experiment.metrics.{i}"
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise SpecError(source, key, f"not a regular expression ({exc})", pattern) from None
+        if not compiled.groupindex:
+            raise SpecError(source, key, "needs a named group per metric, "
+                            "e.g. (?P<eval_accuracy>[0-9.]+)", pattern)
+    knobs = {}
+    for where, section_values in (("fixed", fixed), ("params", params)):
+        for name, written in section_values.items():
+            knobs[name] = _knob(source, f"{where}.{name}", name, written,
+                                is_range=where == "params")
+    return Experiment(section.command, None, {}, knobs, ())
+
+
+def split_command(source: str, command: str) -> list[str]:
+    """The command's argv, split as a shell would."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise SpecError(source, "experiment.command", f"cannot be split ({exc})",
+                        command) from None
+    if not argv:
+        raise SpecError(source, "experiment.command", "is empty", command)
+    return argv
+
+
+def _missing_program(argv: list[str], folder: Path) -> str | None:
+    program = argv[0]
+    if "/" in program:
+        if not (folder / program).exists():
+            return f"{program} not found in {folder}"
+    elif shutil.which(program, path=search_path()) is None:
+        return f"{program} is not on PATH"
+    script = next((a for a in argv[1:] if a.endswith(".py")), None)
+    if Path(program).name.startswith("python") and script and not (folder / script).is_file():
+        return f"{script} not found in {folder}"
+    return None
+
+
+def _knob(source: str, key: str, name: str, written: Any, is_range: bool) -> Knob:
+    if name in KNOBS:
+        return replace(KNOBS[name], default=None, when={})
+    values = _written_values(written) if is_range else [written]
+    kinds = {type(v) for v in values}
+    if kinds <= {int, float} and float in kinds:
+        kinds = {float}
+    if len(kinds) != 1 or next(iter(kinds)) not in _TYPES:
+        raise SpecError(source, key, "values of the command's own argument must share one "
+                        "type (bool, int, float, str or list)", written)
+    return Knob(name, next(iter(kinds)), None, "an argument of the command")
+
+
+def _written_values(written: Any) -> list[Any]:
+    if isinstance(written, dict):
+        if "values" in written:
+            written = written["values"]
+        else:
+            return [written[b] for b in ("low", "high") if b in written] or [written]
+    return list(written) if isinstance(written, list) and written else [written]

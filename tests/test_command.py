@@ -1,0 +1,212 @@
+"""Sweep the script you have: command experiments, run unchanged, read from their output."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from msexp.execution.command import MetricReader, arguments
+from msexp.execution.pool import TrialProcess
+from msexp.execution.protocol import Command, Status, TrialRequest
+from msexp.search.storage import open_storage
+from tests.conftest import ASSETS, ROOT, mlflow_client, write
+
+SCRIPTS = ASSETS / "scripts"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "300"})
+
+
+@pytest.fixture
+def scripts(workdir: Path) -> Path:
+    folder = workdir / "project"
+    shutil.copytree(SCRIPTS, folder)
+    return folder
+
+
+def child_runs(experiment: str) -> list:
+    client = mlflow_client()
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id])
+    return [r for r in runs if r.data.tags.get("msexp.role") == "trial"]
+
+
+def test_metrics_are_read_from_every_common_form_of_output() -> None:
+    reader = MetricReader([r"'Accuracy': (?P<eval_accuracy>[0-9.]+)"])
+    assert reader.feed("epoch: 1 step: 20, loss is 0.6931") == {"train_loss": 0.6931}
+    assert reader.feed("Train epoch time: 812.250 ms, per step time: 18.460 ms") == {
+        "step_ms": 18.46}
+    assert reader.feed("{'Accuracy': 0.9375}") == {"Accuracy": 0.9375, "eval_accuracy": 0.9375}
+    assert reader.feed('{"eval_loss": 0.25, "note": "x"}') == {"eval_loss": 0.25}
+    assert reader.feed("val_acc: 0.5") == {"val_acc": 0.5}
+    assert reader.feed("step=10 loss=2.5e-1, acc=.75") == {"step": 10.0, "loss": 0.25,
+                                                            "acc": 0.75}
+    assert reader.feed("epoch: 2 step: 5 loss is  0.5") == {"train_loss": 0.5}  # seed 001
+    assert reader.feed("version 2.10.0 at 10:30") == {}
+    assert reader.last["train_loss"] == 0.5 and reader.last["eval_accuracy"] == 0.9375
+
+
+def test_params_become_flags_or_hydra_overrides() -> None:
+    params = {"lr": 0.1, "thor.frequency": 10, "amp": True, "split": [0, 2]}
+    assert arguments(params, "flags") == ["--lr=0.1", "--thor.frequency=10", "--amp=true",
+                                          "--split=[0, 2]"]
+    assert arguments(params, "hydra")[:2] == ["lr=0.1", "thor.frequency=10"]
+    assert arguments(params, "none") == []
+
+
+def test_an_unchanged_model_train_script_sweeps_into_mlflow(scripts: Path) -> None:
+    sweep = write(scripts / "lr.yaml", """
+        name: script-lr
+        experiment:
+          command: python train_digits.py
+          metrics: "'Accuracy': (?P<eval_accuracy>[0-9.]+)"
+        fixed: {epochs: 1}
+        params:
+          lr: [0.05, 0.0001]
+    """)
+    result = invoke("sweep", str(sweep))
+    assert result.exit_code == 0, result.output
+    runs = sorted(child_runs("script-lr"), key=lambda r: float(r.data.params["lr"]))
+    assert [r.data.tags["status"] for r in runs] == ["COMPLETE", "COMPLETE"]
+    assert [r.data.params["lr"] for r in runs] == ["0.0001", "0.05"]
+    assert all(r.data.params["epochs"] == "1" for r in runs)
+    assert "batch_size" not in runs[0].data.params, "the script keeps its own defaults"
+    good, poor = runs[1].data.metrics, runs[0].data.metrics
+    assert good["eval_accuracy"] > 0.5 and good["eval_accuracy"] > poor["eval_accuracy"]
+    assert good["train_loss"] > 0 and good["step_ms"] > 0  # LossMonitor and TimeMonitor
+    log = Path(mlflow_client().download_artifacts(runs[1].info.run_id, "trial.log"))
+    assert "loss is" in log.read_text()
+
+
+def test_a_pruned_script_with_the_callback_stops(scripts: Path) -> None:
+    source = (scripts / "train_digits.py").read_text()
+    changed = source.replace("from sklearn.datasets import load_digits\n",
+                             "from sklearn.datasets import load_digits\n\n"
+                             "from msexp.hooks import MsexpCallback\n")
+    changed = changed.replace("callbacks=[LossMonitor(20), TimeMonitor()]",
+                              "callbacks=[LossMonitor(20), TimeMonitor(), "
+                              "MsexpCallback(model, eval_ds)]")
+    assert changed.count("MsexpCallback") == 2
+    (scripts / "train_cb.py").write_text(changed)
+    sweep = write(scripts / "prune.yaml", """
+        name: script-prune
+        experiment: {command: python train_cb.py}
+        objective: {metric: eval_accuracy, direction: maximize}
+        fixed: {epochs: 30}
+        params:
+          lr: [0.05, 0.00001]
+        pruner: {type: median, warmup_epochs: 0, startup_trials: 1}
+    """)
+    result = invoke("sweep", str(sweep))
+    assert result.exit_code == 0, result.output
+    study = __import__("optuna").load_study(study_name="script-prune",
+                                            storage=open_storage(None))
+    states = [t.state.name for t in study.trials]
+    assert states == ["COMPLETE", "PRUNED"]
+    pruned = study.trials[1]
+    assert max(pruned.intermediate_values) < 5, "the pruned trial stopped early"
+    runs = {r.data.params["lr"]: r for r in child_runs("script-prune")}
+    assert runs["1e-05"].data.tags["status"] == "PRUNED"
+    assert runs["0.05"].data.metrics["eval_accuracy"] > 0.8
+    history = mlflow_client().get_metric_history(runs["0.05"].info.run_id, "eval_accuracy")
+    assert len(history) == 30, "every epoch is logged"
+
+
+def test_a_hydra_style_script_gets_overrides(scripts: Path) -> None:
+    sweep = write(scripts / "hydra.yaml", """
+        name: hydra
+        experiment: {command: python train_hydra.py, args: hydra}
+        objective: {metric: score}
+        fixed: {epochs: 1}
+        params:
+          lr: [0.1, 0.3]
+          optim.momentum: [0.5, 0.9]
+    """)
+    result = invoke("sweep", str(sweep))
+    assert result.exit_code == 0, result.output
+    runs = child_runs("hydra")
+    scores = {(r.data.params["lr"], r.data.params["optim.momentum"]): r.data.metrics["score"]
+              for r in runs}
+    assert scores == {("0.1", "0.5"): pytest.approx(0.4), ("0.1", "0.9"): pytest.approx(0.8),
+                      ("0.3", "0.5"): pytest.approx(0.6), ("0.3", "0.9"): pytest.approx(1.0)}
+
+
+def test_failing_commands_are_recorded_and_the_sweep_goes_on(scripts: Path) -> None:
+    sweep = write(scripts / "bad.yaml", """
+        name: bad-flag
+        experiment: {command: python train_digits.py}
+        objective: {metric: Accuracy}
+        fixed: {epochs: 1}
+        params:
+          no_such_flag: [1]
+    """)
+    result = invoke("sweep", str(sweep))
+    assert result.exit_code == 0, result.output
+    (run,) = child_runs("bad-flag")
+    assert run.data.tags["status"] == "FAILED"
+    assert run.data.tags["error"].startswith("the command exited with code 2: ")
+    assert run.data.tags["error"].endswith("unrecognized arguments: --no_such_flag=1")
+    log = Path(mlflow_client().download_artifacts(run.info.run_id, "trial.log")).read_text()
+    assert "unrecognized arguments: --no_such_flag=1" in log
+
+    quiet = write(scripts / "quiet.yaml", """
+        name: quiet
+        experiment: {command: python quiet.py, args: none}
+        params: {lr: [0.1]}
+    """)
+    assert invoke("sweep", str(quiet)).exit_code == 0
+    (run,) = child_runs("quiet")
+    assert run.data.tags["status"] == "FAILED"
+    assert run.data.tags["error"].startswith("RuntimeError: the command reported no metric")
+
+
+def test_a_command_that_cannot_start_fails_its_trial(tmp_path: Path) -> None:
+    runner = TrialProcess(cwd=ROOT)
+    command = Command(["no-such-program-xyz"], str(tmp_path))
+    try:
+        result = runner.run(TrialRequest("no-such-program-xyz", {"lr": 0.1}, tmp_path / "t",
+                                         command=command), timeout=60)
+    finally:
+        runner.kill()
+    assert result.status is Status.FAILED
+    assert "FileNotFoundError" in result.error and "no-such-program-xyz" in result.error
+
+
+@pytest.mark.parametrize(("command", "rule"), [
+    ("no-such-program-xyz train.py", "no-such-program-xyz is not on PATH"),
+    ("python missing.py", "missing.py not found in"),
+    ("python 'unclosed", "cannot be split (No closing quotation)"),
+])
+def test_validate_refuses_a_command_that_cannot_run(scripts: Path, command: str,
+                                                    rule: str) -> None:
+    sweep = write(scripts / "v.yaml", f"name: v\nexperiment: {{command: \"{command}\"}}\n")
+    result = invoke("validate", str(sweep))
+    assert result.exit_code == 2, result.output
+    assert f"v.yaml: experiment.command: {rule}" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_plan_check_runs_the_command_once(scripts: Path) -> None:
+    good = write(scripts / "good.yaml", """
+        name: good
+        experiment: {command: python train_digits.py}
+        params: {lr: [0.1, 0.01]}
+    """)
+    result = invoke("plan", str(good), "--check")
+    assert result.exit_code == 0, result.output
+    assert "--help" in result.output and "ok" in result.output
+    (scripts / "broken.py").write_text("import no_such_module_xyz\n")
+    broken = write(scripts / "broken.yaml", """
+        name: broken
+        experiment: {command: python broken.py}
+        params: {lr: [0.1]}
+    """)
+    refused = invoke("validate", str(broken), "--check")
+    assert refused.exit_code == 2
+    assert "broken.yaml: experiment.command: it exited with code 1 with --help: " \
+           "ModuleNotFoundError: No module named 'no_such_module_xyz'" in refused.output
