@@ -54,15 +54,19 @@ def test_report_to_an_unreachable_store_is_one_line(sweep: Path) -> None:
     assert "Traceback" not in result.output and "s3cret" not in result.output
 
 
-def test_an_unforeseen_error_is_one_line_and_debug_shows_the_traceback(workdir: Path) -> None:
-    blocker = write(workdir / "file", "not a folder\n")
-    storage = str(blocker / "optuna.journal")
-    result = invoke("status", "--study", "x", "--storage", storage)
+def test_an_unforeseen_error_is_one_line_and_debug_shows_the_traceback(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unforeseen(path: Path) -> str:
+        raise RuntimeError("nobody saw this coming")
+
+    monkeypatch.setattr("msexp.cli.studies.read_name", unforeseen)
+    sweep = write(workdir / "s.yaml", "name: s\n")
+    result = invoke("status", str(sweep))
     assert result.exit_code == 1
-    assert one_line(result).startswith("msexp: ")
+    assert one_line(result).startswith("msexp: RuntimeError: nobody saw this coming")
     assert result.output.strip().endswith("(--debug shows the traceback)")
-    debug = invoke("--debug", "status", "--study", "x", "--storage", storage)
-    assert debug.exit_code == 1 and isinstance(debug.exception, OSError)
+    debug = invoke("--debug", "status", str(sweep))
+    assert debug.exit_code == 1 and isinstance(debug.exception, RuntimeError)
 
 
 def test_status_counts_a_retried_trial_once(sweep: Path) -> None:

@@ -85,13 +85,18 @@ def status(
 def _existing_study(file: Path | None, study: str | None, storage: str | None) -> Any:
     import optuna  # lazy: Optuna takes a second to import
 
-    from msexp.search.storage import open_storage, storage_label  # lazy: as above
+    from msexp.search.storage import (  # lazy: as above
+        open_storage,
+        storage_errors,
+        storage_label,
+    )
 
     if file is None and study is None:
         raise SpecError("msexp", "", "give a sweep file or --study NAME", show_value=False)
     name = study or read_name(file)
     try:
-        return optuna.load_study(study_name=name, storage=open_storage(storage))
+        with storage_errors(storage):
+            return optuna.load_study(study_name=name, storage=open_storage(storage))
     except KeyError:
         raise MsexpError(f"no study named {name!r} in {storage_label(storage)}") from None
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
+import logging
+import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,23 +17,167 @@ import optuna
 from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._file import BaseJournalFileLock
 
+from msexp.errors import MsexpError
 from msexp.paths import JOURNAL
 from msexp.urls import redact
 
+_log = logging.getLogger("msexp")
+_OPTUNA_TABLES = {"studies", "version_info", "trials", "study_directions"}
+_TAIL_CHUNK = 1 << 16
+
 
 def open_storage(url: str | None) -> optuna.storages.BaseStorage:
-    """A journal file (`*.journal`, default `mlruns/optuna.journal`) or any RDB URL."""
-    if url is None or url.endswith(".journal"):
-        path = Path(url or JOURNAL).resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(
-            JournalFileBackend(str(path), lock_obj=FlockLock(str(path) + ".flock")))
-    for attempt in range(4):
+    """A journal file (`*.journal`, default `mlruns/optuna.journal`) or any RDB URL.
+
+    Raises:
+        MsexpError: the storage cannot be opened, is not Optuna's, or is corrupt (one
+            line naming it).
+    """
+    with storage_errors(url):
+        if url is None or url.endswith(".journal"):
+            return _open_journal(Path(url or JOURNAL).resolve())
+        _probe(url)
+        for attempt in range(4):
+            try:
+                return optuna.storages.RDBStorage(url)
+            except Exception as exc:
+                if not _is_db_error(exc):  # e.g. a schema of another Optuna version
+                    raise MsexpError(f"cannot open the Optuna storage {redact(url)} "
+                                     f"({_reason(exc)})") from None
+                time.sleep(1 + attempt)  # another worker is creating the same schema now
+        return optuna.storages.RDBStorage(url)
+
+
+@contextlib.contextmanager
+def storage_errors(url: str | None) -> Iterator[None]:
+    """Report an error of the storage itself (a file, a folder, a database) as one
+    MsexpError line naming the storage."""
+    try:
+        yield
+    except MsexpError:
+        raise
+    except Exception as exc:
+        if not (isinstance(exc, OSError) or _is_db_error(exc)):
+            raise
+        raise MsexpError(f"cannot use the Optuna storage {storage_label(url)} "
+                         f"({_reason(exc)})") from None
+
+
+def _open_journal(path: Path) -> optuna.storages.JournalStorage:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FlockLock(str(path) + ".flock")
+    if not path.exists() or os.access(path, os.W_OK):
+        _cut_torn_tail(path, lock)
+    try:
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+    except (ValueError, KeyError, TypeError):  # a line that is not a journal record
+        line = _first_bad_line(path)
+        raise MsexpError(f"{path}: line {line} is not an Optuna journal record; keep a copy, "
+                         "delete that line (or restore the file from a backup) and run "
+                         "again") from None
+
+
+def _cut_torn_tail(path: Path, lock: FlockLock) -> None:
+    """Cut a last line left without its newline by a writer that died mid-append, so the
+    next record starts on a line of its own instead of corrupting the journal.
+
+    Writers append whole lines under the lock, so under the lock a missing newline at
+    the end can only be such a remnant.
+    """
+    if not path.exists() or _ends_a_line(path):
+        return
+    lock.acquire()
+    try:
+        with path.open("rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0 or _ends_a_line(path):
+                return
+            keep = _after_last_newline(f, size)
+            f.truncate(keep)
+            os.fsync(f.fileno())
+    finally:
+        lock.release()
+    _log.warning(f"{path}: cut a partial last record ({size - keep} bytes) left by an "
+                 "interrupted write")
+
+
+def _ends_a_line(path: Path) -> bool:
+    with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return True
+        f.seek(size - 1)
+        return f.read(1) == b"\n"
+
+
+def _after_last_newline(f: Any, size: int) -> int:
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_CHUNK)
+        f.seek(start)
+        found = f.read(end - start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
+
+
+def _first_bad_line(path: Path) -> int:
+    number = 0
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return number
+            if not isinstance(record, dict) or "op_code" not in record:
+                return number
+    return number
+
+
+def _probe(url: str) -> None:
+    """Connect once, failing fast: the retries in `open_storage` are for a schema another
+    worker is creating, not for a database that is not there."""
+    import sqlalchemy  # lazy: only RDB storages need it
+
+    folder = _sqlite_folder(url)
+    if folder is not None and not folder.is_dir():
+        raise MsexpError(f"cannot open the Optuna storage {redact(url)} (folder {folder} "
+                         "does not exist)")
+    args = {"connect_timeout": 5} if url.startswith("postgresql") else {}
+    try:
+        engine = sqlalchemy.create_engine(url, connect_args=args)
         try:
-            return optuna.storages.RDBStorage(url)
-        except Exception:  # another worker is creating the same schema right now
-            time.sleep(1 + attempt)
-    return optuna.storages.RDBStorage(url)
+            tables = set(sqlalchemy.inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+    except Exception as exc:
+        raise MsexpError(f"cannot open the Optuna storage {redact(url)} "
+                         f"({_reason(exc)})") from None
+    if "alembic_version" in tables and not tables & _OPTUNA_TABLES:
+        raise MsexpError(f"{redact(url)} is not an Optuna database (it holds another "
+                         "application's tables); give Optuna a database of its own")
+
+
+def _sqlite_folder(url: str) -> Path | None:
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url[len(prefix):] in ("", ":memory:"):
+        return None
+    return Path(url[len(prefix):]).parent
+
+
+def _is_db_error(exc: Exception) -> bool:
+    return any(t.__module__.startswith("sqlalchemy") for t in type(exc).__mro__)
+
+
+def _reason(exc: Exception) -> str:
+    """The first line of what went wrong, without SQLAlchemy's wrapping."""
+    cause = getattr(exc, "orig", None) or exc
+    if isinstance(cause, OSError) and cause.strerror:
+        text = cause.strerror + (f": {cause.filename}" if cause.filename else "")
+    else:
+        text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return redact(f"{type(cause).__name__}: {text}"[:300])
 
 
 class FlockLock(BaseJournalFileLock):

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
 from msexp.keys import StudyKey, TrialKey
-from msexp.search.storage import open_storage, storage_label
+from msexp.search.storage import open_storage, storage_errors, storage_label
 from msexp.spec import Method, SweepSpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -84,8 +84,17 @@ def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None 
 
     A new grid study enqueues its points; workers take them atomically, so no grid
     point runs twice, whatever the number of workers and machines.
+
+    Raises:
+        MsexpError: the storage cannot be opened or written (one line naming it), or
+            holds a study of that name from another sweep.
     """
-    name = study_name or spec.name
+    with storage_errors(storage_url):
+        return _open_study(spec, storage_url, study_name or spec.name)
+
+
+def _open_study(spec: SweepSpec, storage_url: str | None, name: str
+                ) -> tuple[optuna.Study, bool]:
     storage = open_storage(storage_url)
     directions = [o.direction for o in spec.objectives]
     kwargs = dict(study_name=name, storage=storage, pruner=make_pruner(spec))
