@@ -40,53 +40,9 @@ def blocks_per_stage(depth: int, block: str) -> int:
 def resnet(depth: int = 8, width: int = 16, block: str = "basic", num_classes: int = 10,
            channels: int = 3) -> Any:
     """The network: a 3x3 stem, three stages of residual blocks, global average pooling."""
-    from mindspore import nn, ops
+    from experiments._resnet import ResNet  # lazy: imports MindSpore; plans stay fast
 
-    def conv(in_ch: int, out_ch: int, kernel: int, stride: int = 1) -> nn.Cell:
-        return nn.Conv2d(in_ch, out_ch, kernel, stride, pad_mode="same", has_bias=False)
-
-    def bn(ch: int) -> nn.Cell:
-        return nn.BatchNorm2d(ch, momentum=0.9)
-
-    class Residual(nn.Cell):
-        def __init__(self, body: nn.Cell, shortcut: nn.Cell):
-            super().__init__()
-            self.body, self.shortcut, self.relu = body, shortcut, nn.ReLU()
-
-        def construct(self, x):
-            return self.relu(self.body(x) + self.shortcut(x))
-
-    def make_block(in_ch: int, ch: int, stride: int) -> tuple[nn.Cell, int]:
-        if block == "basic":
-            out_ch = ch
-            body = nn.SequentialCell(conv(in_ch, ch, 3, stride), bn(ch), nn.ReLU(),
-                                     conv(ch, ch, 3), bn(ch))
-        else:  # v1.5: the stride sits on the 3x3 convolution, not the first 1x1
-            out_ch = 4 * ch
-            body = nn.SequentialCell(conv(in_ch, ch, 1), bn(ch), nn.ReLU(),
-                                     conv(ch, ch, 3, stride), bn(ch), nn.ReLU(),
-                                     conv(ch, out_ch, 1), bn(out_ch))
-        shortcut = (nn.Identity() if stride == 1 and in_ch == out_ch else
-                    nn.SequentialCell(conv(in_ch, out_ch, 1, stride), bn(out_ch)))
-        return Residual(body, shortcut), out_ch
-
-    class ResNet(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            n = blocks_per_stage(depth, block)
-            layers: list[nn.Cell] = [conv(channels, width, 3), bn(width), nn.ReLU()]
-            in_ch = width
-            for stage, ch in enumerate((width, 2 * width, 4 * width)):
-                for i in range(n):
-                    cell, in_ch = make_block(in_ch, ch, 2 if stage and not i else 1)
-                    layers.append(cell)
-            self.features = nn.SequentialCell(layers)
-            self.head = nn.Dense(in_ch, num_classes)
-
-        def construct(self, x):
-            return self.head(ops.mean(self.features(x), (2, 3)))
-
-    return ResNet()
+    return ResNet(blocks_per_stage(depth, block), width, block, num_classes, channels)
 
 
 def build(params: dict[str, Any]) -> Workload:

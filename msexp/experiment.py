@@ -42,7 +42,13 @@ class Workload:
         train: `(inputs, labels)` NumPy arrays, or an unbatched `mindspore.dataset` dataset.
         eval: the same for evaluation.
         data_source: a short description of the data, recorded in MLflow.
-        metrics: extra eval metrics, name -> function of (logits, labels).
+        metrics: extra eval metrics, name -> function of (logits, labels); each is
+            computed every epoch, so each can be an objective and drive pruning.
+        optimizer: an `nn.Optimizer` over the network's weights, or a factory
+            `(network, params, steps_per_epoch) -> nn.Optimizer`; None: the `optimizer`
+            knob (sgd, momentum, adam, adamw, thor) with the lr knobs.
+        lr_schedule: the learning rate per update (a list) or a MindSpore
+            `LearningRateSchedule`, instead of `lr_schedule`/`warmup_epochs`.
     """
 
     network: Any
@@ -51,6 +57,8 @@ class Workload:
     eval: Any
     data_source: str = ""
     metrics: dict[str, Metric] = field(default_factory=dict)
+    optimizer: Any = None
+    lr_schedule: Any = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,9 @@ def workload_problem(workload: Any, declared_metrics: tuple[str, ...] = ()) -> s
                f"{type(workload.network).__name__}"
     if not callable(workload.loss_fn):
         return "Workload.loss_fn must be a Cell or function (logits, labels) -> loss"
+    if workload.optimizer is not None and not callable(workload.optimizer):
+        return ("Workload.optimizer must be an nn.Optimizer or a function "
+                "(network, params, steps_per_epoch) -> nn.Optimizer")
     for name in ("train", "eval"):
         problem = data_problem(getattr(workload, name), name)
         if problem:
@@ -147,17 +158,31 @@ def workload_problem(workload: Any, declared_metrics: tuple[str, ...] = ()) -> s
 def data_problem(data: Any, name: str) -> str | None:
     """What is wrong with `Workload.<name>`, or None for (inputs, labels) arrays or a dataset."""
     if isinstance(data, (tuple, list)):
-        if len(data) != 2 or not all(hasattr(a, "shape") for a in data):
-            return f"Workload.{name} must be (inputs, labels) arrays"
-        if len(data[0]) != len(data[1]):
-            return f"Workload.{name} has {len(data[0])} inputs but {len(data[1])} labels"
+        inputs = data[0] if len(data) == 2 and isinstance(data[0], tuple) else data[:1]
+        arrays = [*inputs, *data[1:]]
+        if len(data) != 2 or not all(hasattr(a, "shape") for a in arrays):
+            return (f"Workload.{name} must be (inputs, labels) arrays (inputs: a tuple of "
+                    "arrays for a network of several inputs)")
+        if any(len(a) != len(data[1]) for a in inputs):
+            return f"Workload.{name} has {len(inputs[0])} inputs but {len(data[1])} labels"
         return None
     from mindspore.dataset import Dataset  # lazy: as above
 
     if not isinstance(data, Dataset):
         return (f"Workload.{name} must be (inputs, labels) arrays or a mindspore.dataset "
                 f"dataset, got {type(data).__name__}")
+    batch = data.get_batch_size()
+    if batch != 1:
+        return (f"Workload.{name} is batched (batch {batch}); give it unbatched: msexp "
+                "batches it by batch_size / micro_size")
     return None
+
+
+def local_cell_classes(network: Any) -> list[str]:
+    """Cell classes of `network` defined inside a function, which AMP O1 cannot rewrite
+    (it re-creates a network from its classes' source, without the function's names)."""
+    return sorted({type(cell).__qualname__ for _, cell in network.cells_and_names()
+                   if "<locals>" in type(cell).__qualname__})
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -206,6 +231,9 @@ def _import_file(path: Path, source: str) -> ModuleType:
     name = f"msexp_user_{path.stem}_{abs(hash(str(path.resolve())))}"
     if name in sys.modules:
         return sys.modules[name]
+    folder = str(path.parent.resolve())
+    if folder not in sys.path:  # the file's sibling modules import, as for `python file.py`
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

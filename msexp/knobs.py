@@ -101,6 +101,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("lr_schedule", str, "constant", "learning-rate schedule after warm-up",
          choices=("constant", "cosine")),
     Knob("warmup_epochs", int, 0, "epochs of linear learning-rate warm-up", ge=0),
+    Knob("clip_grad_norm", float, 0.0, "clip the update's gradients to this global norm "
+         "(0: no clipping)", ge=0),
     Knob("seed", int, 0, "seed for weights, data order and dropout", ge=0),
     Knob("amp_level", str, "O0", "automatic mixed precision level",
          choices=("O0", "O1", "O2", "O3")),

@@ -54,7 +54,9 @@ def build(params: dict[str, Any]) -> Workload:
     """Return the network, the loss and the data for one trial.
 
     `params` holds every knob of the trial (msexp's and PARAMS), already validated.
-    Import MindSpore here, not at the top, so `msexp plan` stays fast.
+    Import MindSpore here, not at the top, so `msexp plan` stays fast. A Cell class of
+    your own belongs at module level (in a module you import here): amp_level O1
+    rewrites the network from its classes' source.
     """
     from mindspore import nn
 

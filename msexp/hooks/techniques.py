@@ -62,7 +62,8 @@ class AccumulatingTrainStep(nn.Cell):
         scaler, drop = make_scaler(values)
         self.micro_size = values["micro_size"]
         object.__setattr__(self, "step", TrainStep(network, loss_fn, optimizer,
-                                                   self.micro_size, scaler, drop))
+                                                   self.micro_size, scaler, drop, None,
+                                                   values["clip_grad_norm"]))
         self.pending: list[Any] = []
         self.overflow_steps = 0
 

@@ -11,7 +11,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from msexp.errors import ExperimentError, SpecError
-from msexp.experiment import Experiment, Workload, describe_failure, is_builtin, workload_problem
+from msexp.experiment import (
+    Experiment,
+    Workload,
+    describe_failure,
+    is_builtin,
+    local_cell_classes,
+    workload_problem,
+)
 from msexp.knobs import EPOCH_METRICS, METRICS
 from msexp.spec.file import Method, Objective, Pruner
 from msexp.spec.space import Space
@@ -62,6 +69,38 @@ def check_objectives(source: str, objectives: list[Objective], pruner: Pruner,
                         + ", ".join(per_epoch) + ")", objectives[0].metric)
 
 
+def check_reported(source: str, objectives: list[Objective], space: Space,
+                   experiment: Experiment) -> None:
+    """Refuse an objective no trial can report: a metric the training loop reports only
+    under a condition that no trial of the sweep meets."""
+    if experiment.is_command:
+        return
+    for i, objective in enumerate(objectives):
+        condition = _reported_only(objective.metric, objectives, space)
+        if condition:
+            raise SpecError(source, f"objective.{i}.metric", f"is reported only {condition}, "
+                            "and no trial of this sweep has that", objective.metric)
+
+
+def _reported_only(metric: str, objectives: list[Objective], space: Space) -> str | None:
+    """The condition under which `metric` is reported, if no trial meets it."""
+    if metric in ("epochs_to_target", "time_to_target_s"):
+        return None if any(o.target is not None for o in objectives) else \
+            "when an objective has a target"
+    if metric == "loss_scale" and not _may_be(space, "loss_scale", ("fixed", "dynamic")):
+        return "with loss_scale fixed or dynamic"
+    if metric == "thor_inverse_s" and not _may_use_thor(space):
+        return "with optimizer thor"
+    return None
+
+
+def _may_be(space: Space, name: str, values: tuple[Any, ...]) -> bool:
+    param = next((p for p in space.params if p.name == name), None)
+    if param is not None:
+        return param.values is None or any(v in values for v in param.values)
+    return space.resolve({}).get(name) in values
+
+
 def check_command_sweep(source: str, pruner: Pruner, data: Any, space: Space) -> None:
     """What a command sweep cannot use: a data section (the script reads its own data)
     and hyperband without `epochs` (its budget is epochs)."""
@@ -95,6 +134,11 @@ def check_workload(source: str, experiment: Experiment, space: Space,
         problem = workload_problem(workload, experiment.metrics)
         if problem:
             raise ExperimentError(source, "experiment", problem, experiment.ref)
+        local = local_cell_classes(workload.network)
+        if local and "O1" in _amp_levels(space):
+            raise ExperimentError(source, "experiment", "amp_level O1 rewrites the network "
+                                  "from its classes' source, so define them at module level, "
+                                  f"not inside a function ({', '.join(local)})", experiment.ref)
     if splits:
         from msexp.training.thor import count_layers, split_rule  # imports MindSpore
 
@@ -122,6 +166,10 @@ def _written_splits(space: Space) -> Iterator[tuple[str, Any]]:
         prefix = f"params.{SPLIT_KNOB}" + (".values" if "when" in param.written else "")
         for i, value in enumerate(param.values):
             yield f"{prefix}.{i}", value
+
+
+def _amp_levels(space: Space) -> set[Any]:
+    return {space.resolve(p).get("amp_level") for p in space.combos({"amp_level"}) or [{}]}
 
 
 def _may_use_thor(space: Space) -> bool:

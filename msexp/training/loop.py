@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 import tempfile
@@ -11,7 +12,7 @@ from typing import Any, Callable
 
 import mindspore as ms
 import numpy as np
-from mindspore import ops
+from mindspore import nn, ops
 
 from msexp.experiment import Workload, data_problem
 from msexp.training import data
@@ -20,7 +21,7 @@ from msexp.training.loss_scale import make_scaler
 from msexp.training.memory import PeakMemory
 from msexp.training.optim import make_optimizer
 from msexp.training.records import Diverged, Epoch, Stopped, Target
-from msexp.training.step import TrainStep
+from msexp.training.step import TrainStep, call, tensors_of
 
 OnEpoch = Callable[[Epoch], None]
 
@@ -58,10 +59,12 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size {batch} is larger than the training set ({n_train})")
     network = apply_amp(workload.network, params, scratch)
-    optimizer = make_optimizer(params, network.trainable_params(), steps_per_epoch, network)
+    optimizer = _optimizer(workload, params, network, steps_per_epoch)
     scaler, drop = make_scaler(params)
-    step = TrainStep(network, workload.loss_fn, optimizer, micro_size, scaler, drop, reducer)
+    step = TrainStep(network, workload.loss_fn, optimizer, micro_size, scaler, drop, reducer,
+                     params.get("clip_grad_norm", 0.0))
     evaluate = _evaluator(network, workload)
+    batches = data.TrainBatches(workload.train, batch, micro_size, params["seed"], shard)
 
     update_s: list[float] = []
     overflow = skipped = 0
@@ -71,11 +74,10 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
     for epoch in range(1, epochs + 1):
         network.set_train(True)
         losses, scales = [], []
-        for micro_batches in data.updates(workload.train, batch, micro_size,
-                                          params["seed"] * 1000 + epoch, shard):
+        for micro_batches in batches.epoch(epoch):
             if stop_requested():
                 raise Stopped(f"stopped at epoch {epoch}, step {global_step}")
-            tensors = [(ms.Tensor(x), ms.Tensor(y)) for x, y in micro_batches]
+            tensors = [(tensors_of(x), ms.Tensor(y)) for x, y in micro_batches]
             began = time.perf_counter()
             loss, finite = step(tensors)
             update_s.append(time.perf_counter() - began)
@@ -118,18 +120,33 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
     return final
 
 
+def _optimizer(workload: Workload, params: dict[str, Any], network: Any,
+               steps_per_epoch: int) -> nn.Optimizer:
+    """The workload's own optimizer (or factory), else the one the knobs name."""
+    given = workload.optimizer
+    if isinstance(given, nn.Optimizer):
+        return given
+    if given is not None:
+        return given(network, params, steps_per_epoch)
+    return make_optimizer(params, network.trainable_params(), steps_per_epoch, network,
+                          workload.lr_schedule)
+
+
 def _evaluator(network: Any, workload: Workload) -> Callable[[], dict[str, float]]:
+    same = workload.eval is workload.train  # a dataset takes one consumer: copy it
+    eval_set = data.EvalBatches(copy.deepcopy(workload.eval) if same else workload.eval)
+
     @ms.jit
     def forward(x, y):
-        logits = ops.cast(network(x), ms.float32)
+        logits = ops.cast(call(network, x), ms.float32)
         return logits, workload.loss_fn(logits, y)
 
     def evaluate() -> dict[str, float]:
         total = correct = 0
         loss_sum = 0.0
         all_logits, all_labels = [], []
-        for x, y in data.eval_batches(workload.eval):
-            logits, loss = forward(ms.Tensor(x), ms.Tensor(y))
+        for x, y in eval_set:
+            logits, loss = forward(tensors_of(x), ms.Tensor(y))
             logits = logits.asnumpy()
             loss_sum += float(loss.asnumpy()) * len(y)
             correct += int((logits.argmax(axis=1) == y).sum())

@@ -31,13 +31,14 @@ def learning_rates(params: dict[str, Any], steps_per_epoch: int) -> float | list
 
 
 def make_optimizer(params: dict[str, Any], weights: list, steps_per_epoch: int,
-                   network: nn.Cell | None = None) -> nn.Optimizer:
+                   network: nn.Cell | None = None, learning_rate: Any = None) -> nn.Optimizer:
     """Build the optimizer named by `params["optimizer"]` over `weights`.
 
     THOR needs the `network` (it wraps its Dense/Conv2d layers) and uses all its
-    trainable parameters.
+    trainable parameters. `learning_rate` (a list per update or a MindSpore
+    `LearningRateSchedule`) replaces the schedule that the lr knobs describe.
     """
-    lr = learning_rates(params, steps_per_epoch)
+    lr = learning_rates(params, steps_per_epoch) if learning_rate is None else learning_rate
     name, decay = params["optimizer"], params["weight_decay"]
     if name == "thor":
         if network is None:

@@ -19,6 +19,18 @@ from mindspore import ParameterTuple, amp, nn, ops
 from msexp.training.thor import Thor
 
 
+def call(network: nn.Cell, inputs: Any) -> Any:
+    """The network on its inputs: one tensor, or a tuple for a multi-input network."""
+    return network(*inputs) if isinstance(inputs, tuple) else network(inputs)
+
+
+def tensors_of(inputs: Any) -> Any:
+    """NumPy inputs (an array or a tuple of arrays) as MindSpore tensors."""
+    if isinstance(inputs, tuple):
+        return tuple(ms.Tensor(a) for a in inputs)
+    return ms.Tensor(inputs)
+
+
 class TrainStep:
     """Callable: `step(micro_batches) -> (mean loss, grads finite)` for one update.
 
@@ -31,11 +43,13 @@ class TrainStep:
         drop_overflow_update: skip the update when the unscaled gradients are not finite.
         reducer: data parallel: `(grads, loss) -> (grads, loss)` averaged over the ranks,
             applied once per update to the accumulated gradients; None in one process.
+        clip_grad_norm: clip the (unscaled) update's gradients to this global norm; 0: off.
     """
 
     def __init__(self, network: nn.Cell, loss_fn: Callable, optimizer: nn.Optimizer,
                  micro_size: int, scaler: amp.LossScaler | None = None,
-                 drop_overflow_update: bool = False, reducer: Callable | None = None):
+                 drop_overflow_update: bool = False, reducer: Callable | None = None,
+                 clip_grad_norm: float = 0.0):
         self.micro_size = micro_size
         self.scaler = scaler
         self.thor = optimizer if isinstance(optimizer, Thor) else None
@@ -43,7 +57,7 @@ class TrainStep:
         hyper_map = ops.HyperMap()
 
         def forward(x, y):
-            loss = loss_fn(ops.cast(network(x), ms.float32), y)
+            loss = loss_fn(ops.cast(call(network, x), ms.float32), y)
             scaled = loss / micro_size
             if scaler is not None:
                 scaled = scaler.scale(scaled)
@@ -56,6 +70,9 @@ class TrainStep:
             if scaler is not None:
                 grads = scaler.unscale(grads)
                 finite = amp.all_finite(grads)
+            if clip_grad_norm > 0:
+                grads = ops.clip_by_global_norm(grads, clip_grad_norm)
+            if scaler is not None:
                 if drop_overflow_update:
                     if finite:
                         optimizer(grads)

@@ -1,0 +1,191 @@
+"""The Workload path: MindSpore datasets, plan-time refusals, and the optional hooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from msexp.execution import trial
+from msexp.execution.protocol import TrialRequest
+from msexp.spec import load_spec, trial_params
+from tests.conftest import write
+
+HEADER = """
+    import numpy as np
+    from msexp.experiment import Workload
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(256, 8)).astype(np.float32)
+    Y = (X[:, 0] > 0).astype(np.int32)
+    DEFAULTS = {"epochs": 3, "batch_size": 32, "lr": 0.1}
+
+
+    def mlp():
+        from mindspore import nn
+        return nn.SequentialCell(nn.Dense(8, 16), nn.ReLU(), nn.Dense(16, 2))
+"""
+
+
+def run_file(path: Path, **fixed) -> dict[str, float]:
+    ref = f"{path}:build"
+    return trial.run(TrialRequest(ref, trial_params(ref, fixed)), lambda event: None)
+
+
+@pytest.mark.parametrize("dataset", [
+    "ds.NumpySlicesDataset((X[:192], Y[:192]), ['x', 'y'], shuffle=False)",
+    "ds.NumpySlicesDataset((X[:192], Y[:192]), ['x', 'y'], shuffle=True)"
+    ".map(lambda a: a * 1.0, input_columns='x')",
+    "ds.GeneratorDataset(lambda: ((X[i], Y[i]) for i in range(192)), ['x', 'y'])",
+])
+def test_mindspore_datasets_train_for_several_epochs(workdir: Path, dataset: str) -> None:
+    path = write(workdir / "dsw.py", HEADER + f"""
+
+    def build(params):
+        import mindspore.dataset as ds
+        from mindspore import nn
+        train = {dataset}
+        held = ds.NumpySlicesDataset((X[192:], Y[192:]), ['x', 'y'], shuffle=False)
+        return Workload(mlp(), nn.CrossEntropyLoss(), train, held)
+    """)
+    epochs: list = []
+    ref = f"{path}:build"
+    metrics = trial.run(TrialRequest(ref, trial_params(ref, {"epochs": 3})), epochs.append)
+    assert [e.epoch for e in epochs if hasattr(e, "epoch")] == [1, 2, 3]
+    assert metrics["eval_accuracy"] > 0.7  # chance is 0.5
+
+
+def plan_error(workdir: Path, body: str, fixed: str = "{}") -> str:
+    write(workdir / "w.py", HEADER + body)
+    sweep = write(workdir / "s.yaml", f"name: w\nexperiment: w.py\nfixed: {fixed}\n")
+    result = CliRunner().invoke(app, ["validate", str(sweep)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def test_a_batched_dataset_is_refused_at_plan(workdir: Path) -> None:
+    line = plan_error(workdir, """
+
+    def build(params):
+        import mindspore.dataset as ds
+        from mindspore import nn
+        train = ds.NumpySlicesDataset((X, Y), ['x', 'y']).batch(32)
+        return Workload(mlp(), nn.CrossEntropyLoss(), train, (X, Y))
+    """)
+    assert line.endswith("s.yaml: experiment: Workload.train is batched (batch 32); give it "
+                         "unbatched: msexp batches it by batch_size / micro_size, got w.py")
+
+
+def test_a_cell_class_inside_build_is_refused_for_o1(workdir: Path) -> None:
+    body = """
+
+    def build(params):
+        from mindspore import nn
+
+        class Net(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.dense = nn.Dense(8, 2)
+
+            def construct(self, x):
+                return self.dense(x)
+
+        return Workload(Net(), nn.CrossEntropyLoss(), (X, Y), (X, Y))
+    """
+    line = plan_error(workdir, body, "{amp_level: O1}")
+    assert "amp_level O1 rewrites the network from its classes' source" in line
+    assert "build.<locals>.Net" in line
+    sweep = write(workdir / "o2.yaml", "name: w\nexperiment: w.py\nfixed: {amp_level: O2}\n")
+    assert CliRunner().invoke(app, ["validate", str(sweep)]).exit_code == 0
+
+
+def test_an_experiment_file_imports_its_sibling_modules(workdir: Path, monkeypatch) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    project = workdir / "project"
+    write(project / "mynets.py", HEADER)
+    write(project / "exp.py", """
+        from mynets import X, Y, mlp
+        from msexp.experiment import Workload
+
+
+        def build(params):
+            from mindspore import nn
+            return Workload(mlp(), nn.CrossEntropyLoss(), (X, Y), (X, Y))
+    """)
+    sweep = write(project / "s.yaml", "name: sib\nexperiment: project/exp.py\n")
+    assert load_spec(sweep).experiment.ref == "project/exp.py"
+
+
+def test_workload_optimizer_schedule_and_clipping(workdir: Path) -> None:
+    path = write(workdir / "opt.py", HEADER + """
+
+    def build(params):
+        from mindspore import nn
+        network = mlp()
+        kind = params["kind"]
+        optimizer = None
+        if kind == "instance":
+            optimizer = nn.SGD(network.trainable_params(), learning_rate=0.0)
+        elif kind == "factory":
+            optimizer = lambda net, p, steps: nn.SGD(net.trainable_params(),
+                                                     learning_rate=0.0)
+        schedule = [0.0] * 100 if kind == "schedule" else None
+        return Workload(network, nn.CrossEntropyLoss(), (X, Y), (X, Y), optimizer=optimizer,
+                        lr_schedule=schedule)
+
+    PARAMS = {"kind": "knobs"}
+    """)
+    trained = run_file(path, epochs=2)
+    for kind in ("instance", "factory", "schedule"):
+        frozen = run_file(path, epochs=2, kind=kind)  # learning rate 0: nothing moves
+        assert frozen["eval_loss"] != trained["eval_loss"], kind
+        assert frozen["train_loss"] == pytest.approx(frozen["eval_loss"], rel=0.05), kind
+    clipped = run_file(path, epochs=2, clip_grad_norm=1e-6)
+    assert abs(clipped["eval_loss"] - trained["eval_loss"]) > 0.05
+
+
+def test_a_multi_input_network_trains(workdir: Path) -> None:
+    path = write(workdir / "multi.py", HEADER + """
+
+    def build(params):
+        from mindspore import nn, ops
+
+        class Two(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = nn.Dense(4, 2), nn.Dense(4, 2)
+
+            def construct(self, left, right):
+                return self.a(left) + self.b(right)
+
+        inputs = (X[:, :4], X[:, 4:])
+        return Workload(Two(), nn.CrossEntropyLoss(), (inputs, Y), (inputs, Y))
+    """)
+    metrics = run_file(path, epochs=3)
+    assert metrics["eval_accuracy"] > 0.8
+
+
+def test_an_own_metric_can_be_the_pruned_objective(workdir: Path) -> None:
+    write(workdir / "own.py", HEADER + """
+    METRICS = ("eval_margin",)
+
+
+    def build(params):
+        from mindspore import nn
+        margin = lambda logits, labels: float(np.mean(logits.max(axis=1)))
+        return Workload(mlp(), nn.CrossEntropyLoss(), (X, Y), (X, Y),
+                        metrics={"eval_margin": margin})
+    """)
+    sweep = write(workdir / "s.yaml", """
+        name: own
+        experiment: own.py
+        objective: {metric: eval_margin, direction: maximize, target: 0.5}
+        params: {lr: [0.1, 0.01]}
+        pruner: {type: median}
+    """)
+    result = CliRunner().invoke(app, ["validate", str(sweep)])
+    assert result.exit_code == 0, result.output
