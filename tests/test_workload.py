@@ -189,3 +189,38 @@ def test_an_own_metric_can_be_the_pruned_objective(workdir: Path) -> None:
     """)
     result = CliRunner().invoke(app, ["validate", str(sweep)])
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(("network", "loss", "labels", "rule"), [
+    ("mlp()", "nn.CrossEntropyLoss(reduction='none')", "Y",
+     "loss_fn returns shape (32,), not a scalar (use reduction='mean')"),
+    ("nn.Dense(8, 2)", "nn.CrossEntropyLoss()", "Y * 3",
+     "the network gives 2 classes but labels range 0..3"),
+    ("mlp()", "nn.CrossEntropyLoss()", "Y.astype(np.float32)",
+     "labels are float32 but the loss takes int32 class indices"),
+    ("mlp()", "nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction='mean')",
+     "np.eye(2, dtype=np.float32)[Y]",
+     "labels are one-hot (2 columns) but the loss takes class indices: give int32 labels "
+     "of shape (N,)"),
+])
+def test_plan_check_names_the_mistake_in_one_line(workdir: Path, network: str, loss: str,
+                                                  labels: str, rule: str) -> None:
+    write(workdir / "w.py", HEADER + f"""
+
+    def build(params):
+        from mindspore import nn
+        return Workload({network}, {loss}, (X, {labels}), (X, {labels}))
+    """)
+    sweep = write(workdir / "s.yaml", "name: w\nexperiment: w.py\n")
+    assert CliRunner().invoke(app, ["validate", str(sweep)]).exit_code == 0
+    result = CliRunner().invoke(app, ["plan", str(sweep), "--check"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(f"s.yaml: experiment: {rule}, got w.py"), lines
+
+
+def test_plan_check_passes_a_sound_workload(workdir: Path) -> None:
+    sweep = write(workdir / "s.yaml", "name: ok\nexperiment: mlp_digits\nfixed: {hidden: 8}\n")
+    result = CliRunner().invoke(app, ["plan", str(sweep), "--check"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "one micro-batch trains (forward, loss, backward)" in result.output

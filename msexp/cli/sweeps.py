@@ -18,7 +18,15 @@ from msexp.cli.options import (
     err_console,
     state,
 )
-from msexp.cli.render import LineProgress, SweepProgress, cell, kv, summary, when_text
+from msexp.cli.render import (
+    LineProgress,
+    SweepProgress,
+    cell,
+    kv,
+    missing_objectives,
+    summary,
+    when_text,
+)
 from msexp.errors import SpecError
 from msexp.execution.command import check_command
 from msexp.execution.pool import start_workers
@@ -29,8 +37,9 @@ from msexp.spec.space import derived
 from msexp.training.records import Epoch
 
 CheckOpt = Annotated[bool, typer.Option(
-    "--check", help="Also run a command experiment once with experiment.check (default "
-                    "--help), so a broken script fails now, not in the sweep.")]
+    "--check", help="Also train one micro-batch of the first trial, or run a command "
+                    "experiment once with experiment.check (default --help), so a broken "
+                    "experiment fails now, not in the sweep.")]
 
 
 def validate(file: SweepFileArg, check: CheckOpt = False) -> None:
@@ -45,15 +54,34 @@ def validate(file: SweepFileArg, check: CheckOpt = False) -> None:
 
 
 def _check(spec: SweepSpec) -> None:
-    """Run a command experiment once with its check arguments; refuse it if that fails."""
-    if spec.command is None:
-        return
+    """Run a command experiment once with its check arguments, or one micro-batch of the
+    first trial's workload; refuse the sweep, in one line, if that fails."""
     source = str(spec.path)
+    if spec.command is None:
+        _check_workload(spec)
+        console.print(f"{source}: one micro-batch trains (forward, loss, backward)")
+        return
     argv, check_args = split_command(source, spec.command.command), shlex.split(spec.command.check)
     problem = check_command(argv, spec.folder, check_args)
     if problem:
         raise SpecError(source, "experiment.command", problem, spec.command.command)
     console.print(f"{source}: `{shlex.join(argv + check_args)}` ok", highlight=False)
+
+
+def _check_workload(spec: SweepSpec) -> None:
+    from msexp.execution.local import build_workload  # lazy: MindSpore, only with --check
+    from msexp.training.check import first_step_problem
+
+    first = spec.space.grid()[0] if spec.method is Method.grid else {}
+    params = spec.space.resolve(first)
+    ref = spec.experiment.ref
+    try:
+        workload = build_workload(TrialRequest(ref, params, data=spec.data_section()))
+        problem = first_step_problem(workload, derived(params)["micro_batch"])
+    except Exception as exc:
+        problem = f"the first trial raised {type(exc).__name__}: {str(exc).splitlines()[0]}"
+    if problem:
+        raise SpecError(str(spec.path), "experiment", problem, ref)
 
 
 def plan(file: SweepFileArg, check: CheckOpt = False) -> None:
@@ -133,6 +161,9 @@ def worker(
     """
     spec = load_spec(file)
     outcome = _run(spec, workers, LineProgress(spec), tracking_uri, storage, study)
+    missing = missing_objectives(outcome.study)
+    if missing:
+        console.print(missing, markup=False, highlight=False)
     if outcome.interrupted:
         raise typer.Exit(130)
 
