@@ -210,3 +210,28 @@ def test_plan_check_runs_the_command_once(scripts: Path) -> None:
     assert refused.exit_code == 2
     assert "broken.yaml: experiment.command: it exited with code 1 with --help: " \
            "ModuleNotFoundError: No module named 'no_such_module_xyz'" in refused.output
+
+
+def test_devices_run_the_script_as_msrun_ranks(scripts: Path) -> None:
+    sweep = write(scripts / "dp.yaml", """
+        name: dp-script
+        experiment: {command: python ranks.py}
+        objective: {metric: world}
+        fixed: {devices: 2}
+        params: {lr: [0.1]}
+    """)
+    result = invoke("sweep", str(sweep))
+    assert result.exit_code == 0, result.output
+    (run,) = child_runs("dp-script")
+    assert run.data.tags["status"] == "COMPLETE", run.data.tags.get("error")
+    assert run.data.metrics["world"] == 2 and run.data.metrics["rank"] == 0
+    assert run.data.metrics["args"] == 1, "devices is msexp's, only lr reaches the script"
+    bad = write(scripts / "dpbad.yaml", """
+        name: dp-bad
+        experiment: {command: ./run.sh}
+        fixed: {devices: 2}
+    """)
+    (scripts / "run.sh").write_text("#!/bin/sh\n")
+    refused = invoke("validate", str(bad))
+    assert refused.exit_code == 2
+    assert "devices > 1 runs the command as msrun ranks" in refused.output

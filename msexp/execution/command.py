@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable
 
-from msexp.execution.process import die_with_parent, exit_reason
+from msexp.execution.process import die_with_parent, exit_reason, msrun_argv
 from msexp.execution.protocol import Epoch, EventReader, Start, TrialRequest
 from msexp.keys import TrialEnv
 from msexp.paths import search_path
@@ -146,7 +146,11 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     channel.write_text("")
     env = {**os.environ, TrialEnv.PARAMS: str(params_file), TrialEnv.OUTPUT_DIR: str(outputs),
            TrialEnv.EVENTS: str(channel), "PYTHONUNBUFFERED": "1", "PATH": search_path()}
-    argv = [*command.argv, *arguments(request.params, command.args)]
+    params = {k: v for k, v in request.params.items() if k != "devices"}  # msexp's own
+    argv = [*command.argv, *arguments(params, command.args)]
+    devices = request.params.get("devices", 1)
+    if devices > 1:  # `python script.py ...` as msrun ranks; rank 0's output is read
+        argv = msrun_argv(devices, folder / "ranks", argv[1:], env["PATH"], tail_rank=0)
     proc = subprocess.Popen(argv, cwd=command.cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace",
                             preexec_fn=die_with_parent)

@@ -30,7 +30,7 @@ import psutil
 from mindspore.communication import get_group_size, get_rank, init
 
 from msexp.execution.local import Emit, train_request
-from msexp.execution.process import die_with_parent, exit_reason, free_port, tail
+from msexp.execution.process import die_with_parent, exit_reason, msrun_argv, tail
 from msexp.execution.protocol import EventWriter, Launch, Result, TrialRequest, read_events
 from msexp.paths import search_path, write_atomic
 from msexp.training.parallel import mean_over_ranks
@@ -79,10 +79,7 @@ def launch(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool]
     script.write_text(RANK_SCRIPT, encoding="utf-8")
     emit(Launch(devices, str(folder), os.getpid()))
     env = _env(devices)
-    command = [*_msrun(env["PATH"]), f"--worker_num={devices}", f"--local_worker_num={devices}",
-               "--master_addr=127.0.0.1", f"--master_port={free_port()}", f"--log_dir={folder}",
-               "--join=True", f"--tail_worker_log={devices}",  # no rank: no `tail -f` processes
-               str(script), str(request_path)]
+    command = msrun_argv(devices, folder, [str(script), str(request_path)], env["PATH"])
     with open(folder / "msrun.log", "w", encoding="utf-8") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 preexec_fn=die_with_parent)
@@ -102,11 +99,6 @@ def _env(devices: int) -> dict[str, str]:
     env["MSEXP_THREADS"] = env["OMP_NUM_THREADS"] = str(max(1, threads // devices))
     env[LAUNCHER_ENV] = str(os.getpid())
     return env
-
-
-def _msrun(path: str) -> list[str]:
-    found = shutil.which("msrun", path=path)
-    return [found] if found else [sys.executable, "-m", "mindspore.parallel.cluster.run"]
 
 
 class _Cluster:

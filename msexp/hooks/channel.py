@@ -21,8 +21,9 @@ _state: dict[str, Any] = {"stop": False, "writer": None, "began": time.perf_coun
 
 
 def active() -> bool:
-    """Whether this process runs as an msexp trial."""
-    return bool(os.environ.get(TrialEnv.EVENTS))
+    """Whether this process runs as an msexp trial (as its rank 0, when it runs as msrun
+    ranks: the other ranks report nothing)."""
+    return bool(os.environ.get(TrialEnv.EVENTS)) and os.environ.get("RANK_ID", "0") == "0"
 
 
 def params() -> dict[str, Any]:

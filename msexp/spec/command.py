@@ -45,6 +45,12 @@ def command_experiment(source: str, section: CommandSection, folder: Path,
         if not compiled.groupindex:
             raise SpecError(source, key, "needs a named group per metric, "
                             "e.g. (?P<eval_accuracy>[0-9.]+)", pattern)
+    devices = [fixed.get("devices", 1),
+               *(_written_values(params["devices"]) if "devices" in params else [])]
+    if any(isinstance(d, (int, float)) and d > 1 for d in devices) and not (Path(argv[0]).name.startswith("python") and len(argv) > 1
+                                 and argv[1].endswith(".py")):
+        raise SpecError(source, "experiment.command", "devices > 1 runs the command as msrun "
+                        "ranks, so it must be `python SCRIPT.py ...`", section.command)
     knobs = {}
     for where, section_values in (("fixed", fixed), ("params", params)):
         for name, written in section_values.items():
