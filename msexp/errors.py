@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
+
+_SHOWN = 80
 
 
 class MsexpError(Exception):
@@ -39,8 +42,37 @@ def format_value(value: Any) -> str:
     else:
         text = repr(value) if not isinstance(value, (dict, list)) else _compact(value)
     text = " ".join(text.split())
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
 
 
 def _compact(value: Any) -> str:
-    return json.dumps(value, default=str)
+    """JSON text of `value`, rendered only as far as it is shown: a value from a YAML
+    alias bomb is huge when written out."""
+    text, size = [], 0
+    for piece in _json_pieces(value, depth=0):
+        text.append(piece)
+        size += len(piece)
+        if size > 2 * _SHOWN:
+            break
+    return "".join(text)
+
+
+def _json_pieces(value: Any, depth: int) -> Iterator[str]:
+    """`json.dumps(value, default=str)`, piece by piece."""
+    if depth > _SHOWN:
+        yield "..."
+    elif isinstance(value, dict):
+        yield "{"
+        for i, (key, item) in enumerate(value.items()):
+            name = key if isinstance(key, str) else json.dumps(key, default=str)
+            yield (", " if i else "") + json.dumps(name[:2 * _SHOWN]) + ": "
+            yield from _json_pieces(item, depth + 1)
+        yield "}"
+    elif isinstance(value, (list, tuple)):
+        yield "["
+        for i, item in enumerate(value):
+            yield ", " if i else ""
+            yield from _json_pieces(item, depth + 1)
+        yield "]"
+    else:
+        yield json.dumps(value[:2 * _SHOWN] if isinstance(value, str) else value, default=str)

@@ -30,6 +30,7 @@ class TrialKey:
     GRID_POINT = "grid_point"
     RETRY_OF = "retry_of"
     ATTEMPT = "attempt"
+    MISSING = "missing_objectives"  # objectives a trial that ran to the end did not report
 
 
 class RunTag:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import resource
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -128,3 +131,117 @@ def test_an_unwritable_mlruns_is_one_line(workdir: Path) -> None:
     assert result.exit_code == 1
     assert one_line(result).startswith("cannot reach the MLflow tracking store "
                                        "sqlite:///mlruns/mlflow.db (FileExistsError: ")
+
+
+def test_a_key_given_twice_is_refused_at_any_depth(workdir: Path) -> None:
+    sweep = write(workdir / "twice.yaml", """
+        name: twice
+        experiment: mlp_digits
+        params:
+          micro_size: [1, 2]
+          micro_size: [4]
+    """)
+    result = invoke("validate", str(sweep))
+    assert result.exit_code == 2
+    assert one_line(result) == f"{sweep}: params.micro_size: is given twice, got micro_size"
+    write(sweep, "name: a\nexperiment: mlp_digits\nname: b\n")
+    result = invoke("validate", str(sweep))
+    assert result.exit_code == 2
+    assert one_line(result) == f"{sweep}: name: is given twice, got name"
+
+
+def test_merge_keys_may_still_override_what_they_merge(workdir: Path) -> None:
+    sweep = write(workdir / "merge.yaml", """
+        name: merge
+        experiment: mlp_digits
+        fixed:
+          <<: {epochs: 1, lr: 0.1}
+          lr: 0.05
+    """)
+    result = invoke("validate", str(sweep))
+    assert result.exit_code == 0, result.output
+
+
+BOMB = "".join(f"  {b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n"
+               for a, b in zip("abcdefgh", "bcdefghi"))
+
+
+def limited(*code: str) -> subprocess.CompletedProcess:
+    """Run Python in a process that may use at most 2 GiB of memory, for at most 60 s."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    return subprocess.run([sys.executable, *code], capture_output=True, text=True, timeout=60,
+                          preexec_fn=limit)
+
+
+def test_a_yaml_alias_bomb_fails_fast_in_bounded_memory(workdir: Path) -> None:
+    sweep = write(workdir / "bomb.yaml", "name: bomb\nexperiment: mlp_digits\nfixed:\n"
+                  "  x:\n    a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+                  + BOMB.replace("  ", "    ") + "  epochs: *i\n")
+    done = limited("-m", "msexp", "validate", str(sweep))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip() == (f"{sweep}: fixed.x.f: aliases must expand to at most "
+                                   "100000 values, got 926177123")
+
+
+def test_an_error_shows_a_huge_value_without_writing_it_all_out() -> None:
+    nest = "value = ['lol'] * 9\nfor _ in range(10):\n    value = [value] * {}\n"
+    done = limited("-c", "from msexp.errors import format_value\n" + nest.format(9)
+                   + "print(format_value(value))\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    small = {}
+    exec(nest.format(2), small)  # the same first 80 characters
+    assert done.stdout.strip() == json.dumps(small["value"])[:77] + "..."
+
+
+def sampled_batch(workdir: Path, batch: str, micro: str = "[1, 2, 4]") -> Path:
+    return write(workdir / "batch.yaml", f"""
+        name: batch
+        experiment: mlp_digits
+        method: random
+        params:
+          micro_size: {micro}
+          batch_size: {batch}
+    """)
+
+
+def test_a_batch_size_range_that_micro_size_does_not_divide_is_refused(workdir: Path) -> None:
+    sweep = sampled_batch(workdir, "{low: 32, high: 96, step: 2}")
+    result = invoke("validate", str(sweep))
+    assert result.exit_code == 2
+    assert one_line(result) == (
+        f"{sweep}: params.batch_size: every batch_size of the range must be a multiple of "
+        "micro_size * devices = 4 (micro_size=4, devices=1); make low and step multiples of "
+        '4, got {"low": 32, "high": 96, "step": 2}')
+    wide = sampled_batch(workdir, "{low: 8, high: 1000000}", micro="[3]")
+    result = invoke("validate", str(wide))
+    assert result.exit_code == 2
+    assert "make low and step multiples of 3" in one_line(result)
+
+
+def test_a_batch_size_range_of_multiples_is_accepted(workdir: Path) -> None:
+    sweep = sampled_batch(workdir, "{low: 32, high: 1000000, step: 8}")
+    assert invoke("validate", str(sweep)).exit_code == 0
+
+
+@pytest.mark.parametrize(("objective", "fixed", "condition"), [
+    ("loss_scale", "{}", "with loss_scale fixed or dynamic"),
+    ("thor_inverse_s", "{optimizer: adam}", "with optimizer thor"),
+    ("epochs_to_target", "{}", "when an objective has a target"),
+])
+def test_an_objective_no_trial_can_report_is_refused(workdir: Path, objective: str, fixed: str,
+                                                     condition: str) -> None:
+    sweep = write(workdir / "objective.yaml", f"""
+        name: objective
+        experiment: mlp_digits
+        method: random
+        objective: {{metric: {objective}, direction: minimize}}
+        fixed: {fixed}
+        params:
+          lr: {{low: 0.001, high: 0.1}}
+    """)
+    result = invoke("validate", str(sweep))
+    assert result.exit_code == 2
+    assert one_line(result) == (f"{sweep}: objective.0.metric: is reported only {condition}, "
+                                f"and no trial of this sweep has that, got {objective}")

@@ -349,3 +349,26 @@ def test_an_error_outside_any_trial_stops_the_sweep_and_leaves_nothing_running(
     assert "RUNNING" not in [t.state.name for t in study.trials]
     parent = mlflow_client().get_run(study.user_attrs["mlflow_parent_run_id"])
     assert parent.info.status == "FAILED"
+
+
+def test_a_sweep_whose_trials_miss_the_objective_says_so_at_the_end(workdir: Path) -> None:
+    sweep = write(workdir / "missing.yaml", """
+        name: missing
+        experiment: mlp_digits
+        method: random
+        objective:
+          - {metric: eval_accuracy, target: 0.9999}
+          - {metric: epochs_to_target, direction: minimize}
+        budget: {trials: 1}
+        fixed: {epochs: 1, hidden: 8}
+        params:
+          lr: {low: 0.001, high: 0.01}
+    """)
+    result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert load("missing").trials[0].user_attrs["missing_objectives"] == ["epochs_to_target"]
+    line = ("objective not reported by trials that ran to the end: epochs_to_target (missing "
+            "in 1 trial); Optuna failed those trials, so none of them can be best")
+    assert line in result.output.splitlines(), result.output
+    status = CliRunner().invoke(app, ["status", str(sweep)], env={"COLUMNS": "300"})
+    assert line in status.output.splitlines(), status.output

@@ -46,9 +46,26 @@ def trials_table(study: Any) -> None:
     console.print(table)
 
 
+def missing_objectives(study: Any) -> str | None:
+    """One line naming the objectives that trials which ran to the end did not report."""
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        for name in t.user_attrs.get(TrialKey.MISSING, []):
+            counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return None
+    names = ", ".join(f"{name} (missing in {n} trial{'s' * (n > 1)})"
+                      for name, n in counts.items())
+    return (f"objective not reported by trials that ran to the end: {names}; Optuna "
+            "failed those trials, so none of them can be best")
+
+
 def summary(outcome: Any) -> None:
     """The trials table and the MLflow links that end a sweep."""
     trials_table(outcome.study)
+    missing = missing_objectives(outcome.study)
+    if missing:
+        console.print(missing, markup=False, highlight=False)
     runs, parent, command = outcome.tracker.ui_links(outcome.experiment_id, outcome.parent_run_id)
     if command:
         console.print(f"serve the store:  {command}")

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from msexp.cli.options import OptionalSweepFileArg, StorageOpt, StudyOpt, TrackingOpt, console
-from msexp.cli.render import cell, kv, trials_table
+from msexp.cli.render import cell, kv, missing_objectives, trials_table
 from msexp.errors import MsexpError, SpecError
 from msexp.keys import StudyKey, TrialKey
 from msexp.paths import REPORTS_DIR
@@ -80,6 +80,9 @@ def status(
         age = f", heartbeat {time.time() - beat:.0f} s ago" if beat else ""
         console.print(f"  running #{t.number} on {t.user_attrs.get(TrialKey.OWNER, '?')}{age}: "
                       f"{kv(t.params)}")
+    missing = missing_objectives(loaded)
+    if missing:
+        console.print(missing, markup=False, highlight=False)
 
 
 def _existing_study(file: Path | None, study: str | None, storage: str | None) -> Any:

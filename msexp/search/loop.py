@@ -312,6 +312,7 @@ class Sweep:
                            if not math.isfinite(v)]
                 trial.set_user_attr(TrialKey.ERROR,
                                     f"objective not available: {', '.join(missing)}")
+                trial.set_user_attr(TrialKey.MISSING, missing)
                 state, values = TrialState.FAIL, None
         self.study.tell(trial, values, state=state if values is None else None)
 

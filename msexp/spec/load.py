@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from msexp.datasets import check_data
 from msexp.errors import SpecError
 from msexp.experiment import Experiment, load_experiment
@@ -16,10 +14,20 @@ from msexp.spec.checks import (
     check_command_sweep,
     check_method,
     check_objectives,
+    check_reported,
     check_workload,
 )
 from msexp.spec.command import command_experiment
-from msexp.spec.file import Budget, CommandSection, Data, Method, Objective, Pruner, read_file
+from msexp.spec.file import (
+    Budget,
+    CommandSection,
+    Data,
+    Method,
+    Objective,
+    Pruner,
+    load_yaml,
+    read_file,
+)
 from msexp.spec.precision import check_precision
 from msexp.spec.space import Space, parse_params
 from msexp.training.records import Target
@@ -96,6 +104,7 @@ def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
     if command is not None:
         check_command_sweep(source, spec.pruner, spec.data, space)
     check_objectives(source, spec.objectives, spec.pruner, experiment)
+    check_reported(source, spec.objectives, space, experiment)
     space.check_trials(spec.method is Method.grid)
     if spec.data is not None:
         check_data(source, spec.data_section(), experiment.data_formats, experiment.ref)
@@ -113,10 +122,7 @@ def read_name(path: str | Path) -> str:
     """
     path = Path(path)
     source = str(path)
-    try:
-        data = yaml.safe_load(_read_text(path)) or {}
-    except yaml.YAMLError:
-        data = {}
+    data = load_yaml(_read_text(path), source) or {}
     name = data.get("name") if isinstance(data, dict) else None
     if not isinstance(name, str) or not name:
         return read_file(_read_text(path), source).name  # says what is wrong, in one line

@@ -129,7 +129,14 @@ class Space:
         return assigned
 
     def check_trials(self, is_grid: bool) -> None:
-        """Reject a batch_size that micro_size (times devices) does not divide, in any trial."""
+        """Reject a batch_size that micro_size (times devices) does not divide, in any trial.
+
+        A batch_size range is checked as a whole: every value it can sample must divide.
+        """
+        batch = next((p for p in self.params if p.name == "batch_size"), None)
+        if batch is not None and batch.values is None:
+            self._check_batch_range(batch)
+            return
         combos = self.grid() if is_grid else self.combos({"batch_size", "micro_size", "devices"})
         for assigned in combos:
             values = {"micro_size": 1, **self.resolve(assigned)}
@@ -152,6 +159,26 @@ class Space:
                                 f"micro_size * devices must divide batch_size (batch_size={batch}, "
                                 f"micro_size={micro}, devices={devices})",
                                 assigned.get(key, values[key]))
+
+    def _check_batch_range(self, batch: Param) -> None:
+        """Every value low + k * step of the range is a multiple of m = micro_size * devices
+        exactly when low is one and, if the range has a second value, step is one too."""
+        step = 1 if batch.log else int(batch.step or 1)
+        pairs = []
+        for assigned in self.combos({"micro_size", "devices"}):
+            values = {"micro_size": 1, "devices": 1, **self.resolve(assigned)}
+            pairs.append((values["micro_size"], values["devices"]))
+        every = math.lcm(*(micro * devices for micro, devices in pairs))
+        for micro, devices in pairs:
+            m = micro * devices
+            if batch.low % m == 0 and (batch.high < batch.low + step or step % m == 0):
+                continue
+            how = (f"use a step that is a multiple of {every} instead of log" if batch.log
+                   else f"make low and step multiples of {every}")
+            raise SpecError(self.source, "params.batch_size",
+                            f"every batch_size of the range must be a multiple of micro_size * "
+                            f"devices = {m} (micro_size={micro}, devices={devices}); {how}",
+                            batch.written)
 
     def combos(self, names: set[str]) -> list[dict[str, Any]]:
         """Every combination of the finite values of the swept params in `names`."""
