@@ -235,3 +235,24 @@ def test_devices_run_the_script_as_msrun_ranks(scripts: Path) -> None:
     refused = invoke("validate", str(bad))
     assert refused.exit_code == 2
     assert "devices > 1 runs the command as msrun ranks" in refused.output
+
+
+def test_the_scaffolded_script_sweeps_as_written(workdir: Path) -> None:
+    """`msexp new experiment --script`: prints metrics, reports epochs, uses the techniques."""
+    wrote = invoke("new", "experiment", "lenet", "--script")
+    assert wrote.exit_code == 0, wrote.output
+    checked = invoke("plan", "lenet.yaml", "--check")
+    assert checked.exit_code == 0, checked.output
+    result = invoke("sweep", "lenet.yaml")
+    assert result.exit_code == 0, result.output
+    runs = child_runs("lenet")
+    assert len(runs) == 4
+    statuses = sorted(r.data.tags["status"] for r in runs)
+    assert statuses.count("COMPLETE") >= 3, statuses
+    best = max(r.data.metrics.get("eval_accuracy", 0) for r in runs)
+    assert best > 0.8
+    accumulated = [r for r in runs if r.data.params["micro_size"] == "4"
+                   and r.data.tags["status"] == "COMPLETE"]
+    assert accumulated and accumulated[0].data.metrics["eval_accuracy"] > 0.5
+    history = mlflow_client().get_metric_history(runs[0].info.run_id, "train_loss")
+    assert len(history) >= 1, "epochs reported by MsexpCallback are logged"

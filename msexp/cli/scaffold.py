@@ -23,11 +23,19 @@ def new_experiment(
     name: Annotated[str, typer.Argument(help="Python identifier; writes NAME.py.",
                                         show_default=False)],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    script: Annotated[bool, typer.Option(
+        "--script", help="Write a Model.train script (and NAME.yaml sweeping it) instead: it "
+                         "prints its metrics, reports epochs and uses msexp's techniques.")
+                      ] = False,
 ) -> None:
     """Write NAME.py: a commented experiment (network, loss, data) that trains as written.
 
-    Example: msexp new experiment my_model
+    Example: msexp new experiment my_model --script
     """
+    if script:
+        path, sweep = templates.new_script(name, force=force)
+        console.print(f"wrote {path} and {sweep}; next: msexp plan {sweep} --check")
+        return
     path = templates.new_experiment(name, force=force)
     console.print(f"wrote {path}; next: msexp new sweep --experiment {path}")
 

@@ -77,6 +77,75 @@ def build(params: dict[str, Any]) -> Workload:
     )
 '''
 
+SCRIPT = '''"""{name}: a Model.train script that msexp sweeps, and that still runs by hand.
+
+    python {name}.py --lr 0.05 --micro_size 2         # by hand
+    msexp sweep {name}.yaml                           # swept (the sweep file sets the flags)
+
+It shows the three ways a script works with msexp:
+1. it prints its metrics (`eval_accuracy: 0.97`), which msexp reads from its output;
+2. `MsexpCallback` reports each epoch, so pruning can stop a poor trial early;
+3. `hooks.optimizer` / `hooks.model` / `hooks.micro_batch` give it msexp's gradient
+   accumulation, AMP, loss scaling and THOR from the same flags.
+"""
+
+import argparse
+
+import mindspore as ms
+import mindspore.dataset as ds
+import numpy as np
+from mindspore import nn
+from mindspore.train import Accuracy, LossMonitor, TimeMonitor
+from sklearn.datasets import load_digits
+
+from msexp import hooks
+
+parser = argparse.ArgumentParser(description="{name}")
+parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--batch_size", type=int, default=32)
+parser.add_argument("--lr", type=float, default=0.05)
+parser.add_argument("--optimizer", default="momentum")          # sgd momentum adam adamw thor
+parser.add_argument("--micro_size", type=int, default=1)        # gradient accumulation
+parser.add_argument("--amp_level", default="O0")                # O0 O1 O2 O3
+parser.add_argument("--loss_scale", default="none")             # none fixed dynamic
+parser.add_argument("--seed", type=int, default=0)
+params = vars(parser.parse_args())
+
+ms.set_seed(params["seed"])
+digits = load_digits()  # bundled with scikit-learn: no download
+images = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
+labels = digits.target.astype(np.int32)
+train_ds = ds.NumpySlicesDataset({{"image": images[:1400], "label": labels[:1400]}}, shuffle=True)
+train_ds = train_ds.batch(hooks.micro_batch(params), drop_remainder=True)  # batch/micro_size
+eval_ds = ds.NumpySlicesDataset({{"image": images[1400:], "label": labels[1400:]}},
+                                shuffle=False).batch(128)
+
+net = nn.SequentialCell(nn.Conv2d(1, 8, 3, pad_mode="same"), nn.ReLU(),
+                        nn.MaxPool2d(kernel_size=2, stride=2), nn.Flatten(),
+                        nn.Dense(8 * 4 * 4, 32), nn.ReLU(), nn.Dense(32, 10))
+loss = nn.CrossEntropyLoss()
+updates_per_epoch = 1400 // params["batch_size"]
+opt = hooks.optimizer(net, params, updates_per_epoch)
+model = hooks.model(net, loss, opt, params, metrics={{"accuracy": Accuracy()}})
+model.train(params["epochs"], train_ds, dataset_sink_mode=False,
+            callbacks=[LossMonitor(20), TimeMonitor(), hooks.MsexpCallback(model, eval_ds)])
+result = model.eval(eval_ds, dataset_sink_mode=False)
+print(f"eval_accuracy: {{result['accuracy']:.4f}}")
+'''
+
+SCRIPT_SWEEP = '''# Sweeps {script} as it is: these values become --flags; msexp reads its output.
+# Check it with `msexp plan {path} --check`, run it with `msexp sweep {path}`.
+name: {name}
+experiment: {{command: python {script}}}
+objective: {{metric: eval_accuracy, direction: maximize}}
+budget: {{trial_timeout: 600}}
+fixed: {{epochs: 3, batch_size: 32}}
+params:
+  micro_size: [1, 4]
+  lr: [0.05, 0.01]
+pruner: {{type: median, warmup_epochs: 1}}
+'''
+
 SWEEP = {
     "grid": '''# A grid over the main knobs of {experiment}. Check it with `msexp plan {path}`,
 # run it with `msexp sweep {path}`, compare the trials in the MLflow UI.
@@ -111,11 +180,25 @@ pruner: {{type: median, warmup_epochs: 1}}
 
 def new_experiment(name: str, folder: Path = Path("."), force: bool = False) -> Path:
     """Write `NAME.py`, an experiment that trains as written."""
-    if not name.isidentifier():
-        raise MsexpError(f"msexp new experiment: NAME must be a Python identifier, got {name}")
-    path = folder / f"{name}.py"
+    path = _python_file(name, folder)
     _write(path, EXPERIMENT.format(name=name, path=path), force)
     return path
+
+
+def new_script(name: str, folder: Path = Path("."), force: bool = False) -> tuple[Path, Path]:
+    """Write `NAME.py`, a Model.train script that uses msexp's hooks, and `NAME.yaml`,
+    a sweep of it."""
+    path = _python_file(name, folder)
+    sweep = folder / f"{name}.yaml"
+    _write(path, SCRIPT.format(name=name), force)
+    _write(sweep, SCRIPT_SWEEP.format(name=name, script=path.name, path=sweep), force)
+    return path, sweep
+
+
+def _python_file(name: str, folder: Path) -> Path:
+    if not name.isidentifier():
+        raise MsexpError(f"msexp new experiment: NAME must be a Python identifier, got {name}")
+    return folder / f"{name}.py"
 
 
 def new_sweep(experiment: str, method: str = "grid", output: Path | None = None,

@@ -47,8 +47,9 @@ def command_experiment(source: str, section: CommandSection, folder: Path,
                             "e.g. (?P<eval_accuracy>[0-9.]+)", pattern)
     devices = [fixed.get("devices", 1),
                *(_written_values(params["devices"]) if "devices" in params else [])]
-    if any(isinstance(d, (int, float)) and d > 1 for d in devices) and not (Path(argv[0]).name.startswith("python") and len(argv) > 1
-                                 and argv[1].endswith(".py")):
+    runs_python = (Path(argv[0]).name.startswith("python") and len(argv) > 1
+                   and argv[1].endswith(".py"))
+    if any(isinstance(d, (int, float)) and d > 1 for d in devices) and not runs_python:
         raise SpecError(source, "experiment.command", "devices > 1 runs the command as msrun "
                         "ranks, so it must be `python SCRIPT.py ...`", section.command)
     knobs = {}
