@@ -168,7 +168,7 @@ def test_training_reports_overflows_skips_and_the_scale_series() -> None:
     params = settings(amp_level="O2", amp_dtype="float16", keep_batchnorm_fp32=True,
                       loss_scale="dynamic", loss_scale_value=2.0 ** 40, loss_scale_window=2,
                       batch_size=16, micro_size=1, seed=0, epochs=2)
-    final = train(workload, params, events.append)
+    final = train(workload, params, events.append).metrics
     series = [scale for e in events for scale in e.series["loss_scale"]]
     assert len(series) == 8 and len(events) == 2
     assert final["overflow_steps"] >= 1  # 2**40 overflows FP16 gradients

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Callable
 
 from msexp.execution.protocol import Event, Result, Start, TrialRequest
@@ -16,17 +17,35 @@ def train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[]
                   ) -> tuple[dict[str, float], Workload]:
     """Build the workload and train it in this process (or as one data-parallel rank):
     emit start, each epoch and the result; return the metrics and the workload."""
-    from msexp.training.loop import (
-        train,  # lazy: a failing MindSpore import shows in the trial's log
-    )
+    # lazy: a failing MindSpore import shows in the trial's log
+    from msexp.training.checkpoint import latest
+    from msexp.training.loop import train
 
     workload = build_workload(request)
     impl = _implementations(request.params)
-    emit(Start(workload.data_source, os.getpid(), impl))
-    metrics = train(workload, {**request.params, **impl}, emit, stop_requested,
-                    request.target, shard, reducer)
-    emit(Result(metrics))
-    return metrics, workload
+    plan = _plan(request)
+    earlier = latest(plan.folder) if plan else None
+    emit(Start(workload.data_source, os.getpid(), impl, earlier.epoch if earlier else 0))
+    if earlier:
+        print(f"msexp: resuming from epoch {earlier.epoch} ({plan.folder / earlier.file})",
+              flush=True)
+    outcome = train(workload, {**request.params, **impl}, emit, stop_requested,
+                    request.target, shard, reducer, plan,
+                    Path(request.init_from) if request.init_from else None)
+    checkpoint = str(outcome.checkpoint) if outcome.checkpoint else None
+    emit(Result(outcome.metrics, checkpoint))
+    return outcome.metrics, workload
+
+
+def _plan(request: TrialRequest) -> Any:
+    """The checkpoint plan of a request that has a folder and asks for checkpoints."""
+    from msexp.training.checkpoint import CheckpointPlan  # lazy: as train_request's
+
+    wanted = request.checkpoint
+    if wanted is None or request.folder is None:
+        return None
+    return CheckpointPlan(request.checkpoint_dir, wanted.every, wanted.keep, wanted.metric,
+                          wanted.maximize)
 
 
 def build_workload(request: TrialRequest) -> Workload:

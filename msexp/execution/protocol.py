@@ -20,6 +20,7 @@ from typing import IO, Any, Union
 from msexp.training.records import Epoch, Target
 
 LOG_TAIL_LINES = 40
+PATHS = ("log_path", "events_path", "rank_logs", "checkpoint")  # TrialResult's Path fields
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,21 @@ class Command:
 
 
 @dataclass(frozen=True)
+class Checkpointing:
+    """The sweep's `checkpoint` section, as a trial needs it.
+
+    Attributes:
+        every: save every this many epochs. keep: last, best, all or none.
+        metric, maximize: what `keep: best` compares (the first objective).
+    """
+
+    every: int = 1
+    keep: str = "last"
+    metric: str | None = None
+    maximize: bool = True
+
+
+@dataclass(frozen=True)
 class TrialRequest:
     """One trial: the experiment, its complete params, and where its files go.
 
@@ -54,6 +70,14 @@ class TrialRequest:
     target: Target | None = None
     data: dict[str, Any] | None = None
     command: Command | None = None
+    checkpoint: Checkpointing | None = None
+    init_from: str | None = None
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Where the trial's checkpoints go (for a command: where its outputs go)."""
+        assert self.folder is not None
+        return self.folder / ("outputs" if self.command else "checkpoints")
 
     @property
     def events_path(self) -> Path:
@@ -78,7 +102,9 @@ class TrialRequest:
         return cls(data["experiment"], data["params"],
                    Path(data["folder"]) if data.get("folder") else None,
                    Target(**data["target"]) if data.get("target") else None, data.get("data"),
-                   Command(**data["command"]) if data.get("command") else None)
+                   Command(**data["command"]) if data.get("command") else None,
+                   Checkpointing(**data["checkpoint"]) if data.get("checkpoint") else None,
+                   data.get("init_from"))
 
 
 @dataclass
@@ -97,13 +123,15 @@ class Start:
     data_source: str
     pid: int
     impl: dict[str, str] = field(default_factory=dict)
+    resumed_from: int = 0  # the epoch of the checkpoint it continues from; 0: from scratch
 
 
 @dataclass
 class Result:
-    """The trial finished; its final metrics."""
+    """The trial finished; its final metrics and the model checkpoint it kept."""
 
     metrics: dict[str, float]
+    checkpoint: str | None = None
 
 
 @dataclass
@@ -212,6 +240,8 @@ class TrialResult:
     events_path: Path | None = None
     stop_s: float | None = None
     rank_logs: Path | None = None
+    checkpoint: Path | None = None
+    resumed_from: int = 0
 
     def absorb(self, event: Event) -> bool:
         """Update from one event of the trial's stream; True at its end."""
@@ -219,10 +249,12 @@ class TrialResult:
             self.rank_logs = Path(event.rank_logs)
         elif isinstance(event, Start):
             self.data_source, self.impl = event.data_source, event.impl
+            self.resumed_from = event.resumed_from
         elif isinstance(event, Epoch):
             self.epochs.append(event)
         elif isinstance(event, Result):
             self.metrics, self.status = event.metrics, Status.COMPLETE
+            self.checkpoint = Path(event.checkpoint) if event.checkpoint else None
         elif isinstance(event, Error) and self.status is not Status.PRUNED:
             self.status, self.error = Status.FAILED, event.message
         return isinstance(event, End)
@@ -231,7 +263,7 @@ class TrialResult:
         """A JSON-ready copy (for the spool of results waiting for MLflow)."""
         data = dataclasses.asdict(self)
         data["status"] = self.status.value
-        for key in ("log_path", "events_path", "rank_logs"):
+        for key in PATHS:
             data[key] = str(data[key]) if data[key] else None
         return data
 
@@ -240,7 +272,7 @@ class TrialResult:
         """Inverse of `to_json`."""
         data = dict(data, status=Status(data["status"]),
                     epochs=[Epoch(**e) for e in data.get("epochs", [])])
-        for key in ("log_path", "events_path", "rank_logs"):
+        for key in PATHS:
             data[key] = Path(data[key]) if data.get(key) else None
         return cls(**data)
 

@@ -7,6 +7,7 @@ import math
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,6 +18,7 @@ from mindspore import nn, ops
 from msexp.experiment import Workload, data_problem
 from msexp.training import data
 from msexp.training.amp import apply_amp
+from msexp.training.checkpoint import CheckpointPlan, Checkpoints, load_into, state_parameters
 from msexp.training.loss_scale import make_scaler
 from msexp.training.memory import PeakMemory
 from msexp.training.optim import make_optimizer
@@ -26,14 +28,26 @@ from msexp.training.step import TrainStep, call, tensors_of
 OnEpoch = Callable[[Epoch], None]
 
 
+@dataclass
+class Outcome:
+    """What a trial's training produced: final metrics and the model checkpoint kept."""
+
+    metrics: dict[str, float]
+    checkpoint: Path | None = None
+
+
 def train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
           stop_requested: Callable[[], bool] = lambda: False,
           target: Target | None = None, shard: tuple[int, int] = (0, 1),
-          reducer: Callable | None = None) -> dict[str, float]:
-    """Train `workload` as `params` say, reporting each epoch to `on_epoch`; return final metrics.
+          reducer: Callable | None = None, plan: CheckpointPlan | None = None,
+          init_from: Path | None = None) -> Outcome:
+    """Train `workload` as `params` say, reporting each epoch to `on_epoch`.
 
     In a data-parallel rank, `shard` is (rank, size) and `reducer` averages the
-    accumulated gradients over the ranks (see `TrainStep`).
+    accumulated gradients over the ranks (see `TrainStep`). With a checkpoint `plan`,
+    the trial saves its state as the plan says and, if the plan's folder holds a
+    checkpoint, continues from it (reporting the epochs it had already trained first).
+    `init_from` is a checkpoint file to start from (weights and optimizer state).
 
     Raises:
         Diverged: the eval loss or the training loss of a clean update is not finite.
@@ -41,13 +55,13 @@ def train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
     """
     with tempfile.TemporaryDirectory(prefix="msexp-amp-") as scratch:  # O1's rewritten source
         return _train(workload, params, on_epoch, stop_requested, target, shard, reducer,
-                      Path(scratch))
+                      Path(scratch), plan, init_from)
 
 
 def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
            stop_requested: Callable[[], bool], target: Target | None,
-           shard: tuple[int, int], reducer: Callable | None, scratch: Path
-           ) -> dict[str, float]:
+           shard: tuple[int, int], reducer: Callable | None, scratch: Path,
+           plan: CheckpointPlan | None, init_from: Path | None) -> Outcome:
     for name in ("train", "eval"):
         problem = data_problem(getattr(workload, name), name)
         if problem:
@@ -66,12 +80,26 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
     evaluate = _evaluator(network, workload)
     batches = data.TrainBatches(workload.train, batch, micro_size, params["seed"], shard)
 
-    update_s: list[float] = []
-    overflow = skipped = 0
-    global_step = 0
-    start = time.perf_counter()
+    parameters = state_parameters(network, optimizer, scaler)
+    if init_from is not None:
+        missing = load_into(parameters, init_from)
+        if len(missing) == len(parameters):
+            raise ValueError(f"{init_from} holds none of this network's parameters")
+    checkpoints = Checkpoints(plan, parameters) if plan else None
+    saved = checkpoints.restore() if checkpoints else None
+    history = list(saved.history) if saved else []
+    counters = {"overflow": 0, "skipped": 0, "thor_steps": 0, **(saved.counters if saved else {})}
+    if step.thor is not None:
+        step.thor.steps = counters["thor_steps"]
+    global_step = saved.step if saved else 0
     final: dict[str, float] = {}
-    for epoch in range(1, epochs + 1):
+    for earlier in history:  # a resumed trial reports one continuous history
+        on_epoch(earlier)
+        _absorb(final, earlier, target)
+
+    update_s: list[float] = []
+    start = time.perf_counter() - (history[-1].elapsed_s if history else 0.0)
+    for epoch in range(len(history) + 1, epochs + 1):
         network.set_train(True)
         losses, scales = [], []
         for micro_batches in batches.epoch(epoch):
@@ -83,8 +111,8 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
             update_s.append(time.perf_counter() - began)
             global_step += 1
             if not finite:
-                overflow += 1
-                skipped += drop
+                counters["overflow"] += 1
+                counters["skipped"] += drop
             elif not math.isfinite(loss):
                 raise Diverged(f"train_loss is {loss} at epoch {epoch}, step {global_step}")
             losses.append(loss)
@@ -95,29 +123,38 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
         if not math.isfinite(metrics["eval_loss"]):
             raise Diverged(f"eval_loss is {metrics['eval_loss']} after epoch {epoch}")
         metrics["train_loss"] = float(np.mean([v for v in losses if math.isfinite(v)] or [np.nan]))
-        elapsed = time.perf_counter() - start
         series = {"train_loss": losses, **({"loss_scale": scales} if scales else {})}
-        on_epoch(Epoch(epoch, global_step, elapsed, metrics, series))
-        final.update(metrics)
-        if target and "epochs_to_target" not in final and target.reached(metrics):
-            final["epochs_to_target"] = epoch
-            final["time_to_target_s"] = elapsed
-    steady = update_s[1:] or update_s
-    step_s = statistics.median(steady)
-    final.update(
-        step_ms=step_s * 1000,
-        compile_s=max(0.0, update_s[0] - step_s),
-        samples_per_s=batch * len(steady) / sum(steady),
-        peak_mem_mb=memory.peak_mb(),
-        train_s=time.perf_counter() - start,
-        overflow_steps=overflow,
-        skipped_updates=skipped,
-    )
+        record = Epoch(epoch, global_step, time.perf_counter() - start, metrics, series)
+        history.append(record)
+        if checkpoints and checkpoints.due(epoch, epochs):
+            if step.thor is not None:
+                counters["thor_steps"] = step.thor.steps
+            saved = checkpoints.save(epoch, global_step, history, counters, saved)
+        on_epoch(record)
+        _absorb(final, record, target)
+    if not history:  # nothing to train (epochs 0): evaluate what there is
+        network.set_train(False)
+        final.update(evaluate())
+    if update_s:
+        steady = update_s[1:] or update_s
+        step_s = statistics.median(steady)
+        final.update(step_ms=step_s * 1000, compile_s=max(0.0, update_s[0] - step_s),
+                     samples_per_s=batch * len(steady) / sum(steady))
+    final.update(peak_mem_mb=memory.peak_mb(), train_s=time.perf_counter() - start,
+                 overflow_steps=counters["overflow"], skipped_updates=counters["skipped"])
     if step.loss_scale is not None:
         final["loss_scale"] = step.loss_scale
     if step.thor is not None:
         final["thor_inverse_s"] = step.thor.inverse_s
-    return final
+    return Outcome(final, checkpoints.finish(saved) if checkpoints else None)
+
+
+def _absorb(final: dict[str, float], record: Epoch, target: Target | None) -> None:
+    """Fold one epoch into the final metrics (and the target's epoch, once reached)."""
+    final.update(record.metrics)
+    if target and "epochs_to_target" not in final and target.reached(record.metrics):
+        final["epochs_to_target"] = record.epoch
+        final["time_to_target_s"] = record.elapsed_s
 
 
 def _optimizer(workload: Workload, params: dict[str, Any], network: Any,

@@ -1,0 +1,169 @@
+"""A trial's checkpoints: what it needs to continue as if it had never stopped.
+
+Every `every` epochs the trial saves, with MindSpore's `save_checkpoint`, the network's
+weights and every other Parameter of its training state: the optimizer's moments,
+step counter and learning rate, the loss scale and its counter, THOR's factors. Beside
+them, `state.json` records the epoch, the update counter, THOR's refresh counter and
+the epochs so far (their metrics and series), so a resumed trial reports one continuous
+history. A checkpoint is written under a temporary name and renamed, and `state.json`
+is replaced last, so a kill during a write never makes a torn file the latest.
+
+Data order is deterministic per epoch for array data, so a resumed trial equals an
+uninterrupted one; a MindSpore dataset's shuffle starts afresh on resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mindspore as ms
+
+from msexp.paths import write_atomic
+from msexp.training.records import Epoch
+
+STATE = "state.json"
+KEEP = ("last", "best", "all", "none")
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """Where and how often a trial saves, and which checkpoints it keeps.
+
+    Attributes:
+        folder: the trial's checkpoint folder (the same for every attempt of the trial).
+        every: save every this many epochs (and after the last one).
+        keep: last, best (the best epoch by `metric`), all, or none (deleted at the end).
+        metric, maximize: what `keep: best` compares.
+    """
+
+    folder: Path
+    every: int = 1
+    keep: str = "last"
+    metric: str | None = None
+    maximize: bool = True
+
+
+@dataclass
+class Saved:
+    """What `state.json` records about the latest checkpoint."""
+
+    epoch: int
+    step: int
+    file: str
+    history: list[Epoch] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)  # thor_steps, overflow, skipped
+    best: dict[str, Any] | None = None  # {"epoch", "value", "file"}
+
+
+def latest(folder: Path) -> Saved | None:
+    """The latest checkpoint's record in `folder`, or None if it has none."""
+    try:
+        data = json.loads((folder / STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    data["history"] = [Epoch(**e) for e in data.get("history", [])]
+    return Saved(**data)
+
+
+def state_parameters(*cells: Any) -> dict[str, ms.Parameter]:
+    """Every Parameter of the training state, by name (a shared one once)."""
+    found: dict[str, ms.Parameter] = {}
+    for cell in cells:
+        if cell is None:
+            continue
+        named = (cell.parameters_and_names() if hasattr(cell, "parameters_and_names")
+                 else _scaler_parameters(cell))
+        for name, param in named:
+            found.setdefault(name, param)
+    return found
+
+
+def _scaler_parameters(scaler: Any) -> list[tuple[str, ms.Parameter]]:
+    return [(f"loss_scale.{name}", getattr(scaler, name)) for name in ("scale_value", "counter")
+            if isinstance(getattr(scaler, name, None), ms.Parameter)]
+
+
+class Checkpoints:
+    """Saves and restores one trial's training state as its plan says."""
+
+    def __init__(self, plan: CheckpointPlan, parameters: dict[str, ms.Parameter]):
+        self.plan, self.parameters = plan, parameters
+        plan.folder.mkdir(parents=True, exist_ok=True)
+
+    def restore(self) -> Saved | None:
+        """Load the latest checkpoint into the parameters; its record, or None."""
+        saved = latest(self.plan.folder)
+        if saved is None or not (self.plan.folder / saved.file).is_file():
+            return None
+        load_into(self.parameters, self.plan.folder / saved.file)
+        return saved
+
+    def due(self, epoch: int, last_epoch: int) -> bool:
+        return epoch % self.plan.every == 0 or epoch == last_epoch
+
+    def save(self, epoch: int, step: int, history: list[Epoch], counters: dict[str, int],
+             previous: Saved | None) -> Saved:
+        """Save after `epoch`; return the new record (the best one is kept as the plan says)."""
+        name = f"epoch-{epoch:04d}.ckpt"
+        partial = self.plan.folder / f".partial-{name}"
+        ms.save_checkpoint([{"name": n, "data": p} for n, p in self.parameters.items()],
+                           str(partial))
+        os.replace(partial, self.plan.folder / name)
+        best = previous.best if previous else None
+        value = history[-1].metrics.get(self.plan.metric) if self.plan.metric else None
+        if value is not None and (best is None or _better(value, best["value"],
+                                                          self.plan.maximize)):
+            best = {"epoch": epoch, "value": value, "file": name}
+        saved = Saved(epoch, step, name, list(history), dict(counters), best)
+        record = {**dataclasses.asdict(saved)}
+        write_atomic(self.plan.folder / STATE, json.dumps(record, default=float))
+        self._prune(saved, final=False)
+        return saved
+
+    def finish(self, saved: Saved | None) -> Path | None:
+        """At the trial's end: keep only what the plan keeps; return the model kept
+        (the best epoch's with keep: best, else the last), or None."""
+        if saved is None:
+            return None
+        self._prune(saved, final=True)
+        kept = saved.best["file"] if self.plan.keep == "best" and saved.best else saved.file
+        path = self.plan.folder / kept
+        return path if path.is_file() else None
+
+    def _prune(self, saved: Saved, final: bool) -> None:
+        keep = self.plan.keep
+        if keep == "all":
+            return
+        wanted = {saved.file}  # the latest: what a resumed attempt continues from
+        if keep == "best" and saved.best:
+            wanted.add(saved.best["file"])
+            if final:
+                wanted = {saved.best["file"]}
+        if keep == "none" and final:
+            wanted = set()
+        for path in self.plan.folder.glob("epoch-*.ckpt"):
+            if path.name not in wanted:
+                path.unlink()
+        if not wanted:
+            (self.plan.folder / STATE).unlink(missing_ok=True)
+
+
+def load_into(parameters: dict[str, ms.Parameter], path: Path) -> list[str]:
+    """Set `parameters` from the checkpoint file at `path`; return the names it lacked."""
+    loaded = ms.load_checkpoint(str(path))
+    missing = []
+    for name, param in parameters.items():
+        if name in loaded:
+            param.set_data(loaded[name].data if hasattr(loaded[name], "data") else loaded[name])
+        else:
+            missing.append(name)
+    return missing
+
+
+def _better(value: float, than: float, maximize: bool) -> bool:
+    return value > than if maximize else value < than
