@@ -27,11 +27,15 @@ class _Strict(BaseModel):
 
 
 class Objective(_Strict):
-    """A metric to optimize, and optionally a target that defines `epochs_to_target`."""
+    """A metric to optimize, and optionally a target that defines `epochs_to_target`.
+
+    `reduce: best` takes the best epoch's value instead of the last one.
+    """
 
     metric: str
     direction: Literal["maximize", "minimize"] = "maximize"
     target: Optional[float] = None
+    reduce: Literal["last", "best"] = "last"
 
 
 class Budget(_Strict):
@@ -58,6 +62,14 @@ class Data(_Strict):
 
     format: Literal[tuple(FORMATS)]  # type: ignore[valid-type]
     path: str = Field(min_length=1)
+
+
+class Checkpoint(_Strict):
+    """Checkpoints per trial: how often, which to keep, which to log to MLflow."""
+
+    every: int = Field(1, ge=1)
+    keep: Literal["last", "best", "all", "none"] = "last"
+    log: Literal["best_trial", "all", "none"] = "best_trial"
 
 
 class CommandSection(_Strict):
@@ -87,6 +99,7 @@ class SweepFile(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     pruner: Pruner = Pruner()
     data: Optional[Data] = None
+    checkpoint: Checkpoint = Checkpoint()
 
     @field_validator("objective", mode="before")
     @classmethod

@@ -6,7 +6,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from msexp.knobs import METRICS, Knob
-from msexp.spec.file import Budget, Data, Method, Objective, Pruner, SweepFile
+from msexp.spec.file import (
+    Budget,
+    Checkpoint,
+    CommandSection,
+    Data,
+    Method,
+    Objective,
+    Pruner,
+    SweepFile,
+)
 
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array"}
 
@@ -71,15 +80,17 @@ def sweep_schema(knobs: Mapping[str, Knob], metrics: tuple[str, ...] = METRICS
         "properties": {
             "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                      "maxLength": 100},
-            "experiment": {"type": "string", "minLength": 1,
-                           "description": "built-in name, package.module:build or "
-                                          "path/to/file.py:build"},
+            "experiment": {"anyOf": [
+                {"type": "string", "minLength": 1,
+                 "description": "built-in name, package.module:build or path/to/file.py:build"},
+                _model_schema(CommandSection)]},
             "method": {"enum": [m.value for m in Method], "default": "grid"},
             "objective": {"anyOf": [objective, {"type": "array", "items": objective,
                                                 "minItems": 1}]},
             "budget": _model_schema(Budget),
             "pruner": _model_schema(Pruner),
             "data": _model_schema(Data),
+            "checkpoint": _model_schema(Checkpoint),
             "fixed": {"type": "object", "additionalProperties": False, "properties": fixed},
             "params": {"type": "object", "additionalProperties": False, "properties": params},
         },

@@ -81,9 +81,11 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
     batches = data.TrainBatches(workload.train, batch, micro_size, params["seed"], shard)
 
     parameters = state_parameters(network, optimizer, scaler)
-    if init_from is not None:
-        missing = load_into(parameters, init_from)
-        if len(missing) == len(parameters):
+    if init_from is not None:  # its weights and moments; this run's own schedule and counters
+        carried = {n: p for n, p in parameters.items()
+                   if n.rpartition(".")[2] not in ("global_step", "learning_rate", "counter")}
+        missing = load_into(carried, init_from)
+        if len(missing) == len(carried):
             raise ValueError(f"{init_from} holds none of this network's parameters")
     checkpoints = Checkpoints(plan, parameters) if plan else None
     saved = checkpoints.restore() if checkpoints else None

@@ -15,9 +15,9 @@ def learning_rates(params: dict[str, Any], steps_per_epoch: int) -> float | list
     """The learning rate: a float if constant, else one value per optimizer update."""
     lr, epochs = params["lr"], params["epochs"]
     warmup = params["warmup_epochs"] * steps_per_epoch
-    if params["lr_schedule"] == "constant" and not warmup:
-        return lr
     total = epochs * steps_per_epoch
+    if (params["lr_schedule"] == "constant" and not warmup) or not total:
+        return lr
     rates = []
     for step in range(total):
         if step < warmup:
