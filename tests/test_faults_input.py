@@ -245,3 +245,34 @@ def test_an_objective_no_trial_can_report_is_refused(workdir: Path, objective: s
     assert result.exit_code == 2
     assert one_line(result) == (f"{sweep}: objective.0.metric: is reported only {condition}, "
                                 f"and no trial of this sweep has that, got {objective}")
+
+
+def test_a_capped_grid_of_ten_million_points_validates_and_plans_in_seconds(
+        workdir: Path) -> None:
+    values = "[" + ", ".join(str(i) for i in range(1, 11)) + "]"
+    sweep = write(workdir / "huge.yaml", "name: huge\nexperiment: mlp_digits\n"
+                  "budget: {trials: 3}\nparams:\n" + "".join(
+                      f"  {knob}: {values}\n" for knob in
+                      ("epochs", "seed", "warmup_epochs", "hidden", "lr", "weight_decay",
+                       "batch_size")))
+    done = limited("-m", "msexp", "validate", str(sweep))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert " ".join(done.stdout.split()) == f"{sweep}: ok (grid, 3 trials)"
+    done = limited("-m", "msexp", "plan", str(sweep))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "grid of 3 trials" in done.stdout
+
+
+def test_the_grid_size_is_counted_with_conditions() -> None:
+    from msexp.experiment import load_experiment
+    from msexp.spec.space import parse_params
+
+    space = parse_params("s.yaml", load_experiment("mlp_digits", "s.yaml").knobs, {}, {
+        "loss_scale": ["none", "fixed", "dynamic"],
+        "loss_scale_window": [10, 100],      # only with dynamic
+        "drop_overflow_update": [True, False],  # only with fixed
+        "optimizer": ["sgd", "momentum"],
+        "momentum": {"values": [0.8, 0.9], "when": {"optimizer": "momentum"}},
+        "seed": [1, 2, 3],
+    })
+    assert space.grid_size() == len(space.grid()) == (1 + 2 + 2) * (1 + 2) * 3

@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import optuna
 import psutil
@@ -24,6 +25,7 @@ from msexp.execution.pool import start_workers
 from msexp.execution.protocol import Start, read_events
 from msexp.search.loop import run_sweep
 from msexp.search.storage import open_storage
+from msexp.search.study import claim_waiting, open_study
 from msexp.spec import load_spec
 from tests.conftest import mlflow_client, msexp_cmd, write
 
@@ -372,3 +374,57 @@ def test_a_sweep_whose_trials_miss_the_objective_says_so_at_the_end(workdir: Pat
     assert line in result.output.splitlines(), result.output
     status = CliRunner().invoke(app, ["status", str(sweep)], env={"COLUMNS": "300"})
     assert line in status.output.splitlines(), status.output
+
+
+def test_more_workers_than_trials_start_only_as_many_as_trials(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep = write(workdir / "few.yaml", """
+        name: few
+        experiment: mlp_digits
+        fixed: {epochs: 1, hidden: 8}
+        params: {micro_size: [1, 2]}
+    """)
+    started: list[int] = []
+
+    def counted(count: int, cwd: Path | None = None) -> list:
+        started.append(count)
+        return start_workers(count, cwd)
+
+    monkeypatch.setattr("msexp.cli.sweeps.start_workers", counted)
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    result = CliRunner().invoke(app, ["sweep", str(sweep), "--workers", "8"],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert started == [2]
+    assert ("warning: 2 workers on 1 CPU cores: trials compete for the cores and each gets "
+            "one thread") in result.output.splitlines()
+    assert [t.state.name for t in load("few").trials] == ["COMPLETE", "COMPLETE"]
+
+
+def test_a_resumed_sweep_stops_the_workers_it_has_no_trials_for(workdir: Path) -> None:
+    spec = load_spec(write(workdir / "rest.yaml", """
+        name: rest
+        experiment: mlp_digits
+        fixed: {epochs: 1, hidden: 8}
+        params: {micro_size: [1, 2]}
+    """))
+    study, _ = open_study(spec, None)
+    study.tell(claim_waiting(study), [0.5])
+    processes = start_workers(2)
+    events: list[str] = []
+
+    def spy(process: Any, name: str, label: str) -> None:
+        method = getattr(process, name)
+
+        def recorded(*args: Any) -> Any:
+            events.append(label)
+            return method(*args)
+
+        setattr(process, name, recorded)
+
+    for i, process in enumerate(processes):
+        spy(process, "run", f"run {i}")
+        spy(process, "kill", f"kill {i}")
+    run_sweep(spec, Quiet(), processes)
+    assert events.index("kill 1") < events.index("run 0"), events
+    assert "run 1" not in events

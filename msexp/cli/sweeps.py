@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import shlex
 from typing import Annotated, Any, Optional
 
@@ -72,7 +74,7 @@ def _check_workload(spec: SweepSpec) -> None:
     from msexp.execution.local import build_workload  # lazy: MindSpore, only with --check
     from msexp.training.check import first_step_problem
 
-    first = spec.space.grid()[0] if spec.method is Method.grid else {}
+    first = next(spec.space.iter_grid()) if spec.method is Method.grid else {}
     params = spec.space.resolve(first)
     ref = spec.experiment.ref
     try:
@@ -112,7 +114,7 @@ def plan(file: SweepFileArg, check: CheckOpt = False) -> None:
         table.add_column(name)
     table.add_column("micro_batch", justify="right")
     table.add_column("effective_batch", justify="right")
-    for i, point in enumerate(spec.space.grid()[:spec.n_trials()]):
+    for i, point in enumerate(itertools.islice(spec.space.iter_grid(), spec.n_trials())):
         extra = derived(spec.space.resolve(point))
         table.add_row(str(i), *(cell(point.get(n, "-")) for n in swept),
                       str(extra.get("micro_batch", "-")), str(extra.get("effective_batch", "-")))
@@ -171,7 +173,16 @@ def worker(
 def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
          storage: str | None, study: str | None) -> Any:
     """Run the sweep's trials in `workers` trial processes, showing `progress` (a context
-    manager) while they run: the body of the sweep and worker commands."""
+    manager) while they run: the body of the sweep and worker commands.
+
+    No more workers start than the sweep has trials (the sweep then stops those its
+    study has no pending trials for); more workers than CPU cores get a warning.
+    """
+    workers = min(workers, spec.n_trials())
+    cores = os.cpu_count() or 1
+    if workers > cores:
+        err_console.print(f"warning: {workers} workers on {cores} CPU cores: trials compete "
+                          "for the cores and each gets one thread", highlight=False)
     processes = start_workers(workers)  # MindSpore imports there
     from msexp.search.loop import run_sweep  # lazy: Optuna and MLflow import meanwhile
 

@@ -131,6 +131,7 @@ class Sweep:
                 trial stopped the sweep (its unfinished trials are queued again).
         """
         fail_stale_trials(self.study)
+        self._keep_workers(self._pending())
         self.progress.start(self.total, finished_count(self.study))
         threads = [threading.Thread(target=self._work, args=(p,), daemon=True)
                    for p in self.processes]
@@ -170,6 +171,20 @@ class Sweep:
                              " (finished trials are kept; run the same command to resume)")
         return SweepOutcome(self.study, experiment_id, parent_id, tracker, self.interrupted,
                             self.results)
+
+    def _pending(self) -> int:
+        """Trials no worker has taken yet: queued ones, and for samplers the rest of the
+        budget."""
+        waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        if self.spec.method is Method.grid:
+            return waiting
+        return waiting + max(0, self.total - started_count(self.study))
+
+    def _keep_workers(self, count: int) -> None:
+        """Stop the workers beyond `count`: they would have no trial to run."""
+        for process in self.processes[count:]:
+            process.kill()
+        self.processes = self.processes[:count]
 
     def _interrupt(self, signum: int, frame: object) -> None:
         if self.stopping.is_set():

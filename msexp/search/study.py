@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -127,7 +128,7 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str
 
 def _enqueue_grid(study: optuna.Study, spec: SweepSpec) -> None:
     by_name = {p.name: p for p in spec.space.params}
-    for i, point in enumerate(spec.space.grid()[:spec.n_trials()]):
+    for i, point in enumerate(itertools.islice(spec.space.iter_grid(), spec.n_trials())):
         study.enqueue_trial({k: by_name[k].optuna_value(v) for k, v in point.items()},
                             user_attrs={TrialKey.GRID_POINT: i})
 

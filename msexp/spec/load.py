@@ -61,7 +61,7 @@ class SweepSpec:
     def n_trials(self) -> int:
         """Trials the sweep runs in all: the budget, capped by the grid size for grids."""
         if self.method is Method.grid:
-            size = len(self.space.grid())
+            size = self.space.grid_size()
             return min(size, self.budget.trials or size)
         return self.budget.trials or 20
 
@@ -105,7 +105,7 @@ def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
         check_command_sweep(source, spec.pruner, spec.data, space)
     check_objectives(source, spec.objectives, spec.pruner, experiment)
     check_reported(source, spec.objectives, space, experiment)
-    space.check_trials(spec.method is Method.grid)
+    space.check_trials(spec.method is Method.grid, spec.n_trials())
     if spec.data is not None:
         check_data(source, spec.data_section(), experiment.data_formats, experiment.ref)
     check_precision(source, space)

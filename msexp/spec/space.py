@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -110,15 +110,46 @@ class Space:
 
     def grid(self) -> list[dict[str, Any]]:
         """Every grid point, each listing only the params that apply to it."""
-        points: list[dict[str, Any]] = [{}]
-        for param in self.params:
-            points = [
-                {**point, param.name: value}
-                for point in points
-                for value in (param.values if self.active(param, point) else (None,))
-            ]
-            points = [{k: v for k, v in p.items() if v is not None} for p in points]
-        return points
+        return list(self.iter_grid())
+
+    def iter_grid(self) -> Iterator[dict[str, Any]]:
+        """The grid points in `grid` order, one at a time: take the first n with islice."""
+        return self._extend(0, {})
+
+    def _extend(self, i: int, point: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if i == len(self.params):
+            yield point
+            return
+        param = self.params[i]
+        values = param.values if self.active(param, point) else (None,)
+        for value in values:
+            yield from self._extend(i + 1, point if value is None
+                                    else {**point, param.name: value})
+
+    def grid_size(self) -> int:
+        """How many points the grid has, counted without listing them.
+
+        The count from param i on depends only on the values of the knobs that the
+        conditions of params i.. refer to, so it is computed once per such values.
+        """
+        refers: list[tuple[str, ...]] = [()] * (len(self.params) + 1)
+        for i in range(len(self.params) - 1, -1, -1):
+            param = self.params[i]
+            names = {*refers[i + 1], *param.when, *self.knobs[param.name].when}
+            refers[i] = tuple(sorted(names))
+        counted: dict[tuple[int, str], int] = {}
+
+        def count(i: int, point: dict[str, Any]) -> int:
+            if i == len(self.params):
+                return 1
+            key = (i, repr([point.get(name) for name in refers[i]]))
+            if key not in counted:
+                param = self.params[i]
+                counted[key] = (sum(count(i + 1, {**point, param.name: v}) for v in param.values)
+                                if self.active(param, point) else count(i + 1, point))
+            return counted[key]
+
+        return count(0, {})
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Ask `trial` for every param that applies (define-by-run)."""
@@ -128,8 +159,9 @@ class Space:
                 assigned[param.name] = param.suggest(trial)
         return assigned
 
-    def check_trials(self, is_grid: bool) -> None:
-        """Reject a batch_size that micro_size (times devices) does not divide, in any trial.
+    def check_trials(self, is_grid: bool, limit: int | None = None) -> None:
+        """Reject a batch_size that micro_size (times devices) does not divide, in any trial
+        (of a grid: in its first `limit` points, the ones that run).
 
         A batch_size range is checked as a whole: every value it can sample must divide.
         """
@@ -137,7 +169,8 @@ class Space:
         if batch is not None and batch.values is None:
             self._check_batch_range(batch)
             return
-        combos = self.grid() if is_grid else self.combos({"batch_size", "micro_size", "devices"})
+        combos = (itertools.islice(self.iter_grid(), limit) if is_grid
+                  else self.combos({"batch_size", "micro_size", "devices"}))
         for assigned in combos:
             values = {"micro_size": 1, **self.resolve(assigned)}
             if "batch_size" not in values:
@@ -164,15 +197,13 @@ class Space:
         """Every value low + k * step of the range is a multiple of m = micro_size * devices
         exactly when low is one and, if the range has a second value, step is one too."""
         step = 1 if batch.log else int(batch.step or 1)
-        pairs = []
         for assigned in self.combos({"micro_size", "devices"}):
             values = {"micro_size": 1, "devices": 1, **self.resolve(assigned)}
-            pairs.append((values["micro_size"], values["devices"]))
-        every = math.lcm(*(micro * devices for micro, devices in pairs))
-        for micro, devices in pairs:
+            micro, devices = values["micro_size"], values["devices"]
             m = micro * devices
             if batch.low % m == 0 and (batch.high < batch.low + step or step % m == 0):
                 continue
+            every = math.lcm(*self._values("micro_size")) * math.lcm(*self._values("devices"))
             how = (f"use a step that is a multiple of {every} instead of log" if batch.log
                    else f"make low and step multiples of {every}")
             raise SpecError(self.source, "params.batch_size",
@@ -180,11 +211,16 @@ class Space:
                             f"devices = {m} (micro_size={micro}, devices={devices}); {how}",
                             batch.written)
 
-    def combos(self, names: set[str]) -> list[dict[str, Any]]:
-        """Every combination of the finite values of the swept params in `names`."""
+    def _values(self, name: str) -> set[Any]:
+        """Every value knob `name` takes in some trial (1 where it does not exist)."""
+        return {self.resolve(c).get(name, 1) for c in self.combos({name})}
+
+    def combos(self, names: set[str]) -> Iterator[dict[str, Any]]:
+        """Every combination of the finite values of the swept params in `names`, one at a
+        time (a rule that fails stops at the first)."""
         swept = [p for p in self.params if p.name in names and p.candidates()]
-        return [dict(zip([p.name for p in swept], combo))
-                for combo in itertools.product(*(p.candidates() for p in swept))]
+        return (dict(zip([p.name for p in swept], combo))
+                for combo in itertools.product(*(p.candidates() for p in swept)))
 
 
 def parse_params(source: str, knobs: Mapping[str, Knob], fixed: Mapping[str, Any],
