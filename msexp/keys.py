@@ -30,6 +30,8 @@ class TrialKey:
     GRID_POINT = "grid_point"
     RETRY_OF = "retry_of"
     ATTEMPT = "attempt"
+    PARAMS = "params"  # every param of the trial, as it ran
+    CHECKPOINT = "checkpoint"  # the model checkpoint it kept
     MISSING = "missing_objectives"  # objectives a trial that ran to the end did not report
 
 
@@ -42,6 +44,8 @@ class RunTag:
     STATUS = "status"
     ERROR = "error"
     PARENT = "mlflow.parentRunId"
+    RESUMED_FROM = "resumed_from_epoch"  # a trial continued from a checkpoint of this epoch
+    BEST_CHECKPOINT = "best_checkpoint"  # on the parent run: the best trial's model
 
 
 class TrialEnv:

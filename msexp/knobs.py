@@ -87,7 +87,7 @@ _AMP = ("O1", "O2", "O3")
 _THOR = {"optimizer": ("thor",)}
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
-    Knob("epochs", int, 5, "passes over the training set", ge=1),
+    Knob("epochs", int, 5, "passes over the training set (0: evaluate only)", ge=0),
     Knob("batch_size", int, 64, "global batch per optimizer update", ge=1),
     Knob("micro_size", int, 1, "micro-batches one update is split into (gradient accumulation)",
          ge=1),

@@ -153,7 +153,7 @@ def test_tracking_uri_overrides_the_embedded_store(workdir: Path, uri_source: st
     sweep = write(workdir / "one.yaml", """
         name: one
         experiment: broken:build
-        params: {mode: [raises]}
+        params: {mode: [raises, works]}
     """)
     uri = f"sqlite:///{workdir / 'other.db'}"
     args, env = ["sweep", str(sweep)], {"COLUMNS": "200"}
@@ -166,7 +166,7 @@ def test_tracking_uri_overrides_the_embedded_store(workdir: Path, uri_source: st
     assert (workdir / "other.db").exists() and not (workdir / "mlruns" / "mlflow.db").exists()
     runs = MlflowClient(uri).search_runs(
         [MlflowClient(uri).get_experiment_by_name("one").experiment_id])
-    assert len(runs) == 2
+    assert len(runs) == 3  # the parent and two trials
 
 
 def test_unreachable_mlflow_stops_the_sweep_and_loses_no_trial(workdir: Path) -> None:

@@ -59,7 +59,8 @@ def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")
 
 
 for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, studies.report,
-                studies.status, studies.sync, cluster.schedule, scaffold.knobs, scaffold.schema):
+                studies.status, studies.best, studies.sync, cluster.schedule, scaffold.knobs,
+                scaffold.schema):
     app.command()(command)
 app.command("run")(sweeps.run_one)
 

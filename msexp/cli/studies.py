@@ -1,10 +1,10 @@
-"""Commands that look at a study and its records: report, status, sync."""
+"""Commands that look at a study and its records: report, status, best, sync."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -14,7 +14,7 @@ from msexp.cli.render import cell, kv, missing_objectives, trials_table
 from msexp.errors import MsexpError, SpecError
 from msexp.keys import StudyKey, TrialKey
 from msexp.paths import REPORTS_DIR
-from msexp.spec import read_name
+from msexp.spec import load_spec, read_name
 from msexp.tracking.runs import Tracker
 from msexp.urls import redact
 
@@ -83,6 +83,64 @@ def status(
     missing = missing_objectives(loaded)
     if missing:
         console.print(missing, markup=False, highlight=False)
+
+
+def best(
+    file: Annotated[Path, typer.Argument(help="The sweep file.", show_default=False)],
+    study: StudyOpt = None,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+    export: Annotated[Optional[Path], typer.Option(
+        "--export", help="Write the best trial's checkpoint, params.json and (where the "
+                         "network exports) a MindIR into this folder.")] = None,
+) -> None:
+    """Show the best trial (or the Pareto set): its params, MLflow run and checkpoint.
+
+    Example: msexp best sweeps/accum.yaml --export best-model/
+    """
+    spec = load_spec(file)
+    loaded = _existing_study(file, study, storage)
+    from msexp.search.study import best_trials  # lazy: Optuna takes a second to import
+
+    chosen = best_trials(loaded)
+    if not chosen:
+        raise MsexpError(f"{file}: no trial of study {loaded.study_name!r} completed yet")
+    links = Tracker(tracking_uri).ui_links if export is None else None
+    for t in chosen:
+        attrs = t.user_attrs
+        console.print(f"trial {t.number}: " + ", ".join(
+            f"{name}={cell(value)}" for name, value in zip(
+                [o.metric for o in spec.objectives], t.values)), highlight=False)
+        console.print(f"  params: {kv(attrs.get(TrialKey.PARAMS, t.params))}", highlight=False)
+        run_id = attrs.get(TrialKey.RUN_ID, "-")
+        console.print(f"  MLflow run: {run_id}", highlight=False)
+        if links is not None and run_id not in ("-", "spooled"):
+            experiment_id = Tracker(tracking_uri).experiment_id(spec.name)
+            console.print(f"  {redact(links(experiment_id, run_id)[1])}", highlight=False)
+        console.print(f"  checkpoint: {attrs.get(TrialKey.CHECKPOINT, '(none kept)')}",
+                      highlight=False)
+    if export is not None:
+        _export(spec, loaded, chosen[0], export)
+
+
+def _export(spec: Any, loaded: Any, chosen: Any, folder: Path) -> None:
+    from msexp.execution.export import export_model  # lazy: MindSpore
+    from msexp.search.loop import trial_request
+
+    checkpoint = chosen.user_attrs.get(TrialKey.CHECKPOINT)
+    if not checkpoint or not Path(checkpoint).is_file():
+        raise MsexpError(f"trial {chosen.number} kept no checkpoint (checkpoint.keep none?); "
+                         "nothing to export")
+    params = chosen.user_attrs.get(TrialKey.PARAMS) or spec.space.resolve(chosen.params)
+    request = trial_request(spec, params, folder)
+    record = {"study": loaded.study_name, "trial": chosen.number,
+              "experiment": spec.experiment.ref, "params": params,
+              "metrics": chosen.user_attrs.get(TrialKey.METRICS, {})}
+    written, no_mindir = export_model(request, Path(checkpoint), folder, record)
+    for path in written:
+        console.print(f"wrote {path}", highlight=False)
+    if no_mindir:
+        console.print(f"no MindIR: {no_mindir}", highlight=False)
 
 
 def _existing_study(file: Path | None, study: str | None, storage: str | None) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import shlex
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -38,6 +39,9 @@ from msexp.spec.command import split_command
 from msexp.spec.space import derived
 from msexp.training.records import Epoch
 
+RetryOpt = Annotated[bool, typer.Option(
+    "--retry-failed", help="Run the FAILED and TIMEOUT trials of the resumed study again "
+                           "(same params), e.g. after fixing the experiment.")]
 CheckOpt = Annotated[bool, typer.Option(
     "--check", help="Also train one micro-batch of the first trial, or run a command "
                     "experiment once with experiment.check (default --help), so a broken "
@@ -129,21 +133,22 @@ def sweep(
     study: StudyOpt = None,
     workers: Annotated[Optional[int], typer.Option(
         "--workers", min=1, help="Trials run at once [default: budget.workers].")] = None,
+    retry_failed: RetryOpt = False,
 ) -> None:
     """Run a sweep: every trial is a MindSpore job, every result lands in MLflow.
 
-    Running the same command again resumes the study without re-running finished trials.
+    Running the same command again resumes the study without re-running finished trials;
+    a trial stopped midway continues from its last checkpoint.
 
     Example: msexp sweep sweeps/accum.yaml --workers 2
     """
     spec = load_spec(file)
     outcome = _run(spec, workers or spec.budget.workers, SweepProgress(spec), tracking_uri,
-                   storage, study)
+                   storage, study, retry_failed)
     summary(outcome)
-    console.print(f"plots, importances: msexp report {file}", highlight=False)
-    if outcome.interrupted:
-        err_console.print("interrupted: run the same command again to resume")
-        raise typer.Exit(130)
+    console.print(f"plots, importances: msexp report {file}; best model: msexp best {file}",
+                  highlight=False)
+    _finish(outcome, file)
 
 
 def worker(
@@ -153,6 +158,7 @@ def worker(
     study: StudyOpt = None,
     workers: Annotated[int, typer.Option("--workers", min=1,
                                          help="Trials this worker runs at once.")] = 1,
+    retry_failed: RetryOpt = False,
 ) -> None:
     """Join a sweep's study from another process or machine and run trials until none are left.
 
@@ -162,16 +168,34 @@ def worker(
     Example: msexp worker sweeps/accum.yaml --storage postgresql://msexp@db/msexp
     """
     spec = load_spec(file)
-    outcome = _run(spec, workers, LineProgress(spec), tracking_uri, storage, study)
+    outcome = _run(spec, workers, LineProgress(spec), tracking_uri, storage, study, retry_failed)
     missing = missing_objectives(outcome.study)
     if missing:
         console.print(missing, markup=False, highlight=False)
+    _finish(outcome, file)
+
+
+def _finish(outcome: Any, file: Path) -> None:
+    """How a sweep or worker ends: a line on failed trials; the exit code says whether it
+    was stopped by a signal (128 + the signal: 130 Ctrl-C, 143 SIGTERM) or nothing worked."""
+    from msexp.search.study import failed_trials  # lazy: as in _run
+
+    failed = failed_trials(outcome.study)
+    if failed:
+        err_console.print(f"{len(failed)} trial(s) failed or timed out; after fixing the "
+                          f"experiment: msexp sweep {file} --retry-failed", highlight=False)
     if outcome.interrupted:
-        raise typer.Exit(130)
+        err_console.print("interrupted: run the same command again to resume (stopped "
+                          "trials continue from their last checkpoint)")
+        raise typer.Exit(128 + outcome.interrupted)
+    ended = [t for t in outcome.study.get_trials(deepcopy=False) if t.state.is_finished()]
+    if failed and not any(t.state.name in ("COMPLETE", "PRUNED") for t in ended):
+        err_console.print("every trial failed", highlight=False)
+        raise typer.Exit(1)
 
 
 def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
-         storage: str | None, study: str | None) -> Any:
+         storage: str | None, study: str | None, retry: bool = False) -> Any:
     """Run the sweep's trials in `workers` trial processes, showing `progress` (a context
     manager) while they run: the body of the sweep and worker commands.
 
@@ -187,7 +211,7 @@ def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
     from msexp.search.loop import run_sweep  # lazy: Optuna and MLflow import meanwhile
 
     with progress:
-        return run_sweep(spec, progress, processes, tracking_uri, storage, study)
+        return run_sweep(spec, progress, processes, tracking_uri, storage, study, retry)
 
 
 def run_one(
@@ -196,6 +220,10 @@ def run_one(
         show_default=False)],
     set_: Annotated[Optional[list[str]], typer.Option(
         "--set", "-s", help="A knob value, key=value (repeatable).")] = None,
+    from_checkpoint: Annotated[Optional[Path], typer.Option(
+        "--from-checkpoint", help="Start from this checkpoint (e.g. `msexp best --export`'s "
+                                  "model.ckpt): --set epochs=0 evaluates it, epochs=N "
+                                  "trains it N more epochs.")] = None,
 ) -> None:
     """Run one trial in the foreground, for debugging; nothing is recorded.
 
@@ -218,7 +246,10 @@ def run_one(
             console.print(f"data: {event.data_source}")
 
     try:
-        metrics = run(TrialRequest(experiment, params), show)
+        init = str(from_checkpoint.resolve()) if from_checkpoint else None
+        if init and not Path(init).is_file():
+            raise SpecError("--from-checkpoint", "", "file not found", str(from_checkpoint))
+        metrics = run(TrialRequest(experiment, params, init_from=init), show)
     except Exception as exc:
         if state["debug"]:
             raise

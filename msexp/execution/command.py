@@ -127,8 +127,12 @@ def _is_number(text: str) -> bool:
 
 
 def run_command(request: TrialRequest, emit: Callable[[Any], None],
-                stop_requested: Callable[[], bool]) -> dict[str, float]:
-    """Run the request's command to its end; emit its epochs; return its final metrics.
+                stop_requested: Callable[[], bool]) -> tuple[dict[str, float], Path | None]:
+    """Run the request's command to its end; emit its epochs; return its final metrics and
+    the newest checkpoint it wrote into its outputs folder (if any).
+
+    A trial run again (after a kill or a preemption) finds its outputs folder as the
+    last attempt left it, and gets MSEXP_RESUME naming it.
 
     Raises:
         Stopped: the orchestrator asked the trial to stop (the command got SIGUSR1,
@@ -146,6 +150,8 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     channel.write_text("")
     env = {**os.environ, TrialEnv.PARAMS: str(params_file), TrialEnv.OUTPUT_DIR: str(outputs),
            TrialEnv.EVENTS: str(channel), "PYTHONUNBUFFERED": "1", "PATH": search_path()}
+    if any(outputs.iterdir()):
+        env[TrialEnv.RESUME] = str(outputs)
     params = {k: v for k, v in request.params.items() if k != "devices"}  # msexp's own
     argv = [*command.argv, *arguments(params, command.args)]
     devices = request.params.get("devices", 1)
@@ -177,7 +183,8 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     if not metrics:
         raise RuntimeError("the command reported no metric: print `name: value` lines, "
                            "use msexp.hooks, or set experiment.metrics regexes")
-    return metrics
+    checkpoints = sorted(outputs.rglob("*.ckpt"), key=lambda path: path.stat().st_mtime)
+    return metrics, checkpoints[-1] if checkpoints else None
 
 
 def _copy_output(proc: subprocess.Popen, reader: MetricReader) -> None:

@@ -17,9 +17,8 @@ def train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[]
                   ) -> tuple[dict[str, float], Workload]:
     """Build the workload and train it in this process (or as one data-parallel rank):
     emit start, each epoch and the result; return the metrics and the workload."""
-    # lazy: a failing MindSpore import shows in the trial's log
-    from msexp.training.checkpoint import latest
-    from msexp.training.loop import train
+    from msexp.training.checkpoint import latest  # lazy: a failing MindSpore import shows
+    from msexp.training.loop import train  # in the trial's log
 
     workload = build_workload(request)
     impl = _implementations(request.params)

@@ -31,8 +31,8 @@ def run(request: TrialRequest, emit: Emit,
         stop_requested: Callable[[], bool] = lambda: _stop) -> dict[str, float]:
     """Run one trial (through msrun for `devices` > 1); emit its events, return its metrics."""
     if request.command is not None:
-        metrics = run_command(request, emit, stop_requested)
-        emit(Result(metrics))
+        metrics, checkpoint = run_command(request, emit, stop_requested)
+        emit(Result(metrics, str(checkpoint) if checkpoint else None))
         return metrics
     if request.params.get("devices", 1) > 1:
         from msexp.execution.msrun import launch  # lazy: only data-parallel trials need it

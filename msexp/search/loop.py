@@ -17,7 +17,14 @@ from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
 from msexp.execution.pool import TrialProcess, start_workers
-from msexp.execution.protocol import Command, Epoch, Status, TrialRequest, TrialResult
+from msexp.execution.protocol import (
+    Checkpointing,
+    Command,
+    Epoch,
+    Status,
+    TrialRequest,
+    TrialResult,
+)
 from msexp.keys import StudyKey, TrialKey
 from msexp.paths import TRIALS_DIR
 from msexp.search.storage import storage_label
@@ -27,13 +34,14 @@ from msexp.search.study import (
     finished_count,
     open_study,
     owner,
-    requeue,
+    put_back,
+    retry_failed,
     started_count,
 )
-from msexp.spec import Method, SweepSpec
+from msexp.spec import Method, Objective, SweepSpec
 from msexp.spec.command import split_command
 from msexp.spec.space import derived
-from msexp.tracking.report import log_best
+from msexp.tracking.report import log_best, log_best_checkpoint
 from msexp.tracking.runs import Tracker
 
 _log = logging.getLogger("msexp")
@@ -41,6 +49,7 @@ _log = logging.getLogger("msexp")
 _OPTUNA_STATE = {Status.COMPLETE: TrialState.COMPLETE, Status.PRUNED: TrialState.PRUNED,
                  Status.FAILED: TrialState.FAIL, Status.TIMEOUT: TrialState.FAIL}
 HEARTBEAT_S = 5.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C; Slurm, Kubernetes and systemd
 PARENT_WAIT_S = 30.0
 
 
@@ -60,7 +69,7 @@ class SweepOutcome:
     experiment_id: str
     parent_run_id: str
     tracker: Tracker
-    interrupted: bool = False
+    interrupted: int = 0  # the signal that stopped the sweep (SIGINT, SIGTERM), or 0
     results: dict[int, TrialResult] = field(default_factory=dict)
 
 
@@ -81,7 +90,7 @@ class Sweep:
         self.stopping = threading.Event()
         self.results: dict[int, TrialResult] = {}
         self.held: dict[int, optuna.Trial] = {}  # trials this process took and has not told
-        self.interrupted = False
+        self.interrupted = 0
         self.error: Exception | None = None  # what stopped the sweep outside any trial
         self.mlflow = Future()
         threading.Thread(target=self._open_mlflow, args=(tracking_uri, created),
@@ -139,7 +148,8 @@ class Sweep:
         # KeyboardInterrupt inside Thread.join can leave CPython reporting a running thread
         # as dead, so the signal is handled here instead.)
         handled = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, self._interrupt) if handled else None
+        previous = {sig: signal.signal(sig, self._interrupt) for sig in STOP_SIGNALS} \
+            if handled else {}
         try:
             for t in threads:
                 t.start()
@@ -149,8 +159,8 @@ class Sweep:
             for t in threads:
                 t.join()
         finally:
-            if handled:
-                signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             for p in self.processes:
                 p.kill()
         if self.error is not None:
@@ -162,6 +172,8 @@ class Sweep:
         try:
             tracker.flush_spool()
             log_best(self.study, tracker)
+            if self.spec.checkpoint.log == "best_trial":
+                log_best_checkpoint(self.study, tracker)
             tracker.client.set_terminated(parent_id, ending)
         except Exception as exc:  # the results are safe in Optuna and the spool
             _log.warning(f"MLflow unreachable at the end of the sweep ({type(exc).__name__});"
@@ -189,7 +201,7 @@ class Sweep:
     def _interrupt(self, signum: int, frame: object) -> None:
         if self.stopping.is_set():
             raise KeyboardInterrupt  # a second Ctrl-C: leave at once
-        self.interrupted = True
+        self.interrupted = signum
         self._stop()
 
     def _stop(self) -> None:
@@ -209,11 +221,14 @@ class Sweep:
         for trial in list(self.held.values()):
             try:
                 with self.lock:
-                    trial.set_user_attr(TrialKey.ERROR, error)
-                    frozen = self.study.tell(trial, state=TrialState.FAIL)
-                    requeue(self.study, frozen, count_attempt=False)
-            except Exception:  # the storage itself failed: the next run fails it as stale
+                    self._put_back(trial, error)
+            except Exception:  # the storage itself failed: the next run finds it stale
                 continue
+
+    def _put_back(self, trial: optuna.Trial, reason: str) -> None:
+        """Queue a trial this process took again, as it is; no attempt is counted."""
+        put_back(self.study, trial._trial_id, trial.user_attrs.get(TrialKey.ATTEMPT, 0),
+                 False, reason)
 
     def _next_trial(self) -> optuna.Trial | None:
         with self.lock:
@@ -274,21 +289,24 @@ class Sweep:
         params = spec.space.resolve(assigned)
         folder = (TRIALS_DIR / self.study.study_name / f"trial-{trial.number:04d}").resolve()
         request = trial_request(spec, params, folder)
+        rerun = TrialKey.ATTEMPT in trial.user_attrs  # an earlier attempt may have logged
         started = time.time()
         with _Heartbeat(self.study, trial, self.lock):
             result = process.run(request, spec.budget.trial_timeout, self._pruning_hook(trial))
         unrecordable = self.mlflow.exception() is not None
         if unrecordable or self.stopping.is_set():
-            with self.lock:  # interrupted, not finished: queue it again for the next run
-                trial.set_user_attr(TrialKey.ERROR, "MLflow unreachable" if unrecordable
-                                    else "interrupted")
-                frozen = self.study.tell(trial, state=TrialState.FAIL)
-                requeue(self.study, frozen, count_attempt=False)
+            with self.lock:  # interrupted, not finished: the next run continues it
+                self._put_back(trial, "MLflow unreachable" if unrecordable else "interrupted")
             return
         tracker, experiment_id, parent_id = self.mlflow.result()
         logged = {**params, **derived(params), "experiment": spec.experiment.ref}
         run_id = tracker.record_trial(experiment_id, parent_id, trial.number, logged, result,
-                                      started)
+                                      started, replace=rerun,
+                                      log_checkpoint=spec.checkpoint.log == "all")
+        with self.lock:
+            trial.set_user_attr(TrialKey.PARAMS, params)
+            if result.checkpoint:
+                trial.set_user_attr(TrialKey.CHECKPOINT, str(result.checkpoint))
         with self.lock:
             self._tell(trial, result, run_id)
             self.results[trial.number] = result
@@ -321,7 +339,7 @@ class Sweep:
         values = None
         state = _OPTUNA_STATE[result.status]
         if result.status is Status.COMPLETE:
-            values = [metrics.get(o.metric, math.nan) for o in self.spec.objectives]
+            values = [objective_value(o, metrics, result.epochs) for o in self.spec.objectives]
             if not all(math.isfinite(v) for v in values):
                 missing = [o.metric for o, v in zip(self.spec.objectives, values)
                            if not math.isfinite(v)]
@@ -365,12 +383,27 @@ class _Heartbeat:
 
 def trial_request(spec: SweepSpec, params: dict[str, Any], folder: Path) -> TrialRequest:
     """The request of one trial of `spec` with complete `params`, its files in `folder`."""
+    first = spec.objectives[0]
+    checkpoint = Checkpointing(spec.checkpoint.every, spec.checkpoint.keep, first.metric,
+                               first.direction == "maximize")
     if spec.command is not None:
         command = Command(split_command(str(spec.path), spec.command.command), str(spec.folder),
                           spec.command.args, list(spec.command.metrics))
-        return TrialRequest(spec.experiment.ref, params, folder, spec.target(), None, command)
+        return TrialRequest(spec.experiment.ref, params, folder, spec.target(), None, command,
+                            checkpoint)
     return TrialRequest(_experiment_ref(spec.experiment.ref), params, folder, spec.target(),
-                        spec.data_section())
+                        spec.data_section(), checkpoint=checkpoint)
+
+
+def objective_value(objective: Objective, metrics: dict[str, float], epochs: list[Epoch]
+                    ) -> float:
+    """The value told to Optuna: the final one, or with `reduce: best` the best epoch's."""
+    if objective.reduce == "best":
+        values = [e.metrics[objective.metric] for e in epochs
+                  if math.isfinite(e.metrics.get(objective.metric, math.nan))]
+        if values:
+            return max(values) if objective.direction == "maximize" else min(values)
+    return metrics.get(objective.metric, math.nan)
 
 
 def _describe(exc: Exception) -> str:
@@ -388,15 +421,19 @@ def _experiment_ref(ref: str) -> str:
 
 def run_sweep(spec: SweepSpec, progress: Progress,
               processes: list[TrialProcess] | None = None, tracking_uri: str | None = None,
-              storage_url: str | None = None, study_name: str | None = None) -> SweepOutcome:
-    """Open (or resume) the sweep's study and run its remaining trials.
+              storage_url: str | None = None, study_name: str | None = None,
+              retry: bool = False) -> SweepOutcome:
+    """Open (or resume) the sweep's study and run its remaining trials; with `retry`, first
+    queue the FAILED and TIMEOUT trials of a resumed study again.
 
-    `processes` (see `runner.start_workers`, default: `budget.workers` of them) run the
-    trials and are killed when this returns.
+    `processes` (see `execution.pool.start_workers`, default: `budget.workers` of them)
+    run the trials and are killed when this returns.
     """
     processes = processes or start_workers(spec.budget.workers)
     try:
         study, created = open_study(spec, storage_url, study_name)
+        if retry:
+            retry_failed(study)
     except BaseException:
         for process in processes:
             process.kill()

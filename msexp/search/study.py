@@ -143,26 +143,62 @@ def _owner_is_dead(name: str) -> bool:
     return host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid))
 
 
-def requeue(study: optuna.Study, frozen: optuna.trial.FrozenTrial, count_attempt: bool) -> bool:
-    """Queue a copy of an unfinished trial; False when its retries are used up."""
-    attempts = frozen.user_attrs.get(TrialKey.ATTEMPT, 0) + count_attempt
-    limit = study.user_attrs.get(StudyKey.RETRIES, 0)
-    if attempts > limit:
+def put_back(study: optuna.Study, trial_id: int, attempts: int, count_attempt: bool,
+             reason: str) -> bool:
+    """Queue an unfinished trial again as it is (WAITING): same number, params, folder and
+    checkpoints, so the next attempt continues it. A stop by signal or an unreachable
+    MLflow does not count as an attempt; a dead orchestrator does. Past `budget.retries`
+    counted attempts the trial is failed instead; returns whether it was queued."""
+    storage = study._storage
+    attempts += count_attempt
+    storage.set_trial_user_attr(trial_id, TrialKey.ATTEMPT, attempts)
+    if attempts > study.user_attrs.get(StudyKey.RETRIES, 0):
+        storage.set_trial_user_attr(trial_id, TrialKey.ERROR,
+                                    f"{reason}; out of retries after {attempts} attempts")
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
         return False
-    attrs = {k: v for k, v in frozen.user_attrs.items() if k == TrialKey.GRID_POINT}
-    study.enqueue_trial(frozen.params or frozen.system_attrs.get("fixed_params", {}),
-                        user_attrs={**attrs, TrialKey.RETRY_OF: frozen.number,
-                                    TrialKey.ATTEMPT: attempts})
-    return True
+    storage.set_trial_user_attr(trial_id, TrialKey.ERROR, reason)
+    return storage.set_trial_state_values(trial_id, TrialState.WAITING)
+
+
+def retry_failed(study: optuna.Study) -> int:
+    """Queue a fresh copy of every FAILED or TIMEOUT trial not retried yet (same params;
+    the copy starts from scratch); return how many."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get(TrialKey.RETRY_OF) for t in trials}
+    count = 0
+    for frozen in trials:
+        if frozen.state is not TrialState.FAIL or frozen.number in retried:
+            continue
+        attrs = {k: v for k, v in frozen.user_attrs.items() if k == TrialKey.GRID_POINT}
+        study.enqueue_trial(frozen.params or frozen.system_attrs.get("fixed_params", {}),
+                            user_attrs={**attrs, TrialKey.RETRY_OF: frozen.number})
+        count += 1
+    return count
+
+
+def failed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """FAILED or TIMEOUT trials that no retry has replaced."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get(TrialKey.RETRY_OF) for t in trials}
+    return [t for t in trials if t.state is TrialState.FAIL and t.number not in retried]
+
+
+def best_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The best trial, or the Pareto set of a multi-objective study; [] before any."""
+    if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        return []
+    return list(study.best_trials) if len(study.directions) > 1 else [study.best_trial]
 
 
 def fail_stale_trials(study: optuna.Study) -> list[int]:
-    """Fail RUNNING trials whose orchestrator died (no heartbeat), and retry them.
+    """Queue again the RUNNING trials whose orchestrator died (no heartbeat).
 
     A trial's owner writes a heartbeat every few seconds; a trial is stale when its
-    owner is a dead process on this host, or its heartbeat is older than a minute.
+    owner is a dead process on this host, or its heartbeat is older than a minute. It
+    counts as an attempt (see `put_back`).
     """
-    failed = []
+    stale = []
     now = time.time()
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         name = frozen.user_attrs.get(TrialKey.OWNER, "")
@@ -170,12 +206,10 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
                                      if frozen.datetime_start else now)
         if name == owner() or not (_owner_is_dead(name) or now - beat > STALE_AFTER_S):
             continue
-        study._storage.set_trial_user_attr(frozen._trial_id, TrialKey.ERROR,
-                                           "orchestrator stopped (no heartbeat)")
-        if study._storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL):
-            requeue(study, frozen, count_attempt=True)
-            failed.append(frozen.number)
-    return failed
+        put_back(study, frozen._trial_id, frozen.user_attrs.get(TrialKey.ATTEMPT, 0), True,
+                 "orchestrator stopped (no heartbeat)")
+        stale.append(frozen.number)
+    return stale
 
 
 def _wait_for_creator(study: optuna.Study) -> None:

@@ -20,6 +20,7 @@ from msexp.spec.checks import (
 from msexp.spec.command import command_experiment
 from msexp.spec.file import (
     Budget,
+    Checkpoint,
     CommandSection,
     Data,
     Method,
@@ -52,6 +53,7 @@ class SweepSpec:
     params: dict[str, Any]
     space: Space
     command: CommandSection | None = None
+    checkpoint: Checkpoint = Checkpoint()
 
     @property
     def folder(self) -> Path:
@@ -99,7 +101,8 @@ def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
                                         file.params)
     space = parse_params(source, experiment.knobs, file.fixed, file.params)
     spec = SweepSpec(path, file.name, experiment, file.method, file.objective, file.budget,
-                     file.pruner, file.data, file.fixed, file.params, space, command)
+                     file.pruner, file.data, file.fixed, file.params, space, command,
+                     file.checkpoint)
     check_method(source, spec.method, spec.objectives, spec.pruner, space)
     if command is not None:
         check_command_sweep(source, spec.pruner, spec.data, space)

@@ -12,8 +12,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from msexp.keys import StudyKey, TrialKey
-from msexp.tracking.runs import Tracker
+from msexp.keys import RunTag, StudyKey, TrialKey
+from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
 
 
 @dataclass
@@ -139,6 +139,27 @@ def log_best(study: optuna.Study, tracker: Tracker) -> str | None:
             if isinstance(v, (int, float)) and math.isfinite(v)])
         tracker.client.set_tag(run_id, "best_trial", str(best.number))
     return run_id
+
+
+def log_best_checkpoint(study: optuna.Study, tracker: Tracker) -> str | None:
+    """Attach the best trial's kept model to its child run and link it from the parent run
+    (tag `best_checkpoint`); returns the artifact URI, or None when there is none."""
+    parent = study.user_attrs.get(StudyKey.PARENT_RUN)
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not parent or not complete or len(study.directions) > 1:
+        return None
+    best = study.best_trial
+    checkpoint = best.user_attrs.get(TrialKey.CHECKPOINT)
+    run_id = best.user_attrs.get(TrialKey.RUN_ID)
+    if not checkpoint or not Path(checkpoint).is_file() or run_id in (None, "spooled"):
+        return None
+    names = {a.path for a in tracker.client.list_artifacts(run_id, CHECKPOINT_ARTIFACTS)}
+    name = f"{CHECKPOINT_ARTIFACTS}/{Path(checkpoint).name}"
+    if name not in names:
+        tracker.client.log_artifact(run_id, checkpoint, CHECKPOINT_ARTIFACTS)
+    uri = f"runs:/{run_id}/{name}"
+    tracker.client.set_tag(parent, RunTag.BEST_CHECKPOINT, uri)
+    return uri
 
 
 def state_counts(study: optuna.Study) -> dict[str, int]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 _log = logging.getLogger("msexp")
+CHECKPOINT_ARTIFACTS = "checkpoint"  # where a trial's kept model goes in its run
 UI_PORT = 5000
 _CHUNK = 1000  # MLflow accepts at most 1000 metrics per log_batch call
 
@@ -125,16 +126,24 @@ class Tracker:
         return run.info.run_id
 
     def record_trial(self, experiment_id: str, parent_id: str, number: int,
-                     params: Mapping[str, Any], result: TrialResult, started: float
-                     ) -> str | None:
+                     params: Mapping[str, Any], result: TrialResult, started: float,
+                     replace: bool = False, log_checkpoint: bool = False) -> str | None:
         """Log a trial; if MLflow cannot take it now, keep it in the spool on disk.
 
         Returns the run id, or None when the trial was spooled. Spooled trials are
-        delivered before the next trial is logged, or by `msexp sync`.
+        delivered before the next trial is logged, or by `msexp sync`. With `replace`
+        (a trial that ran before), a run an earlier attempt left is deleted first, so
+        a trial has one child run; `log_checkpoint` attaches the model it kept.
         """
         self.flush_spool()
         try:
-            return self.log_trial(experiment_id, parent_id, number, params, result, started)
+            if replace:
+                with self.writing():
+                    self._delete_trial_runs(experiment_id, parent_id, number)
+            run_id = self.log_trial(experiment_id, parent_id, number, params, result, started)
+            if log_checkpoint and result.checkpoint and result.checkpoint.is_file():
+                self.client.log_artifact(run_id, str(result.checkpoint), CHECKPOINT_ARTIFACTS)
+            return run_id
         except Exception as exc:  # unreachable server, broken store: keep the result
             path = self.spool.keep(self.uri, experiment_id, parent_id, number, dict(params),
                                    result, started)
@@ -179,6 +188,8 @@ class Tracker:
                 RunTag.TRIAL: str(number), RunTag.STATUS: result.status.value}
         if result.error:
             tags[RunTag.ERROR] = redact(result.error[:5000])
+        if result.resumed_from:
+            tags[RunTag.RESUMED_FROM] = str(result.resumed_from)
         run = self.client.create_run(experiment_id, start_time=int(started * 1000),
                                      run_name=f"trial-{number:04d}", tags=tags)
         run_id = run.info.run_id

@@ -9,7 +9,7 @@ import time
 from experiments import mlp_digits
 
 DEFAULTS = {**mlp_digits.DEFAULTS, "epochs": 1}
-PARAMS = {"mode": "works", "hidden": 32}
+PARAMS = {"mode": "works", "hidden": 32, "pause_s": 0.0}
 
 
 def build(params):
@@ -22,6 +22,8 @@ def build(params):
     if mode == "hangs":
         time.sleep(600)
     workload = mlp_digits.build(params)
+    if params["pause_s"]:  # slow epochs, for tests that act in the middle of a trial
+        workload.metrics["eval_pause"] = lambda logits, labels: time.sleep(params["pause_s"])
     if mode == "nan":
         loss_fn = workload.loss_fn
 
