@@ -11,6 +11,7 @@ or, in a loop of your own, `hooks.report(epoch, eval_accuracy=acc)` and
 
 from msexp.hooks.callback import MsexpCallback
 from msexp.hooks.channel import active, output_dir, params, report, resume_dir, should_stop
+from msexp.hooks.resume import resume
 from msexp.hooks.techniques import (
     AccumulatingTrainStep,
     micro_batch,
@@ -21,5 +22,5 @@ from msexp.hooks.techniques import (
 )
 
 __all__ = ["AccumulatingTrainStep", "MsexpCallback", "active", "micro_batch", "model",
-           "optimizer", "output_dir", "params", "report", "resume_dir", "settings",
+           "optimizer", "output_dir", "params", "report", "resume", "resume_dir", "settings",
            "should_stop", "train_network"]
