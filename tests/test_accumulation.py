@@ -67,6 +67,9 @@ def test_micro_batches_cover_the_batch_in_order() -> None:
     (first, *_) = data.updates((x, y), batch_size=8, micro_size=4, seed=0)
     assert [len(b[1]) for b in first] == [2, 2, 2, 2]
     labels = np.concatenate([b[1] for b in first])
-    assert len(set(labels.tolist())) == 8
+    # mutation (issue 18): micro-batches reversed; they must follow the shuffled order
+    order = np.random.default_rng(0).permutation(20)[:8]
+    assert labels.tolist() == order.tolist()
+    assert all((b[0][:, 0] == b[1]).all() for b in first), "inputs stay with their labels"
     updates = list(data.updates((x, y), batch_size=8, micro_size=4, seed=0))
     assert len(updates) == 2  # 20 samples, batch 8: the remainder is dropped

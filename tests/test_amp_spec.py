@@ -105,10 +105,18 @@ def test_bfloat16_on_cpu_is_refused_at_validate(tmp_path: Path, probe_cache: Pat
 def test_cached_answer_is_per_device_target_and_dtype(probe_cache: Path) -> None:
     probe_cache.parent.mkdir(parents=True)
     machine = device._machine_key()
+    # mutation (issue 18): a lookup that ignores the target key; the cache holds another
+    # target's opposite answers for the same dtypes
     probe_cache.write_text(json.dumps({
-        "machines": {machine: "GPU"},
-        "targets": {device._target_key("GPU"): {"bfloat16": {"ok": True, "reason": ""}}}}))
+        "machines": {machine: "GPU", "other-host python": "CPU"},
+        "targets": {
+            device._target_key("CPU"): {"bfloat16": {"ok": False, "reason": "no kernel"},
+                                        "float16": {"ok": True, "reason": ""}},
+            device._target_key("GPU"): {"bfloat16": {"ok": True, "reason": ""},
+                                        "float16": {"ok": False, "reason": "no fp16 here"}}}}))
     assert device.supports("bfloat16") == device.Support("GPU", "bfloat16", True)
+    assert device.supports("float16") == device.Support("GPU", "float16", False,
+                                                        "no fp16 here")
     spec = parse_spec("name: g\nexperiment: mlp_digits\nfixed: {amp_level: O3, "
                       "amp_dtype: bfloat16}\n", "g.yaml")
     assert spec.space.resolve({})["amp_dtype"] == "bfloat16"

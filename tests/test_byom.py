@@ -122,6 +122,12 @@ def test_scaffolded_experiment_and_sweep_run_end_to_end(workdir: Path) -> None:
     result = run("sweep", str(sweep))
     assert result.exit_code == 0, result.output
     assert "2/2" in result.output
+    # mutation (issue 18): the template's loss made NaN fails both trials with exit 0
+    runs = [r for r in mlflow_client().search_runs(
+        [mlflow_client().get_experiment_by_name("my_model").experiment_id])
+        if r.data.tags.get("msexp.role") == "trial"]
+    assert [r.data.tags["status"] for r in runs] == ["COMPLETE", "COMPLETE"]
+    assert max(r.data.metrics["eval_accuracy"] for r in runs) > 0.3  # chance is 0.1
     assert run("new", "experiment", "my_model").exit_code == 1, "never overwrite silently"
 
 

@@ -12,7 +12,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.datasets import CIFAR_RECORD, CIFAR_RECORDS_PER_FILE, MNIST_STATS, load
+from msexp.datasets import CIFAR_RECORD, CIFAR_RECORDS_PER_FILE, CIFAR_STATS, MNIST_STATS, load
 from msexp.errors import SpecError
 from msexp.execution import trial
 from msexp.execution.protocol import Start, TrialRequest
@@ -82,7 +82,11 @@ def test_cifar10_binary_folder_loads_as_chw(tmp_path: Path) -> None:
                                                                     num_epochs=1):
         assert image.shape == (4, 3, 32, 32) and image.dtype == np.float32
         assert label.dtype == np.int32 and list(label) == [0, 1, 2, 3]
-        assert -3 < image.mean() < 3
+        # mutation (issue 18): normalised with another format's statistics
+        raw = np.fromfile(tmp_path / "c" / "test_batch.bin", np.uint8).reshape(-1, CIFAR_RECORD)
+        pixels = raw[:4, 1:].reshape(4, 3, 32, 32).astype(np.float32)
+        mean, std = (np.array(v, np.float32)[None, :, None, None] * 255 for v in CIFAR_STATS)
+        np.testing.assert_allclose(image, (pixels - mean) / std, atol=1e-4)
         break
 
 
@@ -167,7 +171,7 @@ def test_builtin_workloads_train_on_the_data_section(tmp_path: Path, experiment:
                                                      knobs: str) -> None:
     folder = write_mnist(tmp_path / "m") if fmt == "mnist" else write_images(tmp_path / "f")
     spec = parse_spec(sweep_text(experiment, fmt, folder,
-                                 f"fixed: {{epochs: 1, batch_size: 4, {knobs}}}\n"), "s.yaml")
+                                 f"fixed: {{epochs: 2, batch_size: 4, {knobs}}}\n"), "s.yaml")
     events: list[Any] = []
     metrics = trial.run(TrialRequest(experiment, spec.space.resolve({}), data=spec.data_section()),
                         events.append)
@@ -176,3 +180,6 @@ def test_builtin_workloads_train_on_the_data_section(tmp_path: Path, experiment:
     assert ("MNIST" if fmt == "mnist" else "image folder") in start.data_source
     assert 0 <= metrics["eval_accuracy"] <= 1
     assert metrics["samples_per_s"] > 0
+    # mutation (issue 18): the optimizer never applies an update, so nothing is learnt
+    first, second = (e.metrics["train_loss"] for e in events if hasattr(e, "series"))
+    assert second < first - 1e-3, (first, second)

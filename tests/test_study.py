@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,7 +26,7 @@ from msexp.execution.pool import start_workers
 from msexp.execution.protocol import Start, read_events
 from msexp.search.loop import run_sweep
 from msexp.search.storage import open_storage
-from msexp.search.study import claim_waiting, open_study
+from msexp.search.study import claim_waiting, make_sampler, open_study
 from msexp.spec import load_spec
 from tests.conftest import mlflow_client, msexp_cmd, write
 
@@ -67,6 +68,11 @@ def test_each_sampler_runs_its_budget(method: str, workdir: Path) -> None:
     """))
     outcome = run_sweep(spec, Quiet())
     study = outcome.study
+    # mutation (issue 18): make_sampler always returns RandomSampler
+    expected = {"random": "RandomSampler", "tpe": "TPESampler", "cmaes": "CmaEsSampler",
+                "nsga2": "NSGAIISampler"}[method]
+    assert type(study.sampler).__name__ == expected
+    assert type(make_sampler(spec, "other-host:1")).__name__ == expected, "joining workers too"
     assert len(study.trials) == 3
     assert all(t.state.name == "COMPLETE" for t in study.trials)
     for t in study.trials:
@@ -92,7 +98,12 @@ def test_pruned_trial_stops_within_two_seconds(workdir: Path) -> None:
     assert bad.status.value == "PRUNED"
     assert len(bad.epochs) < 10, "the pruned trial must stop early"
     assert bad.stop_s is not None and bad.stop_s < 2.0
-    pid = next(e for e in read_events(bad.events_path) if isinstance(e, Start)).pid
+    events = read_events(bad.events_path)
+    # mutation (issue 18): SIGUSR1 ignored, so only the force-kill ends the trial; a trial
+    # that heard the stop ends itself with a "stopped" error and an end event
+    assert [(type(e).__name__, getattr(e, "kind", "")) for e in events[-2:]] == \
+        [("Error", "stopped"), ("End", "")]
+    pid = next(e for e in events if isinstance(e, Start)).pid
     assert not psutil.pid_exists(pid)
     assert outcome.study.trials[1].state.name == "PRUNED"
     run = next(r for r in child_runs("prune") if r.data.params["lr"] == "1e-05")
@@ -113,8 +124,13 @@ def test_two_workers_share_a_grid_without_duplicates(workdir: Path) -> None:
                                 stderr=subprocess.STDOUT, text=True) for _ in range(2)]
     outputs = [w.communicate(timeout=300)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs
-    assert all("trial" in out for out in outputs), "both workers must have run trials"
+    # mutation (issue 18): the joining worker takes no trial; its start line
+    # "shared: 0/6 trials done" no longer passes for a trial line
+    ran = [len(re.findall(r"^trial \d+: COMPLETE", out, re.M)) for out in outputs]
+    assert sum(ran) == 6 and min(ran) >= 1, f"both workers must run trials: {ran}"
     study = load("shared")
+    owners = {int(t.user_attrs["owner"].rpartition(":")[2]) for t in study.trials}
+    assert owners == {w.pid for w in workers}
     points = [(t.params["lr"], t.params["micro_size"]) for t in study.trials]
     assert len(points) == 6 and len(set(points)) == 6
     runs = child_runs("shared")
@@ -277,6 +293,25 @@ def test_workers_split_the_cores_and_get_a_device_slot_each(workdir: Path) -> No
     finally:
         for w in workers:
             w.kill()
+
+
+def test_a_worker_on_a_device_takes_the_device_of_its_slot(monkeypatch) -> None:
+    """No GPU or Ascend here: MindSpore's device calls are recorded, not run.
+    Mutation (issue 18): the `ms.set_device` line removed."""
+    import mindspore as ms
+
+    from msexp.execution import trial
+
+    chosen: list[tuple[str, int]] = []
+    context = ms.get_context
+    monkeypatch.setattr(ms, "get_context", lambda key: "GPU" if key == "device_target"
+                        else context(key))
+    monkeypatch.setattr(ms.device_context.gpu, "device_count", lambda: 2)
+    monkeypatch.setattr(ms, "set_device", lambda target, index: chosen.append((target, index)))
+    monkeypatch.setenv("MSEXP_SLOT", "3")
+    monkeypatch.delenv("MSEXP_THREADS", raising=False)
+    assert trial._preload() is False, "device runtimes do not survive a fork"
+    assert chosen == [("GPU", 1)]
 
 
 @pytest.mark.parametrize("setting", [None, "false"])

@@ -11,11 +11,10 @@ from mindspore import amp, nn
 
 from msexp.errors import SpecError
 from msexp.execution import trial
-from msexp.execution.protocol import Start, Status, TrialRequest, TrialResult
+from msexp.execution.protocol import Start, TrialRequest
 from msexp.experiment import load_experiment
 from msexp.spec import parse_spec
 from msexp.spec.space import parse_params
-from msexp.tracking.runs import Tracker
 from msexp.training.optim import thor_learning_rates
 from msexp.training.step import TrainStep
 from msexp.training.thor import Thor, layer_groups, resolve_impl, thor_damping, thor_lr
@@ -201,14 +200,18 @@ def test_loss_scale_is_taken_out_of_the_factors() -> None:
 
 
 def test_amp_o2_keeps_factors_in_float32() -> None:
+    initial = weights(small_net())
     full = weights(run_thor(small_net(), net_batches(2))[0])
     network = amp.auto_mixed_precision(small_net(), "O2", dtype=ms.float16)
     network, optimizer = run_thor(network, net_batches(2))
     for p in (*optimizer.state.a_inv, *optimizer.state.g_inv, *optimizer.state.a_sum):
         assert p.dtype == ms.float32
-    for a, b in zip(full, weights(network)):
+    # mutation (issue 18): atol 2e-2 on the weights let a 1.5e-2 update go unchecked;
+    # compare each parameter's update instead (measured: at most 8.2% apart, mostly < 0.5%)
+    for start, a, b in zip(initial, full, weights(network)):
         assert np.isfinite(b).all()
-        np.testing.assert_allclose(b, a, atol=2e-2, rtol=0)
+        want, got = a - start, b - start
+        assert np.linalg.norm(got - want) <= 0.15 * np.linalg.norm(want)
 
 
 def test_schedules_follow_seed_004() -> None:
@@ -285,14 +288,21 @@ def test_lenet_trains_with_thor_end_to_end() -> None:
 
 
 def test_the_implementation_used_is_logged_as_a_param(workdir) -> None:
-    result = TrialResult(Status.COMPLETE)
-    result.absorb(Start("d", 0, {"thor_impl": "msexp"}))
-    assert result.impl == {"thor_impl": "msexp"}
-    tracker = Tracker()
-    experiment = tracker.experiment_id("thor-impl")
-    sweep_file = workdir / "sweep.yaml"
-    sweep_file.write_text("name: x\n")
-    parent = tracker.parent_run(experiment, "s", {}, sweep_file)
-    run_id = tracker.log_trial(experiment, parent, 0, {"optimizer": "thor", "thor_impl": "auto"},
-                               result, 0.0)
-    assert tracker.client.get_run(run_id).data.params["thor_impl"] == "msexp"
+    """Through the trial path: the sweep asks for `auto`, the run records what ran."""
+    from typer.testing import CliRunner
+
+    from msexp.cli import app
+    from tests.conftest import mlflow_client, write
+
+    sweep = write(workdir / "impl.yaml", """
+        name: thor-impl
+        experiment: mlp_digits
+        fixed: {optimizer: thor, epochs: 1, hidden: 16, thor_impl: auto}
+        params: {lr: [0.05]}
+    """)
+    result = CliRunner().invoke(app, ["sweep", str(sweep)])
+    assert result.exit_code == 0, result.output
+    client = mlflow_client()
+    (run,) = [r for r in client.search_runs([client.get_experiment_by_name(
+        "thor-impl").experiment_id]) if r.data.tags.get("msexp.role") == "trial"]
+    assert run.data.params["thor_impl"] == "msexp"
