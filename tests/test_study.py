@@ -462,3 +462,142 @@ def test_a_resumed_sweep_stops_the_workers_it_has_no_trials_for(workdir: Path) -
     run_sweep(spec, Quiet(), processes)
     assert events.index("kill 1") < events.index("run 0"), events
     assert "run 1" not in events
+
+
+def test_a_target_records_epochs_and_time_to_reach_it(workdir: Path) -> None:
+    spec = load_spec(write(workdir / "t.yaml", """
+        name: target
+        experiment: broken:build
+        objective: {metric: eval_accuracy, target: 0.3}
+        fixed: {epochs: 3, hidden: 32, lr: 0.05}
+        params: {seed: [0]}
+    """))
+    result = run_sweep(spec, Quiet()).results[0]
+    reached = next(e for e in result.epochs if e.metrics["eval_accuracy"] >= 0.3)
+    assert result.metrics["epochs_to_target"] == reached.epoch
+    assert result.metrics["time_to_target_s"] == pytest.approx(reached.elapsed_s)
+
+
+@pytest.mark.parametrize(("kind", "name"), [("percentile", "PercentilePruner"),
+                                            ("hyperband", "HyperbandPruner"),
+                                            ("median", "MedianPruner")])
+def test_each_pruner_is_the_one_asked_for(workdir: Path, kind: str, name: str) -> None:
+    spec = load_spec(write(workdir / "p.yaml", f"""
+        name: pruner-{kind}
+        experiment: mlp_digits
+        fixed: {{epochs: 9}}
+        params: {{lr: [0.1, 0.01]}}
+        pruner: {{type: {kind}, warmup_epochs: 2, percentile: 40, reduction_factor: 3}}
+    """))
+    study, _ = open_study(spec, None)
+    pruner = study.pruner
+    assert type(pruner).__name__ == name
+    if kind == "percentile":
+        assert pruner._percentile == 40 and pruner._n_warmup_steps == 2
+    if kind == "hyperband":
+        assert pruner._min_resource == 2 and pruner._max_resource == 9
+        assert pruner._reduction_factor == 3
+
+
+def test_a_changed_sweep_file_does_not_resume_the_old_study(workdir: Path) -> None:
+    sweep = write(workdir / "c.yaml", "name: changed\nexperiment: mlp_digits\n"
+                                      "params: {lr: [0.1, 0.2]}\n")
+    open_study(load_spec(sweep), None)
+    sweep.write_text("name: changed\nexperiment: mlp_digits\nparams: {lr: [0.3]}\n")
+    result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"{sweep}: study 'changed' in mlruns/optuna.journal was created from a different "
+        "sweep; pass --study NEW_NAME"]
+
+
+def stale_trial(workdir: Path, name: str, owner: str, heartbeat: float,
+                retries: int = 1) -> optuna.Study:
+    spec = load_spec(write(workdir / f"{name}.yaml", f"""
+        name: {name}
+        experiment: mlp_digits
+        budget: {{retries: {retries}}}
+        params: {{lr: [0.1]}}
+    """))
+    study, _ = open_study(spec, None)
+    trial = claim_waiting(study)
+    trial.set_user_attr("owner", owner)
+    trial.set_user_attr("heartbeat", heartbeat)
+    return study
+
+
+def test_a_stale_trial_of_another_host_is_queued_again_only_when_silent(
+        workdir: Path) -> None:
+    from msexp.search.study import fail_stale_trials
+
+    alive = stale_trial(workdir, "fresh", "other-host:1", time.time())
+    assert fail_stale_trials(alive) == [] and alive.trials[0].state.name == "RUNNING"
+    silent = stale_trial(workdir, "silent", "other-host:1", time.time() - 3600)
+    assert fail_stale_trials(silent) == [0]
+    (trial,) = silent.trials
+    assert trial.state.name == "WAITING" and trial.user_attrs["attempt"] == 1
+
+
+def test_a_trial_out_of_retries_fails(workdir: Path) -> None:
+    from msexp.search.study import fail_stale_trials
+
+    study = stale_trial(workdir, "spent", "other-host:1", time.time() - 3600, retries=0)
+    assert fail_stale_trials(study) == [0]
+    (trial,) = study.trials
+    assert trial.state.name == "FAIL"
+    assert trial.user_attrs["error"] == ("orchestrator stopped (no heartbeat); out of retries "
+                                         "after 1 attempts")
+
+
+def test_one_sweep_with_two_workers_runs_every_point_once(workdir: Path) -> None:
+    sweep = write(workdir / "two.yaml", """
+        name: two
+        experiment: broken:build
+        fixed: {hidden: 16}
+        params: {lr: [0.01, 0.02, 0.03, 0.04]}
+    """)
+    result = CliRunner().invoke(app, ["sweep", str(sweep), "--workers", "2"],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    study = load("two")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
+    assert sorted(t.params["lr"] for t in study.trials) == [0.01, 0.02, 0.03, 0.04]
+    pids = {next(e for e in read_events(Path(
+        f"mlruns/trials/two/trial-{t.number:04d}/events.jsonl")) if isinstance(e, Start)).pid
+        for t in study.trials}
+    assert len(pids) == 4, "every trial in its own forked process"
+    spans = sorted((t.datetime_start, t.datetime_complete) for t in study.trials)
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), \
+        "two trials ran at once"
+    assert len(child_runs("two")) == 4
+
+
+def test_msexp_run_trains_one_trial_in_the_foreground(workdir: Path) -> None:
+    result = CliRunner().invoke(app, ["run", "mlp_digits", "--set", "epochs=2",
+                                      "--set", "hidden=8"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "epoch 1: " in result.output and "epoch 2: " in result.output
+    assert "eval_accuracy=" in result.output.split("epoch 2: ")[1]
+    assert not Path("mlruns").exists(), "nothing is recorded"
+
+
+def test_trials_run_in_the_worker_itself_without_fork(workdir: Path, monkeypatch) -> None:
+    """The GPU and Ascend path: no fork, each trial in the worker process."""
+    from msexp.execution.pool import TrialProcess
+    from msexp.execution.protocol import TrialRequest
+    from msexp.spec import trial_params
+    from tests.conftest import ROOT
+
+    monkeypatch.setenv("MSEXP_FORK", "0")
+    runner = TrialProcess(cwd=ROOT)
+    try:
+        params = trial_params("mlp_digits", {"epochs": 1, "hidden": 8})
+        results = [runner.run(TrialRequest("mlp_digits", params, workdir / f"t{i}"), 300)
+                   for i in range(2)]
+        worker = runner._proc.pid
+    finally:
+        runner.kill()
+    assert [r.status.value for r in results] == ["COMPLETE", "COMPLETE"]
+    pids = [next(e for e in read_events(r.events_path) if isinstance(e, Start)).pid
+            for r in results]
+    assert pids == [worker, worker]
