@@ -196,3 +196,28 @@ def test_unreachable_mlflow_stops_the_sweep_and_loses_no_trial(workdir: Path) ->
     assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 2
     _, parents, children = runs_of("nowhere")
     assert len(parents) == 1 and len(children) == 2
+
+
+def test_mlflow_shows_the_sweep_as_model_training_with_readable_runs(workdir: Path) -> None:
+    sweep = write(workdir / "ui.yaml", """
+        name: ui
+        experiment: broken:build
+        fixed: {hidden: 16, epochs: 1}
+        params:
+          micro_size: [1, 2]
+          lr: [0.05]
+    """)
+    assert CliRunner().invoke(app, ["sweep", str(sweep)]).exit_code == 0
+    client = mlflow_client()
+    experiment = client.get_experiment_by_name("ui")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = client.search_runs([experiment.experiment_id])
+    (parent,) = [r for r in runs if r.data.tags["msexp.role"] == "sweep"]
+    assert parent.data.params["micro_size"] == "1, 2"
+    assert parent.data.params["hidden"] == "16" and parent.data.params["epochs"] == "1"
+    best = parent.data.tags["best_trial"]
+    assert parent.data.tags["best.micro_size"] in ("1", "2")
+    assert "best_eval_accuracy" in parent.data.metrics
+    names = sorted(r.info.run_name for r in runs if r.data.tags["msexp.role"] == "trial")
+    assert names == ["#0 micro_size=1 lr=0.05", "#1 micro_size=2 lr=0.05"]
+    assert best in ("0", "1")

@@ -105,10 +105,7 @@ def plan(file: SweepFileArg, check: CheckOpt = False) -> None:
         for column in ("param", "distribution", "when"):
             table.add_column(column)
         for p in spec.space.params:
-            dist = (", ".join(map(str, p.values)) if p.values is not None else
-                    f"{p.low} .. {p.high}" + (" log" if p.log else "")
-                    + (f" step {p.step}" if p.step else ""))
-            table.add_row(p.name, dist, when_text(p.when))
+            table.add_row(p.name, p.describe(), when_text(p.when))
         console.print(table)
         console.print(f"fixed: {kv(spec.space.resolve({}), exclude=swept)}")
         return

@@ -126,7 +126,8 @@ class Sweep:
             experiment_id, self.study.study_name,
             {"msexp.sweep": self.spec.name, "msexp.method": self.spec.method.value,
              "msexp.experiment": self.spec.experiment.ref,
-             "msexp.storage": storage_label(self.storage_url)}, self.spec.path)
+             "msexp.storage": storage_label(self.storage_url)}, self.spec.path,
+            {**self.spec.fixed, **{p.name: p.describe() for p in self.spec.space.params}})
         with self.lock:
             self.study.set_user_attr(StudyKey.PARENT_RUN, run_id)
         return run_id
@@ -300,9 +301,10 @@ class Sweep:
             return
         tracker, experiment_id, parent_id = self.mlflow.result()
         logged = {**params, **derived(params), "experiment": spec.experiment.ref}
+        name = " ".join([f"#{trial.number}", *(f"{k}={_short(v)}" for k, v in assigned.items())])
         run_id = tracker.record_trial(experiment_id, parent_id, trial.number, logged, result,
                                       started, replace=rerun,
-                                      log_checkpoint=spec.checkpoint.log == "all")
+                                      log_checkpoint=spec.checkpoint.log == "all", name=name)
         with self.lock:
             trial.set_user_attr(TrialKey.PARAMS, params)
             if result.checkpoint:
@@ -404,6 +406,11 @@ def objective_value(objective: Objective, metrics: dict[str, float], epochs: lis
         if values:
             return max(values) if objective.direction == "maximize" else min(values)
     return metrics.get(objective.metric, math.nan)
+
+
+def _short(value: Any) -> str:
+    """A param value in a run name: floats to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _describe(exc: Exception) -> str:

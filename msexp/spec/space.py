@@ -41,6 +41,14 @@ class Param:
                                      step=int(self.step or 1))
         return trial.suggest_float(self.name, self.low, self.high, log=self.log, step=self.step)
 
+    def describe(self) -> str:
+        """Its values (`1, 2, 4`) or range (`0.001 .. 0.1 log`), as plans and MLflow show it."""
+        if self.values is not None:
+            return ", ".join(_encode(v) if isinstance(v, (list, dict)) else str(v)
+                             for v in self.values)
+        return (f"{self.low} .. {self.high}" + (" log" if self.log else "")
+                + (f" step {self.step}" if self.step else ""))
+
     def optuna_value(self, value: Any) -> Any:
         """The value as Optuna stores it (lists become JSON text)."""
         return _encode(value)

@@ -129,15 +129,17 @@ def log_best(study: optuna.Study, tracker: Tracker) -> str | None:
         return None
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(study.directions) == 1 and complete:
-        from mlflow.entities import Metric  # lazy: MLflow takes ~1.4 s to import
+        from mlflow.entities import Metric, RunTag  # lazy: MLflow takes ~1.4 s to import
 
         best = study.best_trial
         now = int(time.time() * 1000)
+        params = best.user_attrs.get(TrialKey.PARAMS) or best.params
         tracker.client.log_batch(run_id, metrics=[
             Metric(f"best_{k}", float(v), now, 0)
             for k, v in best.user_attrs.get(TrialKey.METRICS, {}).items()
-            if isinstance(v, (int, float)) and math.isfinite(v)])
-        tracker.client.set_tag(run_id, "best_trial", str(best.number))
+            if isinstance(v, (int, float)) and math.isfinite(v)], tags=[
+            RunTag("best_trial", str(best.number)),
+            *(RunTag(f"best.{k}", str(v)[:5000]) for k, v in params.items())])
     return run_id
 
 

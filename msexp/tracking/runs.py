@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 _log = logging.getLogger("msexp")
+EXPERIMENT_KIND = "mlflow.experimentKind"  # MLflow 3's UI opens this kind's view
+MODEL_TRAINING = "custom_model_development"
 CHECKPOINT_ARTIFACTS = "checkpoint"  # where a trial's kept model goes in its run
 UI_PORT = 5000
 _CHUNK = 1000  # MLflow accepts at most 1000 metrics per log_batch call
@@ -89,12 +91,16 @@ class Tracker:
 
         found = self.client.get_experiment_by_name(name)
         if found:
+            if found.tags.get(EXPERIMENT_KIND) != MODEL_TRAINING:  # made by an older msexp
+                self.client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND,
+                                               MODEL_TRAINING)
             return found.experiment_id
         location = None
         if self.uri == DEFAULT_TRACKING_URI:
             location = (STORE_DIR / "artifacts" / name).resolve().as_uri()
         try:
-            return self.client.create_experiment(name, artifact_location=location)
+            return self.client.create_experiment(name, artifact_location=location,
+                                                 tags={EXPERIMENT_KIND: MODEL_TRAINING})
         except MlflowException:  # another worker created it first
             found = self.client.get_experiment_by_name(name)
             if found is None:
@@ -116,18 +122,25 @@ class Tracker:
         self.client.update_run(run_id, status="RUNNING")
 
     def parent_run(self, experiment_id: str, study: str, tags: Mapping[str, str],
-                   sweep_file: Path) -> str:
-        """Create the sweep's parent run, with the sweep file attached."""
+                   sweep_file: Path, params: Mapping[str, Any] | None = None) -> str:
+        """Create the sweep's parent run with its `params` (the search space: each swept
+        knob's values or range, each fixed knob's value) and the sweep file attached."""
+        from mlflow.entities import Param  # lazy: as above
+
         with self.writing():
             run = self.client.create_run(experiment_id, run_name=study, tags={
                 RunTag.ROLE: "sweep", RunTag.STUDY: study, **tags})
+            logged = [Param(k, _param_text(v)[:6000]) for k, v in (params or {}).items()]
+            for i in range(0, len(logged), 100):
+                self.client.log_batch(run.info.run_id, params=logged[i:i + 100])
             if sweep_file.is_file():
                 self.client.log_artifact(run.info.run_id, str(sweep_file))
         return run.info.run_id
 
     def record_trial(self, experiment_id: str, parent_id: str, number: int,
                      params: Mapping[str, Any], result: TrialResult, started: float,
-                     replace: bool = False, log_checkpoint: bool = False) -> str | None:
+                     replace: bool = False, log_checkpoint: bool = False,
+                     name: str | None = None) -> str | None:
         """Log a trial; if MLflow cannot take it now, keep it in the spool on disk.
 
         Returns the run id, or None when the trial was spooled. Spooled trials are
@@ -140,7 +153,8 @@ class Tracker:
             if replace:
                 with self.writing():
                     self._delete_trial_runs(experiment_id, parent_id, number)
-            run_id = self.log_trial(experiment_id, parent_id, number, params, result, started)
+            run_id = self.log_trial(experiment_id, parent_id, number, params, result, started,
+                                    name)
             if log_checkpoint and result.checkpoint and result.checkpoint.is_file():
                 self.client.log_artifact(run_id, str(result.checkpoint), CHECKPOINT_ARTIFACTS)
             return run_id
@@ -175,13 +189,17 @@ class Tracker:
             self.client.delete_run(run.info.run_id)
 
     def log_trial(self, experiment_id: str, parent_id: str, number: int,
-                  params: Mapping[str, Any], result: TrialResult, started: float) -> str:
-        """Record one finished trial as a child run and return its run id."""
+                  params: Mapping[str, Any], result: TrialResult, started: float,
+                  name: str | None = None) -> str:
+        """Record one finished trial as a child run (named `name`, e.g. `#3 micro_size=4`)
+        and return its run id."""
         with self.writing():
-            return self._log_trial(experiment_id, parent_id, number, params, result, started)
+            return self._log_trial(experiment_id, parent_id, number, params, result, started,
+                                   name or f"trial-{number:04d}")
 
     def _log_trial(self, experiment_id: str, parent_id: str, number: int,
-                   params: Mapping[str, Any], result: TrialResult, started: float) -> str:
+                   params: Mapping[str, Any], result: TrialResult, started: float,
+                   name: str) -> str:
         from mlflow.entities import Param  # lazy: as above
 
         tags = {RunTag.PARENT: parent_id, RunTag.ROLE: "trial",
@@ -191,7 +209,7 @@ class Tracker:
         if result.resumed_from:
             tags[RunTag.RESUMED_FROM] = str(result.resumed_from)
         run = self.client.create_run(experiment_id, start_time=int(started * 1000),
-                                     run_name=f"trial-{number:04d}", tags=tags)
+                                     run_name=name, tags=tags)
         run_id = run.info.run_id
         logged = {**params, **result.impl}
         if result.data_source:
