@@ -38,6 +38,10 @@ pruner: {{type: {pruner}, warmup_epochs: 1, startup_trials: 3}}
 class Quiet:
     def start(self, total: int, done: int) -> None: ...
 
+    def trial_started(self, number, name, epochs) -> None: ...
+
+    def trial_epoch(self, number, epoch) -> None: ...
+
     def trial_done(self, number, result, best) -> None:
         print(f"  trial {number}: {result.status.value}, {len(result.epochs)} epochs", flush=True)
 

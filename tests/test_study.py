@@ -38,6 +38,12 @@ class Quiet:
     def start(self, total: int, done: int) -> None:
         self.total = total
 
+    def trial_started(self, number, name, epochs) -> None:
+        pass
+
+    def trial_epoch(self, number, epoch) -> None:
+        pass
+
     def trial_done(self, number, result, best) -> None:
         pass
 

@@ -221,3 +221,30 @@ def test_mlflow_shows_the_sweep_as_model_training_with_readable_runs(workdir: Pa
     names = sorted(r.info.run_name for r in runs if r.data.tags["msexp.role"] == "trial")
     assert names == ["#0 micro_size=1 lr=0.05", "#1 micro_size=2 lr=0.05"]
     assert best in ("0", "1")
+
+
+def test_the_progress_bar_shows_each_running_trial(workdir: Path) -> None:
+    """On a terminal: a row per running trial with its params, epoch of epochs and loss."""
+    from rich.console import Console
+
+    from msexp.cli import render
+    from msexp.execution.protocol import Status, TrialResult
+    from msexp.spec import parse_spec
+    from msexp.training.records import Epoch
+
+    spec = parse_spec("name: bar\nexperiment: mlp_digits\nparams: {micro_size: [1, 2]}\n",
+                      "bar.yaml")
+    screen = Console(record=True, force_terminal=True, width=160)
+    progress = render.SweepProgress(spec, screen)
+    with progress:
+        progress.start(2, 0)
+        progress.trial_started(0, "#0 micro_size=2", 5)
+        progress.trial_epoch(0, Epoch(3, 30, 1.0, {"train_loss": 0.4321}))
+        progress.bar.refresh()
+        shown = screen.export_text()
+        progress.trial_done(0, TrialResult(Status.COMPLETE, {"eval_accuracy": 0.9}), "0.9")
+        progress.bar.refresh()
+    assert "#0 micro_size=2" in shown and "3/5" in shown and "epoch 3, loss 0.4321" in shown
+    assert "eta" in shown
+    assert "trial 0: COMPLETE eval_accuracy=0.9" in screen.export_text()
+    assert progress.running == {}

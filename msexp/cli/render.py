@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from msexp.cli.options import console
@@ -76,12 +84,14 @@ def summary(outcome: Any) -> None:
 class SweepProgress:
     """Rich progress bar: trials done out of total and the best value so far."""
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: Any, screen: Any = None):
         self.spec = spec
         self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                            MofNCompleteColumn(), TextColumn("best {task.fields[best]}"),
-                            TimeElapsedColumn(), console=console)
+                            MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                            console=screen or console)
         self.task: Any = None
+        self.running: dict[int, Any] = {}  # trial number -> its row
 
     def __enter__(self) -> SweepProgress:
         self.bar.__enter__()
@@ -91,15 +101,30 @@ class SweepProgress:
         return self.bar.__exit__(*exc)
 
     def start(self, total: int, done: int) -> None:
-        self.task = self.bar.add_task(self.spec.name, total=total, completed=done, best="-")
+        self.task = self.bar.add_task(self.spec.name, total=total, completed=done, info="best -")
+
+    def trial_started(self, number: int, name: str, epochs: int | None) -> None:
+        """A row per running trial: its params, epoch of epochs, last loss, ETA."""
+        self.running[number] = self.bar.add_task(f"  {escape(name)}", total=epochs or None,
+                                                 info="starting")
+
+    def trial_epoch(self, number: int, epoch: Any) -> None:
+        row = self.running.get(number)
+        if row is not None:
+            loss = epoch.metrics.get("train_loss")
+            info = f"epoch {epoch.epoch}" + (f", loss {loss:.4g}" if loss is not None else "")
+            self.bar.update(row, completed=epoch.epoch, info=info)
 
     def trial_done(self, number: int, result: Any, best: str) -> None:
+        row = self.running.pop(number, None)
+        if row is not None:
+            self.bar.remove_task(row)
         metric = self.spec.objectives[0].metric
         value = (result.metrics or result.last_epoch_metrics()).get(metric)
         shown = f"{metric}={value:.4g}" if value is not None else result.error
         self.bar.console.print(f"trial {number}: {result.status.value} {shown} "
                                f"({result.wall_s:.1f} s)", markup=False, highlight=False)
-        self.bar.update(self.task, advance=1, best=best)
+        self.bar.update(self.task, advance=1, info=f"best {best}")
 
 
 class LineProgress:
@@ -116,6 +141,12 @@ class LineProgress:
 
     def start(self, total: int, done: int) -> None:
         console.print(f"{self.spec.name}: {done}/{total} trials done", highlight=False)
+
+    def trial_started(self, number: int, name: str, epochs: int | None) -> None:
+        return None  # one line per trial, when it ends
+
+    def trial_epoch(self, number: int, epoch: Any) -> None:
+        return None
 
     def trial_done(self, number: int, result: Any, best: str) -> None:
         console.print(f"trial {number}: {result.status.value} ({result.wall_s:.1f} s); "

@@ -58,6 +58,10 @@ class Progress(Protocol):
 
     def start(self, total: int, done: int) -> None: ...
 
+    def trial_started(self, number: int, name: str, epochs: int | None) -> None: ...
+
+    def trial_epoch(self, number: int, epoch: Epoch) -> None: ...
+
     def trial_done(self, number: int, result: TrialResult, best: str) -> None: ...
 
 
@@ -291,9 +295,11 @@ class Sweep:
         folder = (TRIALS_DIR / self.study.study_name / f"trial-{trial.number:04d}").resolve()
         request = trial_request(spec, params, folder)
         rerun = TrialKey.ATTEMPT in trial.user_attrs  # an earlier attempt may have logged
+        name = " ".join([f"#{trial.number}", *(f"{k}={_short(v)}" for k, v in assigned.items())])
         started = time.time()
+        self.progress.trial_started(trial.number, name, params.get("epochs"))
         with _Heartbeat(self.study, trial, self.lock):
-            result = process.run(request, spec.budget.trial_timeout, self._pruning_hook(trial))
+            result = process.run(request, spec.budget.trial_timeout, self._epoch_hook(trial))
         unrecordable = self.mlflow.exception() is not None
         if unrecordable or self.stopping.is_set():
             with self.lock:  # interrupted, not finished: the next run continues it
@@ -301,7 +307,6 @@ class Sweep:
             return
         tracker, experiment_id, parent_id = self.mlflow.result()
         logged = {**params, **derived(params), "experiment": spec.experiment.ref}
-        name = " ".join([f"#{trial.number}", *(f"{k}={_short(v)}" for k, v in assigned.items())])
         run_id = tracker.record_trial(experiment_id, parent_id, trial.number, logged, result,
                                       started, replace=rerun,
                                       log_checkpoint=spec.checkpoint.log == "all", name=name)
@@ -314,14 +319,15 @@ class Sweep:
             self.results[trial.number] = result
             self.progress.trial_done(trial.number, result, self._best_text())
 
-    def _pruning_hook(self, trial: optuna.Trial):
-        if self.spec.pruner.type == "none":
-            return None
+    def _epoch_hook(self, trial: optuna.Trial):
+        """Each epoch: show it, report it to the pruner; True when the trial is pruned."""
+        pruning = self.spec.pruner.type != "none"
         metric = self.spec.objectives[0].metric
 
         def on_epoch(epoch: Epoch) -> bool:
+            self.progress.trial_epoch(trial.number, epoch)
             value = epoch.metrics.get(metric)
-            if value is None or not math.isfinite(value):
+            if not pruning or value is None or not math.isfinite(value):
                 return False
             with self.lock:
                 trial.report(value, epoch.epoch)
