@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -46,3 +48,76 @@ def mlflow_client():
     from mlflow import MlflowClient
 
     return MlflowClient(f"sqlite:///{Path('mlruns/mlflow.db').resolve()}")
+
+
+def child_runs(experiment: str) -> list:
+    """The trial (child) runs of the MLflow experiment of a sweep, in the embedded store."""
+    client = mlflow_client()
+    found = client.get_experiment_by_name(experiment)
+    return [r for r in client.search_runs([found.experiment_id])
+            if r.data.tags.get("msexp.role") == "trial"]
+
+
+def _postgres_installed() -> bool:
+    return any(Path(p).exists() for p in ("/usr/lib/postgresql", "/usr/local/bin/initdb"))
+
+
+@pytest.fixture(scope="module")
+def shared_services(tmp_path_factory):
+    """A PostgreSQL and an MLflow server (`msexp.cluster.services`) for one test module."""
+    from msexp.cluster import services
+
+    if not _postgres_installed():
+        pytest.skip("PostgreSQL server binaries are not installed (.ci/run installs them)")
+    root = tmp_path_factory.mktemp("services") / "services"
+    running = services.up(root)
+    yield running
+    services.down(root)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A private single-node Slurm (munged, slurmctld, slurmd) with its node idle."""
+    from tests import local_slurm
+
+    missing = local_slurm.missing_programs()
+    if missing:
+        pytest.skip(f"Slurm is not installed (no {', '.join(missing)}; .ci/run installs "
+                    "slurm-wlm and munge)")
+    running = local_slurm.start(tmp_path_factory.mktemp("slurm"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def saved_crontab():
+    """This user's crontab, put back as it was after the test."""
+    if not shutil.which("crontab"):
+        pytest.skip("crontab is not installed (.ci/run installs cron)")
+    before = subprocess.run(["crontab", "-l"], capture_output=True, text=True)
+    yield
+    if before.returncode == 0:
+        subprocess.run(["crontab", "-"], input=before.stdout, text=True, check=True)
+    else:
+        subprocess.run(["crontab", "-r"], capture_output=True)
+
+
+@pytest.fixture
+def cron_daemon(saved_crontab):
+    """A running cron daemon: Debian's `cron -f`, started here and stopped after the test
+    (one that already runs is used as it is)."""
+    program = shutil.which("cron") or shutil.which("cron", path="/usr/sbin:/sbin")
+    if not program:
+        pytest.skip("cron is not installed (.ci/run installs it)")
+    daemon = subprocess.Popen([program, "-f"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        daemon.wait(timeout=1)  # it exits at once if another cron holds its pid file
+    except subprocess.TimeoutExpired:
+        yield
+        daemon.terminate()
+        daemon.wait(timeout=15)
+        return
+    if "can't lock" not in daemon.stderr.read():
+        pytest.fail(f"cron did not start (exit code {daemon.returncode})")
+    yield

@@ -13,7 +13,7 @@ from msexp.execution.command import MetricReader, arguments
 from msexp.execution.pool import TrialProcess
 from msexp.execution.protocol import Command, Status, TrialRequest
 from msexp.search.storage import open_storage
-from tests.conftest import ASSETS, ROOT, mlflow_client, write
+from tests.conftest import ASSETS, ROOT, child_runs, mlflow_client, write
 
 SCRIPTS = ASSETS / "scripts"
 
@@ -29,11 +29,6 @@ def scripts(workdir: Path) -> Path:
     return folder
 
 
-def child_runs(experiment: str) -> list:
-    client = mlflow_client()
-    found = client.get_experiment_by_name(experiment)
-    runs = client.search_runs([found.experiment_id])
-    return [r for r in runs if r.data.tags.get("msexp.role") == "trial"]
 
 
 def test_metrics_are_read_from_every_common_form_of_output() -> None:

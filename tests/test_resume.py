@@ -20,7 +20,7 @@ from msexp.cli import app
 from msexp.execution import trial as trial_process
 from msexp.execution.protocol import TrialRequest
 from msexp.search.storage import open_storage
-from tests.conftest import ASSETS, mlflow_client, msexp_cmd, write
+from tests.conftest import ASSETS, child_runs, mlflow_client, msexp_cmd, write
 
 DEADLINE_S = 240  # for a hang, on a loaded 2-core machine
 
@@ -33,11 +33,6 @@ def load(name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=open_storage(None))
 
 
-def child_runs(experiment: str) -> list:
-    client = mlflow_client()
-    found = client.get_experiment_by_name(experiment)
-    return [r for r in client.search_runs([found.experiment_id])
-            if r.data.tags.get("msexp.role") == "trial"]
 
 
 def wait_for_epoch(state: Path, epoch: int, proc: subprocess.Popen) -> int:

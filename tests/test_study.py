@@ -28,7 +28,7 @@ from msexp.search.loop import run_sweep
 from msexp.search.storage import open_storage
 from msexp.search.study import claim_waiting, make_sampler, open_study
 from msexp.spec import load_spec
-from tests.conftest import mlflow_client, msexp_cmd, write
+from tests.conftest import child_runs, mlflow_client, msexp_cmd, write
 
 URI = "sqlite:///mlruns/mlflow.db"
 JOURNAL = "mlruns/optuna.journal"
@@ -52,11 +52,6 @@ def load(name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=open_storage(None))
 
 
-def child_runs(name: str) -> list:
-    client = mlflow_client()
-    experiment = client.get_experiment_by_name(name)
-    return [r for r in client.search_runs([experiment.experiment_id])
-            if r.data.tags.get("msexp.role") == "trial"]
 
 
 @pytest.mark.parametrize("method", ["random", "tpe", "cmaes", "nsga2"])

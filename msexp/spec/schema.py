@@ -6,16 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from msexp.knobs import METRICS, Knob
-from msexp.spec.file import (
-    Budget,
-    Checkpoint,
-    CommandSection,
-    Data,
-    Method,
-    Objective,
-    Pruner,
-    SweepFile,
-)
+from msexp.spec import file as sections
 
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array"}
 
@@ -65,12 +56,12 @@ def _model_schema(model: Any) -> dict[str, Any]:
 def sweep_schema(knobs: Mapping[str, Knob], metrics: tuple[str, ...] = METRICS
                  ) -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of a sweep file whose experiment has `knobs`."""
-    objective = _model_schema(Objective)
+    objective = _model_schema(sections.Objective)
     objective["properties"]["metric"] = {"enum": list(metrics)}
     objective["required"] = ["metric"]
     fixed = {name: knob_value_schema(k) for name, k in knobs.items()}
     params = {name: _param_schema(k, knobs) for name, k in knobs.items()}
-    file_props = SweepFile.model_fields
+    file_props = sections.SweepFile.model_fields
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "msexp sweep file",
@@ -83,14 +74,14 @@ def sweep_schema(knobs: Mapping[str, Knob], metrics: tuple[str, ...] = METRICS
             "experiment": {"anyOf": [
                 {"type": "string", "minLength": 1,
                  "description": "built-in name, package.module:build or path/to/file.py:build"},
-                _model_schema(CommandSection)]},
-            "method": {"enum": [m.value for m in Method], "default": "grid"},
+                _model_schema(sections.CommandSection)]},
+            "method": {"enum": [m.value for m in sections.Method], "default": "grid"},
             "objective": {"anyOf": [objective, {"type": "array", "items": objective,
                                                 "minItems": 1}]},
-            "budget": _model_schema(Budget),
-            "pruner": _model_schema(Pruner),
-            "data": _model_schema(Data),
-            "checkpoint": _model_schema(Checkpoint),
+            "budget": _model_schema(sections.Budget),
+            "pruner": _model_schema(sections.Pruner),
+            "data": _model_schema(sections.Data),
+            "checkpoint": _model_schema(sections.Checkpoint),
             "fixed": {"type": "object", "additionalProperties": False, "properties": fixed},
             "params": {"type": "object", "additionalProperties": False, "properties": params},
         },
