@@ -46,6 +46,8 @@ def report(
         for t in rep.best:
             table.add_row(str(t.number), *(cell(v) for v in t.values), kv(t.params))
         console.print(table)
+    if rep.configurations:
+        _replicates_table(rep)
     if rep.importances:
         console.print("importance: " + ", ".join(f"{k}={v:.2f}" for k, v in
                                                   rep.importances.items()))
@@ -54,6 +56,22 @@ def report(
     run_id = log_report(rep, Tracker(tracking_uri))
     if run_id:
         console.print(f"logged on MLflow run {run_id}")
+
+
+def _replicates_table(rep: Any) -> None:
+    """Each configuration's mean ± std over its seeds, then each knob's effect."""
+    metrics = rep.objective_names()
+    knobs = sorted({k for c in rep.configurations for k in c.params})
+    table = Table(title="mean ± std over seeds")
+    for column in (*knobs, *metrics, "seeds"):
+        table.add_column(column, justify="right")
+    for c in rep.configurations:
+        table.add_row(*(cell(c.params.get(k, "-")) for k in knobs),
+                      *(f"{c.mean(m):.4g} ± {c.std(m):.2g}" for m in metrics),
+                      str(max(map(len, c.values.values()))))
+    console.print(table)
+    for effect in rep.effects:
+        console.print(effect.line(), highlight=False)
 
 
 def status(

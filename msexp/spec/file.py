@@ -39,12 +39,14 @@ class Objective(_Strict):
 
 
 class Budget(_Strict):
-    """How many trials, how long each may run, and how many run at once."""
+    """How many trials, how long each may run, how many run at once, and how many seeds
+    each configuration runs with (`repeats`)."""
 
     trials: Optional[int] = Field(None, ge=1)
     trial_timeout: float = Field(600.0, gt=0)
     workers: int = Field(1, ge=1)
     retries: int = Field(1, ge=0)
+    repeats: int = Field(1, ge=1)
 
 
 class Pruner(_Strict):

@@ -26,6 +26,7 @@ from msexp.spec.file import (
     Method,
     Objective,
     Pruner,
+    SweepFile,
     load_yaml,
     read_file,
 )
@@ -99,10 +100,10 @@ def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
     else:
         experiment = command_experiment(source, command, path.parent.resolve(), file.fixed,
                                         file.params)
-    space = parse_params(source, experiment.knobs, file.fixed, file.params)
+    fixed, params = with_repeats(source, file, experiment.knobs)
+    space = parse_params(source, experiment.knobs, fixed, params)
     spec = SweepSpec(path, file.name, experiment, file.method, file.objective, file.budget,
-                     file.pruner, file.data, file.fixed, file.params, space, command,
-                     file.checkpoint)
+                     file.pruner, file.data, fixed, params, space, command, file.checkpoint)
     check_method(source, spec.method, spec.objectives, spec.pruner, space)
     if command is not None:
         check_command_sweep(source, spec.pruner, spec.data, space)
@@ -114,6 +115,26 @@ def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
     check_precision(source, space)
     check_workload(source, experiment, space, spec.data_section())
     return spec
+
+
+def with_repeats(source: str, file: SweepFile, knobs: Mapping[str, Any]
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`fixed` and `params` with `budget.repeats` seeds swept last, so the grid runs each
+    configuration with seeds seed, seed+1, ... one after another."""
+    repeats = file.budget.repeats
+    if repeats == 1:
+        return dict(file.fixed), dict(file.params)
+    if file.method is not Method.grid:
+        raise SpecError(source, "budget.repeats", "repeats need method grid (a sampler would "
+                        "sample the seed); sweep seed as a param instead", repeats)
+    if "seed" in file.params:
+        raise SpecError(source, "params.seed", "budget.repeats sweeps the seed itself; drop "
+                        "seed from params", file.params["seed"])
+    fixed = dict(file.fixed)
+    base = fixed.pop("seed", knobs["seed"].default)
+    if not isinstance(base, int) or isinstance(base, bool):
+        raise SpecError(source, "fixed.seed", "must be an integer", base)
+    return fixed, {**file.params, "seed": list(range(base, base + repeats))}
 
 
 def read_name(path: str | Path) -> str:

@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from msexp.keys import RunTag, StudyKey, TrialKey
+from msexp.tracking.replicates import Configuration, Effect, configurations, effects, markdown
 from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
 
 
@@ -24,6 +25,8 @@ class Report:
     best: list[FrozenTrial]
     importances: dict[str, float] = field(default_factory=dict)
     plots: list[Path] = field(default_factory=list)
+    configurations: list[Configuration] = field(default_factory=list)  # with repeats
+    effects: list[Effect] = field(default_factory=list)
 
     @property
     def multi_objective(self) -> bool:
@@ -46,8 +49,17 @@ def build_report(study: optuna.Study, plots_dir: Path | None = None) -> Report:
                 report.importances = dict(optuna.importance.get_param_importances(study))
             except (RuntimeError, ValueError):
                 report.importances = {}
+    metrics = report.objective_names()
+    groups = configurations(study, metrics)
+    if any(len(v) > 1 for c in groups for v in c.values.values()):
+        report.configurations = groups
+        report.effects = [e for m in metrics for e in effects(groups, m)]
     if plots_dir is not None and complete:
         report.plots = _write_plots(report, plots_dir)
+        if report.configurations:
+            table = plots_dir / "replicates.md"
+            table.write_text(markdown(groups, metrics, report.effects), encoding="utf-8")
+            report.plots.append(table)
     return report
 
 

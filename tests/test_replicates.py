@@ -1,0 +1,82 @@
+"""Replicates: budget.repeats runs each configuration with several seeds; the report gives
+mean and spread and says whether each knob's effect stands out from the seed spread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from msexp.errors import SpecError
+from msexp.spec import parse_spec
+from msexp.tracking.replicates import configurations, effects
+from tests.conftest import mlflow_client, write
+
+
+def study_of(values: dict[tuple[int, int], float]) -> optuna.Study:
+    study = optuna.create_study(direction="maximize")
+    dists = {"micro_size": CategoricalDistribution([1, 8]), "seed": CategoricalDistribution([0, 1])}
+    for (micro, seed), value in values.items():
+        study.add_trial(optuna.trial.create_trial(
+            params={"micro_size": micro, "seed": seed}, distributions=dists, value=value,
+            user_attrs={"metrics": {"eval_accuracy": value}}))
+    return study
+
+
+def test_mean_spread_and_a_real_effect() -> None:
+    groups = configurations(study_of({(1, 0): 0.90, (1, 1): 0.92, (8, 0): 0.70, (8, 1): 0.74}),
+                            ["eval_accuracy"])
+    assert [g.params for g in groups] == [{"micro_size": 1}, {"micro_size": 8}]
+    assert groups[0].mean("eval_accuracy") == pytest.approx(0.91)
+    assert groups[1].std("eval_accuracy") == pytest.approx(0.0282843, rel=1e-4)
+    (effect,) = effects(groups, "eval_accuracy")
+    assert effect.effect == pytest.approx(0.19) and effect.real
+    assert effect.spread == pytest.approx(((0.02 ** 2 / 2 + 0.04 ** 2 / 2) / 2) ** 0.5)
+
+
+def test_an_effect_within_the_seed_spread_is_noise() -> None:
+    groups = configurations(study_of({(1, 0): 0.90, (1, 1): 0.96, (8, 0): 0.92, (8, 1): 0.95}),
+                            ["eval_accuracy"])
+    (effect,) = effects(groups, "eval_accuracy")
+    assert not effect.real and "within the seed-to-seed spread" in effect.line()
+
+
+def test_repeats_sweep_seeds_last_and_need_a_grid() -> None:
+    spec = parse_spec("name: r\nexperiment: mlp_digits\nbudget: {repeats: 2}\nfixed: {seed: 5}\n"
+                      "params: {micro_size: [1, 2]}\n", "r.yaml")
+    assert list(spec.space.grid()) == [{"micro_size": 1, "seed": 5}, {"micro_size": 1, "seed": 6},
+                                       {"micro_size": 2, "seed": 5}, {"micro_size": 2, "seed": 6}]
+    with pytest.raises(SpecError, match="repeats need method grid"):
+        parse_spec("name: r\nexperiment: mlp_digits\nmethod: tpe\nbudget: {repeats: 2}\n"
+                   "params: {lr: {low: 0.01, high: 0.1}}\n", "r.yaml")
+    with pytest.raises(SpecError, match="params.seed: budget.repeats sweeps the seed itself"):
+        parse_spec("name: r\nexperiment: mlp_digits\nbudget: {repeats: 2}\n"
+                   "params: {seed: [1, 2]}\n", "r.yaml")
+
+
+def test_the_report_of_a_repeated_sweep(workdir: Path) -> None:
+    sweep = write(workdir / "rep.yaml", """
+        name: repeated
+        experiment: mlp_digits
+        budget: {repeats: 2}
+        fixed: {epochs: 1, hidden: 16}
+        params: {lr: [0.1, 0.0001]}
+    """)
+    assert CliRunner().invoke(app, ["sweep", str(sweep)]).exit_code == 0
+    result = CliRunner().invoke(app, ["report", str(sweep)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "mean ± std over seeds" in result.output and "0.1 │" in result.output
+    assert "lr: eval_accuracy moves by" in result.output
+    assert "larger than the seed-to-seed spread" in result.output  # lr 1e-4 barely learns
+    table = Path("mlruns/reports/repeated/replicates.md").read_text()
+    assert table.count("| 2 |") == 2, table
+    client = mlflow_client()
+    parent = next(r for r in client.search_runs(
+        [client.get_experiment_by_name("repeated").experiment_id])
+        if r.data.tags["msexp.role"] == "sweep")
+    assert "report/replicates.md" in {a.path for a in client.list_artifacts(
+        parent.info.run_id, "report")}
