@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 from msexp.cli import cluster, scaffold, studies, sweeps
 from msexp.cli.options import err_console, state
 from msexp.errors import MsexpError
-from msexp.urls import redact
+from msexp.urls import redact, redact_logs
 
 
 class OneLineErrors(TyperGroup):
@@ -56,6 +56,7 @@ app = _typer("Sweep MindSpore training techniques and compare every trial in MLf
 def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False):
     """Sweep MindSpore training techniques and compare every trial in MLflow."""
     state["debug"] = debug
+    redact_logs()
 
 
 for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, studies.report,

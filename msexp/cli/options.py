@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
-console = Console()
-err_console = Console(stderr=True)
+from msexp.urls import redact
+
+
+class RedactingConsole(Console):
+    """A console that never shows a password: every text it prints is redacted."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(redact(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
+console = RedactingConsole()
+err_console = RedactingConsole(stderr=True)
 state = {"debug": False}
 
 SweepFileArg = Annotated[Path, typer.Argument(help="The sweep YAML file.", show_default=False)]

@@ -2,7 +2,8 @@
 
 The command runs in the sweep file's folder with the trial's params as arguments (only
 the values the sweep file sets; the script keeps its own defaults), in this process's
-group, so a timeout or a prune kills it with the trial. Its output goes to the trial's
+group, so a timeout or a prune kills it with the trial; what it leaves running when it
+exits is killed then (see `process.strays`). Its output goes to the trial's
 log and is read for metrics:
 
 - `name: value` alone on a line, `name=value` pairs, and JSON (or Python dict) lines;
@@ -28,13 +29,20 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable
 
-from msexp.execution.process import die_with_parent, exit_reason, msrun_argv
+from msexp.execution.process import (
+    die_with_parent,
+    exit_reason,
+    kill_processes,
+    msrun_argv,
+    strays,
+)
 from msexp.execution.protocol import Epoch, EventReader, Start, TrialRequest
 from msexp.keys import TrialEnv
 from msexp.paths import search_path
 from msexp.training.records import Stopped
 
 POLL_S = 0.05
+DRAIN_S = 5.0  # reading what the command wrote after it exited (a stray may hold it open)
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 _LOSS_MONITOR = re.compile(rf"epoch:\s*\d+\s+step:\s*\d+,?\s*loss is\s*\[?({_NUMBER})", re.I)
 _TIME_MONITOR = re.compile(rf"epoch time:\s*({_NUMBER})\s*ms,\s*per step time:\s*({_NUMBER})")
@@ -172,7 +180,8 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
             stopped = True
             proc.send_signal(signal.SIGUSR1)
         time.sleep(POLL_S)
-    lines.join()
+    kill_processes(strays())  # a daemon it left would hold its output open forever
+    lines.join(DRAIN_S)
     epochs.forward()
     if stopped:
         raise Stopped(f"stopped after epoch {epochs.count}")

@@ -7,6 +7,7 @@ A failed trial is data, not an exception: `TrialProcess.run` always returns a
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -15,11 +16,24 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from msexp.execution.process import die_with_parent, exit_reason, kill_group
+import psutil
+
+from msexp.execution.process import (
+    descendants,
+    die_with_parent,
+    exit_reason,
+    kill_group,
+    kill_processes,
+    marked,
+    owner,
+)
 from msexp.execution.protocol import Epoch, EventReader, Status, TrialRequest, TrialResult
+from msexp.keys import TrialEnv
 
 POLL_S = 0.05
 STOP_GRACE_S = 1.5
+FAMILY_S = 0.5  # how often a running trial's process tree is noted
+_serial = itertools.count()
 
 
 OnEpoch = Callable[[Epoch], bool]
@@ -32,15 +46,24 @@ class TrialProcess:
     The worker imports MindSpore once; on CPU it forks a fresh child per trial, so trials
     stay independent (own memory, own graphs) without paying the import each time. A
     worker that dies, or is killed for a timeout, is replaced by a new one.
+
+    Every process a worker starts carries its marker (`TrialEnv.MARKER`, this
+    orchestrator's host:pid and a serial), and the tree is noted while a trial runs: what a
+    trial leaves behind (`setsid` daemons included) is killed when the trial ends, and
+    everything when the worker is killed. After a kill -9 of the orchestrator, the next
+    one finds the leftovers of its stale trials by the marker (`search.study`).
     """
 
     def __init__(self, threads: int | None = None, cwd: Path | None = None,
                  slot: int | None = None):
         self.threads, self.cwd, self.slot = threads, cwd, slot
+        self.marker = f"{owner()}/{next(_serial)}"
         self._proc: subprocess.Popen | None = None
+        self._family: dict[int, psutil.Process] = {}  # noted while trials ran
 
     def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ)
+        env[TrialEnv.MARKER] = self.marker
         if self.threads:
             env["MSEXP_THREADS"] = str(self.threads)
             env["OMP_NUM_THREADS"] = str(self.threads)
@@ -76,6 +99,7 @@ class TrialProcess:
         reader = EventReader(events_path)
         stop_sent_at: float | None = None
         ended = False
+        noted = 0.0
         while not ended:
             for event in reader.read():
                 ended |= self._absorb(event, result, on_epoch)
@@ -98,8 +122,13 @@ class TrialProcess:
                 break
             if stop_sent_at is not None and now - stop_sent_at > STOP_GRACE_S:
                 break
+            if now - noted > FAMILY_S:
+                noted = now
+                self._note_family(proc.pid)
             time.sleep(POLL_S)
-        if not ended:
+        if ended:
+            self._kill_leftovers()  # what the trial started and left running
+        else:
             self.kill()  # whatever is left of this trial goes; the next trial gets a new worker
         now = time.monotonic()
         result.wall_s = now - started
@@ -120,11 +149,30 @@ class TrialProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._proc.pid, signum)
 
+    def _note_family(self, pid: int) -> None:
+        """Remember the worker's descendants now: one that leaves the worker's session and
+        clears its environment is still killed with the trial."""
+        for child in descendants(pid):
+            self._family.setdefault(child.pid, child)
+
+    def _kill_leftovers(self) -> None:
+        """Kill what the finished trial started, but not the worker, which stays warm."""
+        worker = self._proc.pid if self._proc else None
+        found = {p.pid: p for p in [*self._family.values(), *marked(self.marker)]}
+        found.pop(worker, None)
+        self._family.clear()
+        kill_processes(found.values())
+
     def kill(self) -> None:
-        """Kill the worker's process group: the worker, its trial and what that started."""
+        """Kill the worker's process group, its trial and everything they started (found
+        by the marker or noted while the trial ran), `setsid` descendants included."""
         proc, self._proc = self._proc, None
         if proc is not None:
+            self._note_family(proc.pid)
             kill_group(proc.pid)
+        family, self._family = list(self._family.values()), {}
+        kill_processes([*family, *marked(self.marker)])
+        if proc is not None:
             proc.wait()
 
 

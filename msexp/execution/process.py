@@ -9,7 +9,15 @@ import shutil
 import signal
 import socket
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
+
+import psutil
+
+from msexp.keys import TrialEnv
+
+REAP_S = 5.0
 
 
 def exit_reason(code: int, who: str = "trial process") -> str:
@@ -42,6 +50,66 @@ def kill_group(pid: int) -> None:
     """SIGKILL the process group led by `pid`, if it is still there."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def owner() -> str:
+    """This process, as written in the trials it runs and in its trial processes' marker:
+    host:pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def marked(prefix: str) -> list[psutil.Process]:
+    """The processes of this host whose trial marker (`TrialEnv.MARKER`, inherited by every
+    descendant, `setsid` ones included) is `prefix` or starts with `prefix/`."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            value = proc.environ().get(TrialEnv.MARKER, "")
+        except psutil.Error:  # gone, a zombie, or not ours to read
+            continue
+        if value == prefix or value.startswith(prefix + "/"):
+            found.append(proc)
+    return found
+
+
+def strays() -> list[psutil.Process]:
+    """The processes carrying this process's trial marker that are neither this process
+    nor one of its ancestors: what the trial started and left running."""
+    value = os.environ.get(TrialEnv.MARKER)
+    if not value:
+        return []
+    lineage = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    return [p for p in marked(value) if p.pid not in lineage]
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    """The processes `pid` started, and theirs, as they are now ([] if it is gone)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def kill_processes(procs: Iterable[psutil.Process], wait_s: float = REAP_S) -> None:
+    """SIGKILL each process still alive (psutil refuses a reused pid), then wait until they
+    are gone or zombies, for at most `wait_s`."""
+    procs = [p for p in procs if p.pid != os.getpid()]
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    deadline = time.monotonic() + wait_s
+    while procs and time.monotonic() < deadline:
+        procs = [p for p in procs if alive(p)]
+        if procs:
+            time.sleep(0.01)
+
+
+def alive(proc: psutil.Process) -> bool:
+    """Whether a process still runs: not gone, not a zombie, and not a reused pid."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def free_port() -> int:

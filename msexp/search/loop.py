@@ -43,6 +43,7 @@ from msexp.spec.command import split_command
 from msexp.spec.space import derived
 from msexp.tracking.report import log_best, log_best_checkpoint
 from msexp.tracking.runs import Tracker
+from msexp.urls import redact
 
 _log = logging.getLogger("msexp")
 
@@ -300,6 +301,7 @@ class Sweep:
         self.progress.trial_started(trial.number, name, params.get("epochs"))
         with _Heartbeat(self.study, trial, self.lock):
             result = process.run(request, spec.budget.trial_timeout, self._epoch_hook(trial))
+        result.error = redact(result.error) if result.error else result.error
         unrecordable = self.mlflow.exception() is not None
         if unrecordable or self.stopping.is_set():
             with self.lock:  # interrupted, not finished: the next run continues it
@@ -420,8 +422,8 @@ def _short(value: Any) -> str:
 
 
 def _describe(exc: Exception) -> str:
-    """An error as one line: an MsexpError's own text, else its type and text."""
-    text = " ".join(str(exc).split())[:300]
+    """An error as one line, redacted: an MsexpError's own text, else its type and text."""
+    text = redact(" ".join(str(exc).split()))[:300]
     return text if isinstance(exc, MsexpError) else f"{type(exc).__name__}: {text}"
 
 

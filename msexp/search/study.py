@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import socket
 import time
 
@@ -14,6 +13,7 @@ import psutil
 from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
+from msexp.execution.process import kill_processes, marked, owner
 from msexp.keys import StudyKey, TrialKey
 from msexp.search.storage import open_storage, storage_errors, storage_label
 from msexp.spec import Method, SweepSpec
@@ -133,11 +133,6 @@ def _enqueue_grid(study: optuna.Study, spec: SweepSpec) -> None:
                             user_attrs={TrialKey.GRID_POINT: i})
 
 
-def owner() -> str:
-    """This process, as written in the trials it runs: host:pid."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def _owner_is_dead(name: str) -> bool:
     host, _, pid = name.rpartition(":")
     return host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid))
@@ -196,7 +191,8 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
 
     A trial's owner writes a heartbeat every few seconds; a trial is stale when its
     owner is a dead process on this host, or its heartbeat is older than a minute. It
-    counts as an attempt (see `put_back`).
+    counts as an attempt (see `put_back`). What a dead owner's trial processes left
+    running (a daemon, a `setsid` helper) is killed first, found by their marker.
     """
     stale = []
     now = time.time()
@@ -204,8 +200,11 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
         name = frozen.user_attrs.get(TrialKey.OWNER, "")
         beat = frozen.user_attrs.get(TrialKey.HEARTBEAT, frozen.datetime_start.timestamp()
                                      if frozen.datetime_start else now)
-        if name == owner() or not (_owner_is_dead(name) or now - beat > STALE_AFTER_S):
+        dead = _owner_is_dead(name)
+        if name == owner() or not (dead or now - beat > STALE_AFTER_S):
             continue
+        if dead:
+            kill_processes(marked(name))
         put_back(study, frozen._trial_id, frozen.user_attrs.get(TrialKey.ATTEMPT, 0), True,
                  "orchestrator stopped (no heartbeat)")
         stale.append(frozen.number)

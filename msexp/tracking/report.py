@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from msexp.keys import RunTag, StudyKey, TrialKey
 from msexp.tracking.replicates import Configuration, Effect, configurations, effects, markdown
 from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
+from msexp.urls import redact
 
 
 @dataclass
@@ -151,7 +152,7 @@ def log_best(study: optuna.Study, tracker: Tracker) -> str | None:
             for k, v in best.user_attrs.get(TrialKey.METRICS, {}).items()
             if isinstance(v, (int, float)) and math.isfinite(v)], tags=[
             RunTag("best_trial", str(best.number)),
-            *(RunTag(f"best.{k}", str(v)[:5000]) for k, v in params.items())])
+            *(RunTag(f"best.{k}", redact(str(v))[:5000]) for k, v in params.items())])
     return run_id
 
 

@@ -50,10 +50,12 @@ class Tracker:
         self.uri = tracking_uri(uri)
         self.spool = Spool()
         if self.uri.startswith(("http://", "https://")):
-            # fail over to the spool in seconds, not after minutes of retries
+            # fail over to the spool in seconds, not after minutes of retries, and print no
+            # "View run at" lines: they show the URL unredacted (msexp prints its own links)
             for key, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"),
                                ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
-                               ("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")):
+                               ("MLFLOW_HTTP_REQUEST_TIMEOUT", "15"),
+                               ("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")):
                 os.environ.setdefault(key, value)
         try:  # an unreachable server, or a local store under an unwritable mlruns/
             if self.uri == DEFAULT_TRACKING_URI:
@@ -128,9 +130,10 @@ class Tracker:
         from mlflow.entities import Param  # lazy: as above
 
         with self.writing():
-            run = self.client.create_run(experiment_id, run_name=study, tags={
-                RunTag.ROLE: "sweep", RunTag.STUDY: study, **tags})
-            logged = [Param(k, _param_text(v)[:6000]) for k, v in (params or {}).items()]
+            run = self.client.create_run(experiment_id, run_name=study, tags=_redacted({
+                RunTag.ROLE: "sweep", RunTag.STUDY: study, **tags}))
+            logged = [Param(k, redact(_param_text(v))[:6000])
+                      for k, v in (params or {}).items()]
             for i in range(0, len(logged), 100):
                 self.client.log_batch(run.info.run_id, params=logged[i:i + 100])
             if sweep_file.is_file():
@@ -205,16 +208,16 @@ class Tracker:
         tags = {RunTag.PARENT: parent_id, RunTag.ROLE: "trial",
                 RunTag.TRIAL: str(number), RunTag.STATUS: result.status.value}
         if result.error:
-            tags[RunTag.ERROR] = redact(result.error[:5000])
+            tags[RunTag.ERROR] = result.error[:5000]
         if result.resumed_from:
             tags[RunTag.RESUMED_FROM] = str(result.resumed_from)
         run = self.client.create_run(experiment_id, start_time=int(started * 1000),
-                                     run_name=name, tags=tags)
+                                     run_name=redact(name), tags=_redacted(tags))
         run_id = run.info.run_id
         logged = {**params, **result.impl}
         if result.data_source:
             logged["data_source"] = result.data_source
-        param_list = [Param(k, _param_text(v)) for k, v in logged.items()]
+        param_list = [Param(k, redact(_param_text(v))) for k, v in logged.items()]
         metrics = _metrics(result)
         for i in range(0, len(param_list), 100):
             self.client.log_batch(run_id, params=param_list[i:i + 100])
@@ -246,6 +249,10 @@ def _absolute(uri: str) -> str:
     if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
         return prefix + str(Path(uri[len(prefix):]).resolve())
     return uri
+
+
+def _redacted(tags: Mapping[str, str]) -> dict[str, str]:
+    return {k: redact(v) for k, v in tags.items()}
 
 
 def _param_text(value: Any) -> str:

@@ -2,7 +2,7 @@
 
 One JSON file per trial under `mlruns/spool/`. A record names its store by the URL
 without credentials, so moving a password from the URL into MLFLOW_TRACKING_PASSWORD
-still finds it, and no spool file holds a secret.
+still finds it, and no spool file holds a secret (a record is redacted as a whole).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from msexp.execution.protocol import TrialResult
 from msexp.paths import SPOOL_DIR, write_atomic
+from msexp.urls import redact
 
 
 def store_key(uri: str) -> str:
@@ -57,7 +58,7 @@ class Spool:
                               result.to_json(), started)
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{parent_id}-{number:05d}.json"
-        write_atomic(path, json.dumps(asdict(record), default=str))
+        write_atomic(path, redact(json.dumps(asdict(record), default=str)))
         return path
 
     def pending(self, uri: str) -> Iterator[tuple[Path, SpooledTrial]]:

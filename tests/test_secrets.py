@@ -1,0 +1,197 @@
+"""Secrets stay out of everything msexp writes or shows: one redaction (`urls.redact`) for
+every URL form, applied at every boundary; a sweep with passwords in both URLs leaves them
+in no output, file, MLflow param or tag."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from msexp.cli.options import RedactingConsole
+from msexp.cluster import services
+from msexp.urls import redact, redact_logs
+from tests.conftest import msexp_cmd, write
+
+SECRET = "S3CRET"
+SCHEMES = ["http", "https", "postgresql", "postgresql+psycopg", "mysql+pymysql", "redis"]
+USERS = ["", "user", "msexp", "a.b-c_d", "u%40corp", "x"]
+HOSTS = ["db", "127.0.0.1", "[::1]", "[2001:db8::7]", "mlflow.internal", "db-1.example.com"]
+PORTS = ["", ":5000", ":5432", ":1"]
+PATHS = ["", "/", "/optuna", "/api/2.0/mlflow/runs/create", "/#/experiments/1/runs",
+         "/db?sslmode=require", "?x=1", "#top"]
+PASSWORD_CHARS = "abcXYZ0189/:%2F%40%3A!$&'()*+,;=~-._?#"
+CONTEXTS = ["{}", "cannot reach {} (ConnectionError)", "'{}'", '"{}"', "({})", "{}.",
+            "{}, then", "[{}]", "<{}>", "uri={}", "API request to {} failed with exception x"]
+
+
+def password(rng: random.Random) -> str:
+    def noise() -> str:
+        return "".join(rng.choice(PASSWORD_CHARS) for _ in range(rng.randrange(4)))
+
+    return noise() + SECRET + noise()
+
+
+def url(rng: random.Random, secret: str | None) -> str:
+    user = rng.choice(USERS)
+    userinfo = f"{user}:{secret}@" if secret is not None else rng.choice(["", f"{user}@"])
+    if secret is None and userinfo == "@":
+        userinfo = ""
+    return (f"{rng.choice(SCHEMES)}://{userinfo}{rng.choice(HOSTS)}{rng.choice(PORTS)}"
+            f"{rng.choice(PATHS)}")
+
+
+def in_text(rng: random.Random, urls: list[str]) -> str:
+    parts = [rng.choice(CONTEXTS).format(u) for u in urls]
+    text = " ".join(parts)
+    form = rng.randrange(4)
+    if form == 1:
+        return str(RuntimeError(text))
+    if form == 2:
+        return repr(ValueError(text))
+    if form == 3:
+        return json.dumps({"error": text})
+    return text
+
+
+def cases(seed: int, count: int) -> Iterator[tuple[str, str]]:
+    """(text with URLs holding passwords, the same text with no password) pairs."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        n = rng.randint(1, 3)
+        secret_urls = [url(rng, password(rng)) for _ in range(n)]
+        yield in_text(rng, secret_urls), in_text(rng, [url(rng, None) for _ in range(n)])
+
+
+def test_redaction_hides_every_password_and_leaves_other_urls_alone() -> None:
+    for with_secret, without in cases(seed=15, count=3000):
+        hidden = redact(with_secret)
+        assert SECRET not in hidden, (with_secret, hidden)
+        assert redact(hidden) == hidden, "redaction is stable"
+        assert "***" in hidden
+        assert redact(without) == without
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("http://:s3cret@host", "http://:***@host"),
+    ("postgresql+psycopg://msexp:a/b:c@db:5432/optuna", "postgresql+psycopg://msexp:***@db:5432/optuna"),
+    ("http://u:p%2Fq%40r@[::1]:5000/x", "http://u:***@[::1]:5000/x"),
+    ("http://u:p@ss@host/db", "http://u:***@host/db"),
+    ("host=db password='s3 cret' user=x", "host=db password=*** user=x"),
+    ("http://user@host:5000/#/experiments/1", "http://user@host:5000/#/experiments/1"),
+])
+def test_redaction_of_named_forms(text: str, shown: str) -> None:
+    assert redact(text) == shown
+
+
+def test_the_console_and_every_log_record_are_redacted() -> None:
+    out = io.StringIO()
+    RedactingConsole(file=out, width=200).print("tracking http://u:s3cret@h:1/x")
+    assert "s3cret" not in out.getvalue() and "http://u:***@h:1/x" in out.getvalue()
+    redact_logs()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("mlflow.test_secrets")
+    logger.addHandler(handler)
+    try:
+        logger.warning("API request to %s failed", "http://u:s3cret@h:1/api")
+        try:
+            raise RuntimeError("postgresql://u:s3cret@db/optuna")
+        except RuntimeError:
+            logger.exception("failed")
+    finally:
+        logger.removeHandler(handler)
+    assert "s3cret" not in stream.getvalue() and "u:***@h:1/api" in stream.getvalue()
+
+
+def test_a_cli_error_line_is_redacted(workdir: Path) -> None:
+    sweep = write(workdir / "s.yaml", """
+        name: unreachable
+        experiment: broken:build
+        fixed: {hidden: 16}
+    """)
+    result = CliRunner().invoke(app, ["sweep", str(sweep), "--tracking-uri",
+                                      "http://user:s3cret@127.0.0.1:9/"])
+    assert result.exit_code != 0
+    assert "s3cret" not in result.output and "user:***@127.0.0.1:9" in result.output
+
+
+needs_postgres = pytest.mark.skipif(
+    not any(Path(p).exists() for p in ("/usr/lib/postgresql", "/usr/local/bin/initdb")),
+    reason="PostgreSQL server binaries are not installed (.ci/run installs them)")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[services.Services]:
+    root = tmp_path_factory.mktemp("secrets") / "services"
+    yield services.up(root)
+    services.down(root)
+
+
+def texts_of(client: MlflowClient, experiment: str) -> list[str]:
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id])
+    assert runs
+    return [text for run in runs for text in (
+        *run.data.params.values(), *run.data.tags.values(), *run.data.params,
+        *run.data.tags, run.info.run_name or "")]
+
+
+@needs_postgres
+def test_a_sweep_with_passwords_in_both_urls_leaves_them_nowhere(cluster, workdir: Path
+                                                                  ) -> None:
+    pg_password = cluster.pgpass.read_text().strip().rsplit(":", 1)[1]
+    storage = cluster.storage_url.replace("msexp@", f"msexp:{pg_password}@")
+    tracking = cluster.tracking_uri.replace("http://", "http://user:s3cret@")
+    sweep = write(workdir / "secret.yaml", """
+        name: secret
+        experiment: broken:build
+        fixed: {hidden: 16, epochs: 2, pause_s: 0.3}
+        params:
+          lr: [0.01, 0.02, 0.03]
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PGPASSFILE"}
+    proc = subprocess.Popen(msexp_cmd("sweep", str(sweep), "--storage", storage,
+                                      "--tracking-uri", tracking),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**env, "COLUMNS": "200"})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            study = optuna.load_study(study_name="secret", storage=storage)
+        except KeyError:
+            study = None
+        if study and any(t.state.name == "COMPLETE" for t in study.trials):
+            break
+        time.sleep(0.2)
+    os.killpg(int((cluster.root / "mlflow.pid").read_text()), signal.SIGKILL)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, output
+    assert list((workdir / "mlruns" / "spool").glob("*.json")), "results wait in the spool"
+    services.up(cluster.root)
+    synced = subprocess.run(msexp_cmd("sync", "--tracking-uri", tracking), text=True,
+                            capture_output=True, env=env, timeout=300)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    assert "user:***@127.0.0.1" in synced.stdout
+    for secret in ("s3cret", pg_password):
+        for shown in (output, synced.stdout, synced.stderr):
+            assert secret not in shown
+        for path in [*workdir.joinpath("mlruns").rglob("*"),
+                     *cluster.root.joinpath("artifacts").rglob("*")]:
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path
+        texts = texts_of(MlflowClient(cluster.tracking_uri), "secret")
+        assert not [text for text in texts if secret in text]
