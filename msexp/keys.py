@@ -32,6 +32,7 @@ class TrialKey:
     ATTEMPT = "attempt"
     PARAMS = "params"  # every param of the trial, as it ran
     CHECKPOINT = "checkpoint"  # the model checkpoint it kept
+    FEASIBLE = "feasible"  # whether it kept the sweep's constraints
     MISSING = "missing_objectives"  # objectives a trial that ran to the end did not report
 
 

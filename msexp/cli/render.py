@@ -41,8 +41,9 @@ def trials_table(study: Any) -> None:
     columns = [*names, *(m for m in ("eval_accuracy", "samples_per_s", "peak_mem_mb", "wall_s")
                          if m not in names)]
     swept = sorted({k for t in study.trials for k in t.params})
+    constrained = any(TrialKey.FEASIBLE in t.user_attrs for t in study.trials)
     table = Table(title=f"{study.study_name}: trials")
-    for name in ("#", "status", *swept, *columns):
+    for name in ("#", "status", *swept, *columns, *(["feasible"] if constrained else [])):
         table.add_column(name, justify="left" if name == "status" else "right")
     for t in study.get_trials(deepcopy=False):
         if not t.state.is_finished():
@@ -50,7 +51,8 @@ def trials_table(study: Any) -> None:
         metrics = t.user_attrs.get(TrialKey.METRICS, {})
         table.add_row(str(t.number), t.user_attrs.get(TrialKey.STATUS, t.state.name),
                       *(cell(t.params.get(n, "-")) for n in swept),
-                      *(cell(metrics.get(c, "-")) for c in columns))
+                      *(cell(metrics.get(c, "-")) for c in columns),
+                      *([_yes_no(t.user_attrs.get(TrialKey.FEASIBLE))] if constrained else []))
     console.print(table)
 
 
@@ -66,6 +68,10 @@ def missing_objectives(study: Any) -> str | None:
                       for name, n in counts.items())
     return (f"objective not reported by trials that ran to the end: {names}; Optuna "
             "failed those trials, so none of them can be best")
+
+
+def _yes_no(value: Any) -> str:
+    return "-" if value is None else "yes" if value else "no"
 
 
 def summary(outcome: Any) -> None:

@@ -118,7 +118,7 @@ def best(
     """
     spec = load_spec(file)
     loaded = _existing_study(file, study, storage)
-    from msexp.search.study import best_trials  # lazy: Optuna takes a second to import
+    from msexp.tracking.report import best_trials  # lazy: Optuna takes a second to import
 
     chosen = best_trials(loaded)
     if not chosen:

@@ -41,7 +41,7 @@ from msexp.search.study import (
 from msexp.spec import Method, Objective, SweepSpec
 from msexp.spec.command import split_command
 from msexp.spec.space import derived
-from msexp.tracking.report import log_best, log_best_checkpoint
+from msexp.tracking.report import best_trials, log_best, log_best_checkpoint
 from msexp.tracking.runs import Tracker
 from msexp.urls import redact
 
@@ -309,11 +309,16 @@ class Sweep:
             return
         tracker, experiment_id, parent_id = self.mlflow.result()
         logged = {**params, **derived(params), "experiment": spec.experiment.ref}
+        feasible = spec.feasible(result.metrics) if spec.constraints else None
+        tags = {} if feasible is None else {TrialKey.FEASIBLE: str(feasible).lower()}
         run_id = tracker.record_trial(experiment_id, parent_id, trial.number, logged, result,
                                       started, replace=rerun,
-                                      log_checkpoint=spec.checkpoint.log == "all", name=name)
+                                      log_checkpoint=spec.checkpoint.log == "all", name=name,
+                                      tags=tags)
         with self.lock:
             trial.set_user_attr(TrialKey.PARAMS, params)
+            if feasible is not None:
+                trial.set_user_attr(TrialKey.FEASIBLE, feasible)
             if result.checkpoint:
                 trial.set_user_attr(TrialKey.CHECKPOINT, str(result.checkpoint))
         with self.lock:
@@ -360,13 +365,12 @@ class Sweep:
         self.study.tell(trial, values, state=state if values is None else None)
 
     def _best_text(self) -> str:
+        chosen = best_trials(self.study)
         if len(self.spec.objectives) > 1:
-            return f"pareto {len(self.study.best_trials)}"
-        try:
-            best = self.study.best_trial
-        except ValueError:
+            return f"pareto {len(chosen)}"
+        if not chosen:
             return "-"
-        return f"{self.spec.objectives[0].metric}={best.value:.4g} (#{best.number})"
+        return f"{self.spec.objectives[0].metric}={chosen[0].value:.4g} (#{chosen[0].number})"
 
 
 class _Heartbeat:

@@ -30,16 +30,28 @@ def make_sampler(spec: SweepSpec, worker: str | None = None) -> optuna.samplers.
     `worker` names a process other than the study's creator (see `sampler_seed`).
     """
     seed = sampler_seed(spec.space.resolve({}).get("seed", 0), worker)
+    constrained = _violations(spec) if spec.constraints else None
     samplers = {
         Method.grid: lambda: optuna.samplers.RandomSampler(seed=seed),
         Method.random: lambda: optuna.samplers.RandomSampler(seed=seed),
         Method.tpe: lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True,
-                                                       group=True),
+                                                       group=True,
+                                                       constraints_func=constrained),
         Method.cmaes: lambda: optuna.samplers.CmaEsSampler(seed=seed,
                                                            warn_independent_sampling=False),
-        Method.nsga2: lambda: optuna.samplers.NSGAIISampler(seed=seed),
+        Method.nsga2: lambda: optuna.samplers.NSGAIISampler(seed=seed,
+                                                            constraints_func=constrained),
     }
     return samplers[spec.method]()
+
+
+def _violations(spec: SweepSpec):
+    """Optuna's constraints function: each constraint's violation (<= 0: kept)."""
+    def violations(trial: optuna.trial.FrozenTrial) -> list[float]:
+        metrics = trial.user_attrs.get(TrialKey.METRICS, {})
+        return [c.violation(metrics) for c in spec.constraints]
+
+    return violations
 
 
 def sampler_seed(seed: int, worker: str | None) -> int:
@@ -177,13 +189,6 @@ def failed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     trials = study.get_trials(deepcopy=False)
     retried = {t.user_attrs.get(TrialKey.RETRY_OF) for t in trials}
     return [t for t in trials if t.state is TrialState.FAIL and t.number not in retried]
-
-
-def best_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """The best trial, or the Pareto set of a multi-objective study; [] before any."""
-    if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        return []
-    return list(study.best_trials) if len(study.directions) > 1 else [study.best_trial]
 
 
 def fail_stale_trials(study: optuna.Study) -> list[int]:

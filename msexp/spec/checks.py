@@ -101,6 +101,15 @@ def _may_be(space: Space, name: str, values: tuple[Any, ...]) -> bool:
     return space.resolve({}).get(name) in values
 
 
+def check_constraints(source: str, constraints: list[Any], experiment: Experiment) -> None:
+    """A constraint bounds a metric trials report (any name, for a command)."""
+    known = METRICS + experiment.metrics
+    for i, constraint in enumerate(constraints):
+        if constraint.metric not in known and not experiment.is_command:
+            raise SpecError(source, f"constraints.{i}.metric",
+                            "must be one of " + ", ".join(known), constraint.metric)
+
+
 def check_command_sweep(source: str, pruner: Pruner, data: Any, space: Space) -> None:
     """What a command sweep cannot use: a data section (the script reads its own data)
     and hyperband without `epochs` (its budget is epochs)."""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from msexp.datasets import FORMATS
 from msexp.errors import SpecError
@@ -66,6 +67,29 @@ class Data(_Strict):
     path: str = Field(min_length=1)
 
 
+class Constraint(_Strict):
+    """A bound a trial's final metric must keep to be feasible (e.g. a memory budget)."""
+
+    metric: str
+    max: Optional[float] = None
+    min: Optional[float] = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Constraint:
+        if self.max is None and self.min is None:
+            raise ValueError("needs max or min")
+        return self
+
+    def violation(self, metrics: dict[str, float]) -> float:
+        """How far `metrics` is outside the bound (<= 0: kept); a missing metric violates."""
+        value = metrics.get(self.metric)
+        if value is None or value != value:
+            return 1.0
+        over = value - self.max if self.max is not None else -math.inf
+        under = self.min - value if self.min is not None else -math.inf
+        return max(over, under)
+
+
 class Checkpoint(_Strict):
     """Checkpoints per trial: how often, which to keep, which to log to MLflow."""
 
@@ -102,6 +126,7 @@ class SweepFile(_Strict):
     pruner: Pruner = Pruner()
     data: Optional[Data] = None
     checkpoint: Checkpoint = Checkpoint()
+    constraints: list[Constraint] = Field(default_factory=list)
 
     @field_validator("objective", mode="before")
     @classmethod
@@ -147,7 +172,7 @@ def _first_error(source: str, exc: ValidationError, data: dict[str, Any]) -> Spe
     if kind == "enum" or key == "method":
         return SpecError(source, key, "must be one of " + ", ".join(m.value for m in Method),
                          err["input"])
-    rule = err["msg"]
+    rule = err["msg"].removeprefix("Value error, ")
     for prefix in ("Input should be ", "Value should be ", "String should "):
         if rule.startswith(prefix):
             rule = ("must " if prefix == "String should " else "must be ") + rule[len(prefix):]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ from msexp.errors import SpecError
 from msexp.experiment import Experiment, load_experiment
 from msexp.spec.checks import (
     check_command_sweep,
+    check_constraints,
     check_method,
     check_objectives,
     check_reported,
@@ -22,6 +23,7 @@ from msexp.spec.file import (
     Budget,
     Checkpoint,
     CommandSection,
+    Constraint,
     Data,
     Method,
     Objective,
@@ -55,6 +57,11 @@ class SweepSpec:
     space: Space
     command: CommandSection | None = None
     checkpoint: Checkpoint = Checkpoint()
+    constraints: list[Constraint] = field(default_factory=list)
+
+    def feasible(self, metrics: dict[str, float]) -> bool:
+        """Whether final `metrics` keep every constraint."""
+        return all(c.violation(metrics) <= 0 for c in self.constraints)
 
     @property
     def folder(self) -> Path:
@@ -103,11 +110,13 @@ def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
     fixed, params = with_repeats(source, file, experiment.knobs)
     space = parse_params(source, experiment.knobs, fixed, params)
     spec = SweepSpec(path, file.name, experiment, file.method, file.objective, file.budget,
-                     file.pruner, file.data, fixed, params, space, command, file.checkpoint)
+                     file.pruner, file.data, fixed, params, space, command, file.checkpoint,
+                     file.constraints)
     check_method(source, spec.method, spec.objectives, spec.pruner, space)
     if command is not None:
         check_command_sweep(source, spec.pruner, spec.data, space)
     check_objectives(source, spec.objectives, spec.pruner, experiment)
+    check_constraints(source, spec.constraints, experiment)
     check_reported(source, spec.objectives, space, experiment)
     space.check_trials(spec.method is Method.grid, spec.n_trials())
     if spec.data is not None:

@@ -38,11 +38,23 @@ class Report:
         return names or [f"value{i}" for i in range(len(self.study.directions))]
 
 
+def best_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The best feasible trial, or the feasible Pareto set of a multi-objective study; []
+    before any (a trial that breaks a sweep's constraint is never best)."""
+    complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.user_attrs.get(TrialKey.FEASIBLE, True)]
+    if not complete:
+        return []
+    if len(study.directions) > 1:
+        return [t for t in study.best_trials if t.user_attrs.get(TrialKey.FEASIBLE, True)]
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    return [(max if maximize else min)(complete, key=lambda t: t.value)]
+
+
 def build_report(study: optuna.Study, plots_dir: Path | None = None) -> Report:
     """Collect the best trial(s), importances and (if `plots_dir`) Optuna's HTML plots."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    best = list(study.best_trials) if complete else []
-    report = Report(study, best)
+    report = Report(study, best_trials(study))
     if len(complete) >= 2 and _varied_params(complete):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -140,11 +152,11 @@ def log_best(study: optuna.Study, tracker: Tracker) -> str | None:
     run_id = study.user_attrs.get(StudyKey.PARENT_RUN)
     if not run_id or not tracker.has_run(run_id):
         return None
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if len(study.directions) == 1 and complete:
+    chosen = best_trials(study)
+    if len(study.directions) == 1 and chosen:
         from mlflow.entities import Metric, RunTag  # lazy: MLflow takes ~1.4 s to import
 
-        best = study.best_trial
+        best = chosen[0]
         now = int(time.time() * 1000)
         params = best.user_attrs.get(TrialKey.PARAMS) or best.params
         tracker.client.log_batch(run_id, metrics=[
@@ -160,10 +172,10 @@ def log_best_checkpoint(study: optuna.Study, tracker: Tracker) -> str | None:
     """Attach the best trial's kept model to its child run and link it from the parent run
     (tag `best_checkpoint`); returns the artifact URI, or None when there is none."""
     parent = study.user_attrs.get(StudyKey.PARENT_RUN)
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not parent or not complete or len(study.directions) > 1:
+    chosen = best_trials(study)
+    if not parent or not chosen or len(study.directions) > 1:
         return None
-    best = study.best_trial
+    best = chosen[0]
     checkpoint = best.user_attrs.get(TrialKey.CHECKPOINT)
     run_id = best.user_attrs.get(TrialKey.RUN_ID)
     if not checkpoint or not Path(checkpoint).is_file() or run_id in (None, "spooled"):

@@ -143,7 +143,8 @@ class Tracker:
     def record_trial(self, experiment_id: str, parent_id: str, number: int,
                      params: Mapping[str, Any], result: TrialResult, started: float,
                      replace: bool = False, log_checkpoint: bool = False,
-                     name: str | None = None) -> str | None:
+                     name: str | None = None, tags: Mapping[str, str] | None = None
+                     ) -> str | None:
         """Log a trial; if MLflow cannot take it now, keep it in the spool on disk.
 
         Returns the run id, or None when the trial was spooled. Spooled trials are
@@ -157,7 +158,7 @@ class Tracker:
                 with self.writing():
                     self._delete_trial_runs(experiment_id, parent_id, number)
             run_id = self.log_trial(experiment_id, parent_id, number, params, result, started,
-                                    name)
+                                    name, tags)
             if log_checkpoint and result.checkpoint and result.checkpoint.is_file():
                 self.client.log_artifact(run_id, str(result.checkpoint), CHECKPOINT_ARTIFACTS)
             return run_id
@@ -193,20 +194,20 @@ class Tracker:
 
     def log_trial(self, experiment_id: str, parent_id: str, number: int,
                   params: Mapping[str, Any], result: TrialResult, started: float,
-                  name: str | None = None) -> str:
+                  name: str | None = None, tags: Mapping[str, str] | None = None) -> str:
         """Record one finished trial as a child run (named `name`, e.g. `#3 micro_size=4`)
         and return its run id."""
         with self.writing():
             return self._log_trial(experiment_id, parent_id, number, params, result, started,
-                                   name or f"trial-{number:04d}")
+                                   name or f"trial-{number:04d}", tags or {})
 
     def _log_trial(self, experiment_id: str, parent_id: str, number: int,
                    params: Mapping[str, Any], result: TrialResult, started: float,
-                   name: str) -> str:
+                   name: str, extra_tags: Mapping[str, str]) -> str:
         from mlflow.entities import Param  # lazy: as above
 
         tags = {RunTag.PARENT: parent_id, RunTag.ROLE: "trial",
-                RunTag.TRIAL: str(number), RunTag.STATUS: result.status.value}
+                RunTag.TRIAL: str(number), RunTag.STATUS: result.status.value, **extra_tags}
         if result.error:
             tags[RunTag.ERROR] = result.error[:5000]
         if result.resumed_from:
