@@ -261,8 +261,9 @@ class Sweep:
     def _attempt(self, trial: optuna.Trial, process: TrialProcess) -> None:
         """Run one trial; an error while running it fails that trial, not the sweep."""
         started = time.time()
-        try:
-            self._run_trial(trial, process)
+        try:  # the heartbeat goes on until the trial is told: recording can take a minute
+            with _Heartbeat(self.study, trial, self.lock):
+                self._run_trial(trial, process)
         except Exception as exc:
             process.kill()  # it may be in the middle of the trial
             self._fail_trial(trial, exc, started)
@@ -299,8 +300,7 @@ class Sweep:
         name = " ".join([f"#{trial.number}", *(f"{k}={_short(v)}" for k, v in assigned.items())])
         started = time.time()
         self.progress.trial_started(trial.number, name, params.get("epochs"))
-        with _Heartbeat(self.study, trial, self.lock):
-            result = process.run(request, spec.budget.trial_timeout, self._epoch_hook(trial))
+        result = process.run(request, spec.budget.trial_timeout, self._epoch_hook(trial))
         result.error = redact(result.error) if result.error else result.error
         unrecordable = self.mlflow.exception() is not None
         if unrecordable or self.stopping.is_set():
@@ -384,7 +384,10 @@ class _Heartbeat:
     def _beat(self) -> None:
         while not self.done.wait(HEARTBEAT_S):
             with self.lock:
-                self.trial.set_user_attr(TrialKey.HEARTBEAT, time.time())
+                try:
+                    self.trial.set_user_attr(TrialKey.HEARTBEAT, time.time())
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    return  # told: nothing is left to beat for
 
     def __enter__(self) -> _Heartbeat:
         self.thread.start()

@@ -155,7 +155,7 @@ class MlflowServer:
              f"sqlite:///{self.root / 'mlflow.db'}", "--artifacts-destination",
              str(self.root / "artifacts"), "--host", "127.0.0.1", "--port", str(self.port),
              "--workers", "1"], stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            start_new_session=True, env={k: v for k, v in os.environ.items() if k != MARK})
         wait_for("the MLflow server answers", self.healthy, self.proc)
         assert self.proc.poll() is None, (self.root / "mlflow.log").read_text()[-2000:]
 
