@@ -141,7 +141,7 @@ def test_failing_commands_are_recorded_and_the_sweep_goes_on(scripts: Path) -> N
           no_such_flag: [1]
     """)
     result = invoke("sweep", str(sweep))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # its only trial failed
     (run,) = child_runs("bad-flag")
     assert run.data.tags["status"] == "FAILED"
     assert run.data.tags["error"].startswith("the command exited with code 2: ")
@@ -154,7 +154,7 @@ def test_failing_commands_are_recorded_and_the_sweep_goes_on(scripts: Path) -> N
         experiment: {command: python quiet.py, args: none}
         params: {lr: [0.1]}
     """)
-    assert invoke("sweep", str(quiet)).exit_code == 0
+    assert invoke("sweep", str(quiet)).exit_code == 1
     (run,) = child_runs("quiet")
     assert run.data.tags["status"] == "FAILED"
     assert run.data.tags["error"].startswith("RuntimeError: the command reported no metric")
