@@ -73,6 +73,7 @@ def shared_services(tmp_path_factory):
     running = services.up(root)
     yield running
     services.down(root)
+    shutil.rmtree(running.pg_data, ignore_errors=True)  # as root, it is outside tmp_path
 
 
 @pytest.fixture(scope="module")

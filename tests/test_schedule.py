@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
+import re
 import shlex
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,31 +49,207 @@ def test_slurm_array_script_is_valid_bash_running_workers(sweep: Path) -> None:
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
 
+def test_slurm_script_takes_memory_account_qos_extra_options_and_setup(sweep: Path) -> None:
+    result = run("schedule", str(sweep), "--slurm", "--mem", "16G", "--account", "ml-team",
+                 "--qos", "high", "--sbatch", "--constraint=v100", "--sbatch", "--exclusive",
+                 "--setup", "module load cuda/12.1", "--setup", "source ~/venvs/ms/bin/activate",
+                 *SHARED)
+    assert result.exit_code == 0, result.output
+    lines = Path("mlruns/slurm/nightly.sbatch").read_text().splitlines()
+    sbatch = [x for x in lines if x.startswith("#SBATCH ")]
+    for option in ("--mem=16G", "--account=ml-team", "--qos=high", "--constraint=v100",
+                   "--exclusive", "--requeue", "--signal=B:TERM@60", "--open-mode=append"):
+        assert f"#SBATCH {option}" in sbatch
+    assert lines.index(sbatch[-1]) < lines.index("set -eo pipefail"), "#SBATCH lines first"
+    setup = [lines.index("module load cuda/12.1"), lines.index("source ~/venvs/ms/bin/activate")]
+    assert setup == sorted(setup) and setup[-1] < len(lines) - 1
+    assert lines[-1].startswith("exec "), "the worker replaces the shell: SIGTERM reaches it"
+    assert subprocess.run(["bash", "-n", "mlruns/slurm/nightly.sbatch"]).returncode == 0
+
+
+@pytest.mark.parametrize(("option", "value", "rule"), [
+    ("--sbatch", "constraint=v100", "one sbatch option"),
+    ("--mem", "16GB", "a size such as 8G"),
+])
+def test_slurm_options_are_checked(sweep: Path, option: str, value: str, rule: str) -> None:
+    result = run("schedule", str(sweep), "--slurm", option, value, *SHARED)
+    assert result.exit_code == 2 and rule in result.output, result.output
+
+
+def test_the_batch_script_hands_sigterm_to_the_worker(sweep: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm signals the batch shell (`--signal=B:TERM`, requeue, preemption): with `exec`
+    that shell is the worker. A stand-in msexp reports the signal it got."""
+    stand_in = write(tmp_path / "env" / "bin" / "msexp", """
+        #!/usr/bin/env python3
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *_: (print("worker got SIGTERM", flush=True),
+                                                  sys.exit(143)))
+        print("worker ready", flush=True)
+        time.sleep(60)
+    """)
+    stand_in.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(stand_in.parent / "python"))
+    result = run("schedule", str(sweep), "--slurm", *SHARED)
+    assert result.exit_code == 0, result.output
+    shell = subprocess.Popen(["bash", "mlruns/slurm/nightly.sbatch"], stdout=subprocess.PIPE,
+                             text=True)
+    assert "array task" in shell.stdout.readline()
+    assert shell.stdout.readline().strip() == "worker ready"
+    shell.send_signal(signal.SIGTERM)  # what `--signal=B:TERM` does: the batch shell only
+    assert shell.stdout.readline().strip() == "worker got SIGTERM"
+    assert shell.wait(timeout=10) == 143
+
+
 def test_cron_line_starts_a_dated_study_or_continues_one(sweep: Path) -> None:
     fresh = run("schedule", str(sweep), "--cron", "0 2 * * *", *SHARED)
     assert fresh.exit_code == 0, fresh.output
     line = fresh.output.strip()
     assert line.startswith("0 2 * * * cd ")
-    assert " sweep " in line and "--study nightly-$(date +\\%Y\\%m\\%d)" in line
+    assert " sweep " in line and "--study nightly-$(date +\\%Y\\%m\\%d);" in line
+    assert line.endswith(f"# msexp schedule: study nightly, {sweep.resolve()}")
     assert subprocess.run(["bash", "-n", "-c", line.split(" ", 5)[5]]).returncode == 0
     same = run("schedule", str(sweep), "--cron", "0 2 * * *", "--continue-study",
                "--study", "nightly-main", *SHARED)
-    assert "--study nightly-main >>" in same.output
+    assert "--study nightly-main;" in same.output
 
 
-def test_k8s_cronjob_takes_the_password_from_a_secret(sweep: Path) -> None:
-    result = run("schedule", str(sweep), "--k8s", "--cron", "30 1 * * *", "--array", "3",
-                 "--image", "registry/msexp:1", *SHARED)
+def as_cron_runs_it(line: str) -> str:
+    """The shell command cron runs for a crontab line: past the five fields, `\\%` read as %."""
+    return line.split(" ", 5)[5].replace("\\%", "%")
+
+
+def test_cron_run_is_skipped_while_the_previous_run_holds_the_lock(sweep: Path) -> None:
+    result = run("schedule", str(sweep), "--cron", "* * * * *", *SHARED)
     assert result.exit_code == 0, result.output
-    config, job = yaml.safe_load_all(result.output)
+    command = as_cron_runs_it(result.output.strip())
+    lock = Path("mlruns/cron-nightly.lock")
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a sweep of this schedule is running
+        subprocess.run(["/bin/sh", "-c", command], check=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
+    (logged,) = Path("mlruns/cron.log").read_text().splitlines()  # msexp said nothing
+    assert logged.endswith(f"nightly: skipped, an earlier run still holds {lock.resolve()}")
+
+
+def crontab() -> list[str]:
+    listed = subprocess.run(["crontab", "-l"], capture_output=True, text=True)
+    return listed.stdout.splitlines() if listed.returncode == 0 else []
+
+
+def test_cron_install_keeps_one_entry_and_uninstall_removes_only_it(
+        sweep: Path, saved_crontab: None) -> None:
+    mine = "0 5 * * * /bin/true # not msexp's"
+    subprocess.run(["crontab", "-"], input=mine + "\n", text=True, check=True)
+    for schedule in ("0 2 * * *", "0 2 * * *", "30 3 * * *"):
+        assert run("schedule", str(sweep), "--cron", schedule, "--install", *SHARED
+                   ).exit_code == 0
+    other = run("schedule", str(sweep), "--cron", "0 4 * * *", "--study", "other", "--install",
+                *SHARED)
+    assert other.exit_code == 0, other.output
+    entries = crontab()
+    assert len(entries) == 3 and entries[0] == mine
+    assert entries[1].startswith("30 3 * * * ") and "study nightly," in entries[1]
+    assert entries[2].startswith("0 4 * * * ") and "study other," in entries[2]
+
+    removed = run("schedule", str(sweep), "--uninstall")
+    assert removed.exit_code == 0 and "removed:" in removed.output, removed.output
+    assert crontab() == [mine, entries[2]]
+    again = run("schedule", str(sweep), "--uninstall")
+    assert "no crontab entry has" in again.output and crontab() == [mine, entries[2]]
+
+
+def k8s_objects(*args: str) -> list[dict]:
+    result = run("schedule", *args)
+    assert result.exit_code == 0, result.output
+    return list(yaml.safe_load_all(result.output))
+
+
+def assert_valid_kubernetes(objects: list[dict]) -> None:
+    """Each object against the Kubernetes OpenAPI schema (strict: no unknown field), as of
+    the oldest and the newest Kubernetes release kubernetes-validate knows."""
+    validator = pytest.importorskip("kubernetes_validate")
+    versions = validator.utils.all_versions()
+    for obj in objects:
+        for version in (versions[0], versions[-1]):
+            validator.validate(obj, version, strict=True)
+        for name, value in _quantities(obj):
+            assert QUANTITY.fullmatch(value), f"{name}: {value} is not a quantity"
+
+
+QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?([KMGTPE]i|[mkMGTPE])?")
+
+
+def _quantities(obj: dict):
+    for container in _pod(obj).get("containers", []):
+        for kind, amounts in container.get("resources", {}).items():
+            for name, value in amounts.items():
+                yield f"{kind}.{name}", value
+
+
+def _pod(obj: dict) -> dict:
+    job = obj["spec"]["jobTemplate"]["spec"] if obj["kind"] == "CronJob" else obj.get("spec", {})
+    return job.get("template", {}).get("spec", {})
+
+
+def test_k8s_cronjob_is_a_valid_cronjob_set_from_options(sweep: Path) -> None:
+    config, cronjob = k8s_objects(
+        str(sweep), "--k8s", "--cron", "30 1 * * *", "--array", "3", "--image",
+        "registry/msexp:1", "--cpus-per-task", "4", "--mem", "16G", "--gpus-per-task", "1",
+        "--backoff-limit", "5", "--secret", "team-db", *SHARED)
+    assert_valid_kubernetes([config, cronjob])
     assert config["kind"] == "ConfigMap" and "nightly.yaml" in config["data"]
-    assert job["kind"] == "CronJob" and job["spec"]["schedule"] == "30 1 * * *"
-    pod = job["spec"]["jobTemplate"]["spec"]
-    assert pod["parallelism"] == 3
-    container = pod["template"]["spec"]["containers"][0]
+    spec = cronjob["spec"]
+    assert spec["schedule"] == "30 1 * * *" and spec["concurrencyPolicy"] == "Forbid"
+    job = spec["jobTemplate"]["spec"]
+    assert (job["parallelism"], job["completions"], job["backoffLimit"]) == (3, 3, 5)
+    container = job["template"]["spec"]["containers"][0]
     assert container["image"] == "registry/msexp:1"
-    assert "msexp worker /work/nightly.yaml" in container["command"][2]
-    assert container["env"][0]["valueFrom"]["secretKeyRef"]["key"] == "pgpassword"
+    assert container["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"},
+                                      "limits": {"memory": "16Gi", "nvidia.com/gpu": "1"}}
+    shell, flag, script = container["command"]
+    assert (shell, flag) == ("/bin/sh", "-c") and script.startswith("exec msexp worker ")
+    secret = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]
+              if "valueFrom" in e}
+    assert secret["PGPASSWORD"] == {"name": "team-db", "key": "pgpassword"}
+    assert not any("password" in str(e.get("value", "")).lower() for e in container["env"])
+
+
+def test_k8s_job_runs_parallel_workers_on_ascend(sweep: Path) -> None:
+    config, job = k8s_objects(
+        str(sweep), "--k8s-job", "--array", "8", "--gpus-per-task", "8", "--gpu-resource",
+        "huawei.com/Ascend910", "--mem", "64000", "--study", "nightly-main", *SHARED)
+    assert_valid_kubernetes([config, job])
+    assert job["kind"] == "Job" and job["apiVersion"] == "batch/v1"
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (8, 8)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"memory": "64000Mi", "huawei.com/Ascend910": "8"}
+    assert container["command"] == ["msexp", "worker", "/work/nightly.yaml", *SHARED,
+                                    "--study", "nightly-main"]
+
+
+def test_the_schema_check_is_real(sweep: Path) -> None:
+    """A manifest Kubernetes would refuse fails the same check."""
+    validator = pytest.importorskip("kubernetes_validate")
+    _, job = k8s_objects(str(sweep), "--k8s-job", *SHARED)
+    job["spec"]["parallelism"] = "eight"
+    with pytest.raises(validator.ValidationError):
+        assert_valid_kubernetes([job])
+    _, job = k8s_objects(str(sweep), "--k8s-job", *SHARED)
+    job["spec"]["template"]["spec"]["containers"][0]["cpu"] = "2"  # not a container field
+    with pytest.raises(validator.ValidationError):
+        assert_valid_kubernetes([job])
+
+
+def test_k8s_names_follow_kubernetes_rules(workdir: Path) -> None:
+    sweep = write(workdir / "Big_Sweep.yaml", """
+        name: Big_Sweep.v2
+        experiment: mlp_digits
+        params: {micro_size: [1, 2]}
+    """)
+    objects = k8s_objects(str(sweep), "--k8s", "--cron", "0 2 * * *", *SHARED)
+    assert_valid_kubernetes(objects)
+    assert {o["metadata"]["name"] for o in objects} == {"msexp-big-sweep-v2"}
 
 
 def test_password_in_url_is_refused(sweep: Path) -> None:
@@ -91,14 +271,14 @@ def test_commands_name_the_sweep_file_in_any_folder(workdir: Path, folder: str) 
     cron = run("schedule", str(sweep), "--cron", "0 2 * * *", *SHARED)
     assert cron.exit_code == 0, cron.output
     line = cron.output.strip().splitlines()[-1]
-    command = shlex.split(line.split(" && ", 1)[1].replace("\\%", "%"))
-    assert command[1:3] == ["sweep", str(sweep.resolve())]
+    command = shlex.split(as_cron_runs_it(line).split(" && ", 1)[1], comments=True)
+    assert command[command.index("sweep") + 1] == str(sweep.resolve())
     assert command[command.index("--study") + 1] == "nightly-$(date"
     k8s = run("schedule", str(sweep), "--k8s", "--cron", "0 2 * * *", *SHARED)
     assert k8s.exit_code == 0, k8s.output
     config, job = yaml.safe_load_all(k8s.output)
     script = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
     argv = shlex.split(script)
-    assert argv[:3] == ["msexp", "worker", "/work/nightly.yaml"]
+    assert argv[:4] == ["exec", "msexp", "worker", "/work/nightly.yaml"]
     assert argv[argv.index("--study") + 1].startswith("nightly-$(date")
     assert list(config["data"]) == ["nightly.yaml"]

@@ -6,18 +6,22 @@ URL, MLflow param, tag or log ever contains it: libpq reads it through PGPASSFIL
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
 import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from msexp.errors import MsexpError
 from msexp.execution.process import free_port
@@ -123,14 +127,17 @@ def _start_postgres(s: Services) -> None:
             pwfile.unlink()
         s.pgpass.write_text(f"127.0.0.1:{s.pg_port}:*:{USER}:{password}\n")
         s.pgpass.chmod(0o600)
+    if not s.pgpass.exists():
+        raise MsexpError(f"the database in {data} has no password file at {s.pgpass}: "
+                         f"restore it, or remove {data} to start afresh")
     if _run_quiet(_as_db_owner([pg_bin("pg_ctl"), "-D", str(data), "status"], data)):
         return
     _run(_as_db_owner([pg_bin("pg_ctl"), "-D", str(data), "-l", str(data / "postgres.log"),
                        "-w", "-o", f"-p {s.pg_port} -k {data} -c listen_addresses=127.0.0.1",
                        "start"], data), "pg_ctl start")
     for db in ("optuna", "mlflow"):
-        _run_quiet([pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(s.pg_port), "-U", USER,
-                    db], env=s.env())
+        _run_quiet([pg_bin("createdb"), "-w", "-h", "127.0.0.1", "-p", str(s.pg_port), "-U",
+                    USER, db], env=s.env())
 
 
 def _start_mlflow(s: Services) -> None:
@@ -156,18 +163,28 @@ def down(root: Path = SERVICES_DIR) -> list[str]:
     stopped = []
     pid_file = root / "mlflow.pid"
     if pid_file.exists():
-        pid = int(pid_file.read_text())
-        try:
-            os.killpg(pid, 15)
+        if _stop_group(int(pid_file.read_text())):
             stopped.append("mlflow server")
-        except ProcessLookupError:
-            pass
         pid_file.unlink()
     data = Services(root, 0, 0).pg_data
     if (data / "PG_VERSION").exists() and _run_quiet(
             _as_db_owner([pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], data)):
         stopped.append("postgresql")
     return stopped
+
+
+def _stop_group(pid: int, grace_s: float = 15.0) -> bool:
+    """SIGTERM the process group led by `pid`, wait for its leader to exit (SIGKILL for
+    the group after `grace_s`); False if it was not running."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(psutil.NoSuchProcess, psutil.TimeoutExpired):
+        psutil.Process(pid).wait(grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)  # what the server left, or the server itself
+    return True
 
 
 def _healthy(uri: str) -> bool:
