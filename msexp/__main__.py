@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import signal
 import sys
+
+from msexp import interrupts
 
 
 def main() -> None:
     """Run the CLI; a Ctrl-C or SIGTERM while it still imports exits quietly (130, 143)."""
-    signal.signal(signal.SIGTERM, _terminated)  # the sweep installs its own while it runs
+    interrupts.install()  # a sweep installs its own handlers while it runs
     try:
-        from msexp.cli import console_main  # lazy: so that the signals above cover imports
+        from msexp.cli import console_main  # lazy: so that the handlers cover the imports
 
         console_main()
     except KeyboardInterrupt:
         sys.exit(130)
-
-
-def _terminated(signum: int, frame: object) -> None:
-    sys.exit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import experiments
 from msexp.errors import ExperimentError
+from msexp.interrupts import import_mindspore
 from msexp.knobs import KNOBS, Knob, infer_knob
 
 Metric = Callable[[Any, Any], float]
@@ -210,6 +211,8 @@ def _import(target: str, source: str, builtin: bool) -> ModuleType:
     try:
         if is_file:
             return _import_file(Path(target), source)
+        if not builtin:
+            import_mindspore()  # most experiment modules import it: never interrupted half-way
         return importlib.import_module(f"experiments.{target}" if builtin else target)
     except ExperimentError:
         raise
@@ -237,6 +240,7 @@ def _import_file(path: Path, source: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    import_mindspore()  # most experiment files import it: never interrupted half-way
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)

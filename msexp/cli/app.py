@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from msexp import interrupts
 from msexp.cli import cluster, scaffold, studies, sweeps
 from msexp.cli.options import err_console, state
 from msexp.errors import MsexpError
@@ -28,6 +29,8 @@ class OneLineErrors(TyperGroup):
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
         except Exception as exc:
+            if interrupts.received:  # stopped: whatever a library made of the signal
+                raise typer.Exit(128 + interrupts.received[0]) from None
             if state["debug"]:
                 raise
             raise _exit(exc) from None

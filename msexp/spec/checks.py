@@ -19,6 +19,7 @@ from msexp.experiment import (
     local_cell_classes,
     workload_problem,
 )
+from msexp.interrupts import import_mindspore
 from msexp.knobs import EPOCH_METRICS, METRICS
 from msexp.spec.file import Method, Objective, Pruner
 from msexp.spec.space import Space
@@ -160,6 +161,7 @@ def check_workload(source: str, experiment: Experiment, space: Space,
 
 
 def _build(source: str, experiment: Experiment, params: dict[str, Any]) -> Workload:
+    import_mindspore()  # build() imports it: never interrupted half-way
     try:
         return experiment.build(dict(params))
     except Exception as exc:
