@@ -182,13 +182,15 @@ def test_every_rank_gets_as_many_updates_from_a_dataset() -> None:
     import mindspore.dataset as ds
     import numpy as np
 
-    from msexp.training.data import updates
+    from msexp.training.data import TrainBatches
 
     x = np.arange(72, dtype=np.float32).reshape(-1, 1)
     y = np.zeros(len(x), np.int32)
 
-    def counts(micro_size: int) -> list[int]:
-        return [len(list(updates(ds.NumpySlicesDataset((x, y), ["x", "y"], shuffle=False),
-                                 16, micro_size, 0, (rank, 2)))) for rank in (0, 1)]
+    def counts(micro_size: int) -> list[list[int]]:
+        """Updates per epoch on each rank, over two epochs of one dataset."""
+        batches = [TrainBatches(ds.NumpySlicesDataset((x, y), ["x", "y"], shuffle=False),
+                                16, micro_size, 0, (rank, 2)) for rank in (0, 1)]
+        return [[len(list(b.epoch(epoch))) for epoch in (1, 2)] for b in batches]
 
-    assert counts(1) == counts(2) == [72 // 16] * 2
+    assert counts(1) == counts(2) == [[72 // 16] * 2] * 2
