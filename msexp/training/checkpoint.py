@@ -27,7 +27,6 @@ from msexp.paths import write_atomic
 from msexp.training.records import Epoch
 
 STATE = "state.json"
-KEEP = ("last", "best", "all", "none")
 
 
 @dataclass(frozen=True)
