@@ -29,3 +29,10 @@ def search_path() -> str:
     """PATH with this interpreter's folder first: `python` and `msrun` in a command mean
     the environment msexp runs in."""
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+def newest_checkpoint(folder: Path) -> Path | None:
+    """The most recently written `*.ckpt` under `folder` (a script's ModelCheckpoint
+    output), or None."""
+    found = sorted(folder.rglob("*.ckpt"), key=lambda path: path.stat().st_mtime)
+    return found[-1] if found else None

@@ -38,7 +38,7 @@ from msexp.execution.process import (
 )
 from msexp.execution.protocol import Epoch, EventReader, Start, TrialRequest
 from msexp.keys import TrialEnv
-from msexp.paths import search_path
+from msexp.paths import newest_checkpoint, search_path
 from msexp.training.records import Stopped
 
 POLL_S = 0.05
@@ -192,8 +192,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     if not metrics:
         raise RuntimeError("the command reported no metric: print `name: value` lines, "
                            "use msexp.hooks, or set experiment.metrics regexes")
-    checkpoints = sorted(outputs.rglob("*.ckpt"), key=lambda path: path.stat().st_mtime)
-    return metrics, checkpoints[-1] if checkpoints else None
+    return metrics, newest_checkpoint(outputs)
 
 
 def _copy_output(proc: subprocess.Popen, reader: MetricReader) -> None:

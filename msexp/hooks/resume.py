@@ -9,6 +9,7 @@ from typing import Any
 import mindspore as ms
 
 from msexp.hooks.channel import resume_dir
+from msexp.paths import newest_checkpoint
 
 _FILE_NAME = re.compile(r"-(\d+)_\d+\.ckpt$")
 
@@ -21,15 +22,15 @@ def resume(network: Any, optimizer: Any = None, folder: Path | None = None) -> i
     preemption), so outside that, and outside msexp, this loads nothing and returns 0.
     """
     folder = folder or resume_dir()
-    found = sorted(folder.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime) if folder else []
-    if not found:
+    newest = newest_checkpoint(folder) if folder else None
+    if newest is None:
         return 0
-    loaded = ms.load_checkpoint(str(found[-1]))
+    loaded = ms.load_checkpoint(str(newest))
     ms.load_param_into_net(network, loaded)
     if optimizer is not None:
         ms.load_param_into_net(optimizer, loaded)
-    print(f"msexp: resuming from {found[-1]}", flush=True)
+    print(f"msexp: resuming from {newest}", flush=True)
     if "epoch_num" in loaded:
         return int(loaded["epoch_num"].asnumpy())
-    named = _FILE_NAME.search(found[-1].name)  # ModelCheckpoint's PREFIX-EPOCH_STEP.ckpt
+    named = _FILE_NAME.search(newest.name)  # ModelCheckpoint's PREFIX-EPOCH_STEP.ckpt
     return int(named.group(1)) if named else 0
