@@ -47,6 +47,7 @@ class RunTag:
     PARENT = "mlflow.parentRunId"
     RESUMED_FROM = "resumed_from_epoch"  # a trial continued from a checkpoint of this epoch
     BEST_CHECKPOINT = "best_checkpoint"  # on the parent run: the best trial's model
+    WARM = "warm"  # true: the trial ran on graphs an earlier trial of its worker compiled
 
 
 class TrialEnv:

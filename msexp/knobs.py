@@ -25,6 +25,9 @@ class Knob:
         choices: allowed values, if the knob is categorical.
         ge, gt, le, lt: numeric bounds.
         when: the knob applies only where each named knob has one of the listed values.
+        graph: the value is part of the compiled training graphs; False where it lives in a
+            Parameter or in Python only (lr, momentum, seed...), so trials that differ only
+            in such values share one compile (see `graph_params`).
     """
 
     name: str
@@ -37,6 +40,7 @@ class Knob:
     le: float | None = None
     lt: float | None = None
     when: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    graph: bool = True
 
     def check(self, value: Any) -> str | None:
         """Return the rule `value` breaks, or None if it is allowed."""
@@ -87,23 +91,23 @@ _AMP = ("O1", "O2", "O3")
 _THOR = {"optimizer": ("thor",)}
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
-    Knob("epochs", int, 5, "passes over the training set (0: evaluate only)", ge=0),
+    Knob("epochs", int, 5, "passes over the training set (0: evaluate only)", ge=0, graph=False),
     Knob("batch_size", int, 64, "global batch per optimizer update", ge=1),
     Knob("micro_size", int, 1, "micro-batches one update is split into (gradient accumulation)",
          ge=1),
     Knob("devices", int, 1, "data-parallel processes per trial (launched through msrun)", ge=1),
-    Knob("lr", float, 0.01, "peak learning rate", gt=0),
+    Knob("lr", float, 0.01, "peak learning rate", gt=0, graph=False),
     Knob("optimizer", str, "momentum", "optimizer",
          choices=("sgd", "momentum", "adam", "adamw", "thor")),
     Knob("momentum", float, 0.9, "momentum coefficient", ge=0, lt=1,
-         when={"optimizer": ("momentum", "thor")}),
+         when={"optimizer": ("momentum", "thor")}, graph=False),
     Knob("weight_decay", float, 0.0, "L2 weight decay", ge=0),
     Knob("lr_schedule", str, "constant", "learning-rate schedule after warm-up",
-         choices=("constant", "cosine")),
-    Knob("warmup_epochs", int, 0, "epochs of linear learning-rate warm-up", ge=0),
+         choices=("constant", "cosine"), graph=False),
+    Knob("warmup_epochs", int, 0, "epochs of linear learning-rate warm-up", ge=0, graph=False),
     Knob("clip_grad_norm", float, 0.0, "clip the update's gradients to this global norm "
          "(0: no clipping)", ge=0),
-    Knob("seed", int, 0, "seed for weights, data order and dropout", ge=0),
+    Knob("seed", int, 0, "seed for weights, data order and dropout", ge=0, graph=False),
     Knob("amp_level", str, "O0", "automatic mixed precision level",
          choices=("O0", "O1", "O2", "O3")),
     Knob("amp_dtype", str, "float16", "low-precision type used by AMP",
@@ -112,7 +116,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          when={"amp_level": ("O2", "O3")}),  # O1 never casts normalisation
     Knob("loss_scale", str, "none", "loss scaling", choices=("none", "fixed", "dynamic")),
     Knob("loss_scale_value", float, 65536.0, "loss scale (initial scale when dynamic)", gt=0,
-         when={"loss_scale": _SCALED}),
+         when={"loss_scale": _SCALED}, graph=False),
     Knob("loss_scale_factor", int, 2, "dynamic scale is divided/multiplied by this", ge=2,
          when={"loss_scale": ("dynamic",)}),
     Knob("loss_scale_window", int, 1000, "clean updates before a dynamic scale grows", ge=1,
@@ -120,17 +124,32 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("drop_overflow_update", bool, True, "skip an update whose gradients overflow",
          when={"loss_scale": ("fixed",)}),
     Knob("thor.frequency", int, 10, "THOR: recompute A, G and their inverses every N updates",
-         ge=2, when=_THOR),
+         ge=2, when=_THOR, graph=False),
     Knob("thor.split_indices", list, [], "THOR: layer indices closing each group (all-reduce "
          "groups in data-parallel runs); [] is one group", when=_THOR),
-    Knob("thor.damping_init", float, 0.3, "THOR: initial damping", gt=0, when=_THOR),
+    Knob("thor.damping_init", float, 0.3, "THOR: initial damping", gt=0, when=_THOR, graph=False),
     Knob("thor.damping_decay", float, 0.5, "THOR: damping is multiplied by this every 10 epochs",
-         gt=0, when=_THOR),
+         gt=0, when=_THOR, graph=False),
     Knob("thor.lr_decay", float, 0.0, "THOR: exponent of seed 004's polynomial lr decay "
-         "(0: lr_schedule applies)", ge=0, when=_THOR),
+         "(0: lr_schedule applies)", ge=0, when=_THOR, graph=False),
     Knob("thor_impl", str, "auto", "THOR implementation: auto (MindSpore's on Ascend, else "
          "msexp's), mindspore, msexp", choices=("auto", "mindspore", "msexp"), when=_THOR),
 )}
+
+def graph_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """What of `params` shapes the compiled graphs: every param but those whose knob says
+    `graph=False` (an experiment's own params always count), plus the learning-rate form.
+
+    A constant lr is a scalar Parameter; a schedule is a Parameter of one value per update,
+    so its length (epochs, with the batch size and the data) is part of the graphs.
+    """
+    kept = {k: v for k, v in params.items() if k not in KNOBS or KNOBS[k].graph}
+    scheduled = (params.get("lr_schedule", "constant") != "constant"
+                 or params.get("warmup_epochs", 0) > 0
+                 or (params.get("optimizer") == "thor" and params.get("thor.lr_decay", 0) > 0))
+    kept["lr_updates"] = f"{params.get('epochs')} epochs" if scheduled else "constant"
+    return kept
+
 
 METRICS = (
     "train_loss", "eval_loss", "eval_accuracy", "samples_per_s", "step_ms", "compile_s",

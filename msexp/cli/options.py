@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -34,3 +35,13 @@ StorageOpt = Annotated[Optional[str], typer.Option(
          "[default: mlruns/optuna.journal].")]
 StudyOpt = Annotated[Optional[str], typer.Option(
     "--study", help="Study name [default: the sweep's name]; a new name starts afresh.")]
+ColdOpt = Annotated[bool, typer.Option(
+    "--cold", help="Compile every trial afresh: no reuse of an earlier trial's graphs "
+                   "[default: budget.cold].")]
+
+
+def cold_spec(spec: Any, cold: bool) -> Any:
+    """`spec` with `budget.cold` set where `--cold` was given."""
+    if not cold:
+        return spec
+    return dataclasses.replace(spec, budget=spec.budget.model_copy(update={"cold": True}))

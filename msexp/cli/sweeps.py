@@ -13,10 +13,12 @@ import yaml
 from rich.table import Table
 
 from msexp.cli.options import (
+    ColdOpt,
     StorageOpt,
     StudyOpt,
     SweepFileArg,
     TrackingOpt,
+    cold_spec,
     console,
     err_console,
     state,
@@ -131,6 +133,7 @@ def sweep(
     workers: Annotated[Optional[int], typer.Option(
         "--workers", min=1, help="Trials run at once [default: budget.workers].")] = None,
     retry_failed: RetryOpt = False,
+    cold: ColdOpt = False,
 ) -> None:
     """Run a sweep: every trial is a MindSpore job, every result lands in MLflow.
 
@@ -139,7 +142,7 @@ def sweep(
 
     Example: msexp sweep sweeps/accum.yaml --workers 2
     """
-    spec = load_spec(file)
+    spec = cold_spec(load_spec(file), cold)
     outcome = _run(spec, workers or spec.budget.workers, SweepProgress(spec), tracking_uri,
                    storage, study, retry_failed)
     summary(outcome)
@@ -156,6 +159,7 @@ def worker(
     workers: Annotated[int, typer.Option("--workers", min=1,
                                          help="Trials this worker runs at once.")] = 1,
     retry_failed: RetryOpt = False,
+    cold: ColdOpt = False,
 ) -> None:
     """Join a sweep's study from another process or machine and run trials until none are left.
 
@@ -164,7 +168,7 @@ def worker(
 
     Example: msexp worker sweeps/accum.yaml --storage postgresql://msexp@db/msexp
     """
-    spec = load_spec(file)
+    spec = cold_spec(load_spec(file), cold)
     outcome = _run(spec, workers, LineProgress(spec), tracking_uri, storage, study, retry_failed)
     missing = missing_objectives(outcome.study)
     if missing:

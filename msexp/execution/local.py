@@ -1,15 +1,22 @@
-"""A trial in this process: build the experiment's workload, train it, emit its events."""
+"""A trial in this process: build the experiment's workload, train it, emit its events.
+
+The process keeps the graphs of its last trial (`_last`): the next trial with the same
+graph signature (`TrialRequest.graph_signature`) runs on them, reset, without compiling.
+"""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from msexp.execution.protocol import Event, Result, Start, TrialRequest
 from msexp.experiment import Workload, load_experiment, workload_problem
+from msexp.training.records import Diverged, Stopped
 
 Emit = Callable[[Event], None]
+_last: tuple[str, Any] | None = None  # (graph signature, Graphs) of this process's last trial
 
 
 def train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool],
@@ -17,23 +24,49 @@ def train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[]
                   ) -> tuple[dict[str, float], Workload]:
     """Build the workload and train it in this process (or as one data-parallel rank):
     emit start, each epoch and the result; return the metrics and the workload."""
-    from msexp.training.checkpoint import latest  # lazy: a failing MindSpore import shows
-    from msexp.training.loop import train  # in the trial's log
+    with tempfile.TemporaryDirectory(prefix="msexp-amp-") as scratch:  # see Graphs.build
+        return _train_request(request, emit, stop_requested, shard, reducer, Path(scratch))
 
+
+def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool],
+                   shard: tuple[int, int], reducer: Callable | None, scratch: Path
+                   ) -> tuple[dict[str, float], Workload]:
+    from msexp.training.checkpoint import latest  # lazy: a failing MindSpore import shows
+    from msexp.training.loop import prepare, train  # in the trial's log
+
+    global _last
+    last, _last = _last, None  # a trial that fails before training leaves no graphs
     workload = build_workload(request)
     impl = _implementations(request.params)
+    params = {**request.params, **impl}
+    signature = request.graph_signature if reducer is None else None
+    earlier_graphs = last[1] if last and signature and last[0] == signature else None
+    graphs, warm = ((None, False) if reducer is not None
+                    else prepare(workload, params, earlier_graphs, scratch))
+    if signature and graphs.reusable:
+        _last = (signature, graphs)
     plan = _plan(request)
     earlier = latest(plan.folder) if plan else None
-    emit(Start(workload.data_source, os.getpid(), impl, earlier.epoch if earlier else 0))
+    emit(Start(workload.data_source, os.getpid(), impl, earlier.epoch if earlier else 0, warm))
     if earlier:
         print(f"msexp: resuming from epoch {earlier.epoch} ({plan.folder / earlier.file})",
               flush=True)
-    outcome = train(workload, {**request.params, **impl}, emit, stop_requested,
-                    request.target, shard, reducer, plan,
-                    Path(request.init_from) if request.init_from else None)
+    try:
+        outcome = train(workload, params, emit, stop_requested, request.target, shard, reducer,
+                        plan, Path(request.init_from) if request.init_from else None, graphs)
+    except (Stopped, Diverged):
+        raise  # a pruned or diverged trial leaves graphs as reusable as a finished one
+    except BaseException:
+        _last = None
+        raise
     checkpoint = str(outcome.checkpoint) if outcome.checkpoint else None
     emit(Result(outcome.metrics, checkpoint))
     return outcome.metrics, workload
+
+
+def keeps_graphs() -> bool:
+    """Whether this process holds graphs a next trial may reuse."""
+    return _last is not None
 
 
 def _plan(request: TrialRequest) -> Any:

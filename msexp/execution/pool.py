@@ -127,7 +127,7 @@ class TrialProcess:
                 self._note_family(proc.pid)
             time.sleep(POLL_S)
         if ended:
-            self._kill_leftovers()  # what the trial started and left running
+            self._kill_leftovers(result.pid)  # what the trial started and left running
         else:
             self.kill()  # whatever is left of this trial goes; the next trial gets a new worker
         now = time.monotonic()
@@ -155,11 +155,13 @@ class TrialProcess:
         for child in descendants(pid):
             self._family.setdefault(child.pid, child)
 
-    def _kill_leftovers(self) -> None:
-        """Kill what the finished trial started, but not the worker, which stays warm."""
+    def _kill_leftovers(self, trial_pid: int) -> None:
+        """Kill what the finished trial started, but not the worker, nor the process that
+        ran the trial: both stay warm for the next trial."""
         worker = self._proc.pid if self._proc else None
         found = {p.pid: p for p in [*self._family.values(), *marked(self.marker)]}
         found.pop(worker, None)
+        found.pop(trial_pid, None)
         self._family.clear()
         kill_processes(found.values())
 

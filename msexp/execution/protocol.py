@@ -17,6 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any, Union
 
+from msexp.knobs import graph_params
 from msexp.training.records import Epoch, Target
 
 LOG_TAIL_LINES = 40
@@ -61,7 +62,8 @@ class TrialRequest:
 
     `folder` holds `trial.log` and `events.jsonl`; None runs the trial in the
     foreground with events going only to the caller (`msexp run`). A trial of a user's
-    own command has `command`; `experiment` then names it for logs.
+    own command has `command`; `experiment` then names it for logs. `cold` forbids
+    reusing the graphs an earlier trial compiled in the same worker.
     """
 
     experiment: str
@@ -72,6 +74,16 @@ class TrialRequest:
     command: Command | None = None
     checkpoint: Checkpointing | None = None
     init_from: str | None = None
+    cold: bool = False
+
+    @property
+    def graph_signature(self) -> str | None:
+        """Trials with equal signatures can run on one set of compiled graphs (everything
+        that shapes them: experiment, data, structural params); None: never reused."""
+        if self.cold or self.command is not None or self.params.get("devices", 1) > 1:
+            return None
+        return json.dumps([self.experiment, self.data, graph_params(self.params)],
+                          sort_keys=True, default=str)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -104,7 +116,7 @@ class TrialRequest:
                    Target(**data["target"]) if data.get("target") else None, data.get("data"),
                    Command(**data["command"]) if data.get("command") else None,
                    Checkpointing(**data["checkpoint"]) if data.get("checkpoint") else None,
-                   data.get("init_from"))
+                   data.get("init_from"), data.get("cold", False))
 
 
 @dataclass
@@ -124,6 +136,7 @@ class Start:
     pid: int
     impl: dict[str, str] = field(default_factory=dict)
     resumed_from: int = 0  # the epoch of the checkpoint it continues from; 0: from scratch
+    warm: bool = False  # runs on graphs an earlier trial of this worker compiled
 
 
 @dataclass
@@ -242,6 +255,8 @@ class TrialResult:
     rank_logs: Path | None = None
     checkpoint: Path | None = None
     resumed_from: int = 0
+    warm: bool = False
+    pid: int = 0  # the process that ran the trial
 
     def absorb(self, event: Event) -> bool:
         """Update from one event of the trial's stream; True at its end."""
@@ -249,7 +264,7 @@ class TrialResult:
             self.rank_logs = Path(event.rank_logs)
         elif isinstance(event, Start):
             self.data_source, self.impl = event.data_source, event.impl
-            self.resumed_from = event.resumed_from
+            self.resumed_from, self.warm, self.pid = event.resumed_from, event.warm, event.pid
         elif isinstance(event, Epoch):
             self.epochs.append(event)
         elif isinstance(event, Result):

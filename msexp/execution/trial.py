@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import sys
 import traceback
 from typing import Any, Callable
 
 from msexp.execution.command import CommandFailed, run_command
-from msexp.execution.local import Emit, train_request
+from msexp.execution.local import Emit, keeps_graphs, train_request
 from msexp.execution.process import die_with_parent, exit_reason
 from msexp.execution.protocol import End, Error, EventWriter, Result, TrialRequest, read_events
 from msexp.experiment import load_experiment
@@ -53,28 +54,126 @@ def serve(requests=sys.stdin) -> None:
     """Run requests from `requests`, one JSON line each, until it closes.
 
     On CPU this process is a zygote: it imports MindSpore and msexp's training code once
-    and forks a fresh child per trial, so every trial starts clean (own memory, own
-    graphs) without paying the import. Elsewhere (GPU, Ascend: device runtimes do not
-    survive a fork), or with MSEXP_FORK=0, it runs each trial itself.
+    and forks a child per trial, so every trial starts clean (own memory, own graphs)
+    without paying the import. A child whose trial left reusable graphs waits for the
+    next trial: if its graph signature is the same, that child runs it warm; otherwise
+    it is ended and a fresh child is forked. Elsewhere (GPU, Ascend: device runtimes do
+    not survive a fork), or with MSEXP_FORK=0, it runs each trial itself, and its last
+    trial's graphs stay in this process for the next (see `local`).
     """
+    global _idle
     signal.signal(signal.SIGUSR1, _request_stop)
     fork = _preload()
+    try:
+        for line in requests:
+            if not line.strip():
+                continue
+            request = TrialRequest.from_json(line)
+            if not fork:
+                _run_logged(request)
+                continue
+            if request.command is None:
+                _import_once(request.experiment)
+            child, _idle = _child_for(request.graph_signature), None
+            _children.append(child.pid)
+            try:
+                if child.run(line):
+                    _idle = child
+                else:
+                    _report_exit(request, child.status)
+            finally:
+                _children.remove(child.pid)
+    finally:
+        if _idle is not None:
+            _idle.end()
+
+
+class _Child:
+    """A forked trial process: it runs the request lines it is sent and, after each, says
+    "idle" if it keeps reusable graphs, or exits."""
+
+    def __init__(self, signature: str | None):
+        self.signature = signature
+        self.status: int | None = None  # wait status, once reaped
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(request_w)
+            os.close(reply_r)
+            os._exit(_child_main(os.fdopen(request_r), os.fdopen(reply_w, "w")))
+        os.close(request_r)
+        os.close(reply_w)
+        self._requests, self._replies = os.fdopen(request_w, "w"), os.fdopen(reply_r)
+
+    def run(self, line: str) -> bool:
+        """Send one request and wait for it: True if the child is now idle and warm, False
+        if it exited (its wait status in `status`)."""
+        try:
+            self._requests.write(line if line.endswith("\n") else line + "\n")
+            self._requests.flush()
+        except BrokenPipeError:
+            self.end()
+            return False
+        while self.alive():  # a process the trial forked may hold the pipe open: poll
+            if select.select([self._replies], [], [], 0.2)[0]:
+                if self._replies.readline() == "idle\n":
+                    return True
+                self.status = os.waitpid(self.pid, 0)[1]  # closed: it is exiting
+        self.end()
+        return False
+
+    def alive(self) -> bool:
+        if self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = status
+        return self.status is None
+
+    def end(self) -> None:
+        """Close the pipes, make sure the child is gone and reap it."""
+        with contextlib.suppress(OSError):
+            self._requests.close()
+        self._replies.close()
+        if self.status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)  # idle, or already exiting: nothing to lose
+            self.status = os.waitpid(self.pid, 0)[1]
+
+
+_idle: _Child | None = None  # the child that ran the last trial and kept its graphs
+
+
+def _child_for(signature: str | None) -> _Child:
+    """The idle child if it holds graphs of `signature`, else a freshly forked one."""
+    idle = _idle
+    if idle is not None:
+        if signature is not None and idle.signature == signature and idle.alive():
+            return idle
+        idle.end()
+    return _Child(signature)
+
+
+def _child_main(requests: Any, replies: Any) -> int:
+    """In a forked child: run the trials sent, until one leaves no graphs to reuse or
+    the zygote closes the pipe; return the exit code (sys.exit's, if the trial exits)."""
+    die_with_parent()
     for line in requests:
-        if not line.strip():
-            continue
-        request = TrialRequest.from_json(line)
-        if not fork:
-            _run_logged(request)
-            continue
-        if request.command is None:
-            _import_once(request.experiment)
-        child = os.fork()
-        if child == 0:
-            os._exit(_run_child(request))
-        _children.append(child)
-        _, status = os.waitpid(child, 0)
-        _children.remove(child)
-        _report_exit(request, status)
+        try:
+            _run_logged(TrialRequest.from_json(line))
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            return 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        if not keeps_graphs():
+            return 0
+        replies.write("idle\n")
+        replies.flush()
+    return 0
 
 
 _children: list[int] = []
@@ -105,22 +204,6 @@ def _import_once(experiment: str) -> None:
     (never `build`: each trial builds its own workload). Failures show in the trial."""
     with contextlib.suppress(Exception, SystemExit):
         load_experiment(experiment)
-
-
-def _run_child(request: TrialRequest) -> int:
-    """In the forked child: run the trial, return the exit code (sys.exit's, if it exits)."""
-    die_with_parent()
-    try:
-        _run_logged(request)
-        return 0
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        traceback.print_exc()
-        return 1
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
 
 
 def _report_exit(request: TrialRequest, status: int) -> None:

@@ -409,7 +409,7 @@ def trial_request(spec: SweepSpec, params: dict[str, Any], folder: Path) -> Tria
         return TrialRequest(spec.experiment.ref, params, folder, spec.target(), None, command,
                             checkpoint)
     return TrialRequest(_experiment_ref(spec.experiment.ref), params, folder, spec.target(),
-                        spec.data_section(), checkpoint=checkpoint)
+                        spec.data_section(), checkpoint=checkpoint, cold=spec.budget.cold)
 
 
 def objective_value(objective: Objective, metrics: dict[str, float], epochs: list[Epoch]

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 from msexp.errors import MsexpError
 from msexp.execution.process import kill_processes, marked, owner
 from msexp.keys import StudyKey, TrialKey
+from msexp.knobs import graph_params
 from msexp.search.storage import open_storage, storage_errors, storage_label
 from msexp.spec import Method, SweepSpec
 
@@ -139,8 +140,15 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str
 
 
 def _enqueue_grid(study: optuna.Study, spec: SweepSpec) -> None:
+    """Enqueue the grid's points (the first `n_trials`), those that share compiled graphs
+    next to each other (in order of first appearance), so a worker's trials run warm."""
     by_name = {p.name: p for p in spec.space.params}
+    groups: dict[str, int] = {}
+    queue = []
     for i, point in enumerate(itertools.islice(spec.space.iter_grid(), spec.n_trials())):
+        key = json.dumps(graph_params(spec.space.resolve(point)), sort_keys=True, default=str)
+        queue.append((groups.setdefault(key, len(groups)), i, point))
+    for _, i, point in sorted(queue, key=lambda entry: entry[:2]):
         study.enqueue_trial({k: by_name[k].optuna_value(v) for k, v in point.items()},
                             user_attrs={TrialKey.GRID_POINT: i})
 

@@ -40,14 +40,16 @@ class Objective(_Strict):
 
 
 class Budget(_Strict):
-    """How many trials, how long each may run, how many run at once, and how many seeds
-    each configuration runs with (`repeats`)."""
+    """How many trials, how long each may run, how many run at once, how many seeds
+    each configuration runs with (`repeats`), and whether trials may reuse the graphs an
+    earlier trial compiled in the same worker (`cold: true` forbids it)."""
 
     trials: Optional[int] = Field(None, ge=1)
     trial_timeout: float = Field(600.0, gt=0)
     workers: int = Field(1, ge=1)
     retries: int = Field(1, ge=0)
     repeats: int = Field(1, ge=1)
+    cold: bool = False
 
 
 class Pruner(_Strict):

@@ -212,6 +212,8 @@ class Tracker:
             tags[RunTag.ERROR] = result.error[:5000]
         if result.resumed_from:
             tags[RunTag.RESUMED_FROM] = str(result.resumed_from)
+        if result.pid:  # it started
+            tags[RunTag.WARM] = str(result.warm).lower()
         run = self.client.create_run(experiment_id, start_time=int(started * 1000),
                                      run_name=redact(name), tags=_redacted(tags))
         run_id = run.info.run_id

@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import mindspore as ms
 
@@ -76,22 +76,34 @@ def state_parameters(*cells: Any) -> dict[str, ms.Parameter]:
         if cell is None:
             continue
         named = (cell.parameters_and_names() if hasattr(cell, "parameters_and_names")
-                 else _scaler_parameters(cell))
+                 else scaler_parameters(cell))
         for name, param in named:
             found.setdefault(name, param)
     return found
 
 
-def _scaler_parameters(scaler: Any) -> list[tuple[str, ms.Parameter]]:
+def scaler_parameters(scaler: Any) -> list[tuple[str, ms.Parameter]]:
+    """A MindSpore LossScaler's Parameters (it is not a Cell), named as checkpoints hold them."""
     return [(f"loss_scale.{name}", getattr(scaler, name)) for name in ("scale_value", "counter")
             if isinstance(getattr(scaler, name, None), ms.Parameter)]
+
+
+Write = Callable[[dict[ms.Parameter, Any]], None]
+"""Sets Parameters to values (see `Graphs.write`: set_data does not reach compiled graphs)."""
+
+
+def set_data(values: dict[ms.Parameter, Any]) -> None:
+    """The `Write` for Parameters no graph has run on yet."""
+    for param, value in values.items():
+        param.set_data(value)
 
 
 class Checkpoints:
     """Saves and restores one trial's training state as its plan says."""
 
-    def __init__(self, plan: CheckpointPlan, parameters: dict[str, ms.Parameter]):
-        self.plan, self.parameters = plan, parameters
+    def __init__(self, plan: CheckpointPlan, parameters: dict[str, ms.Parameter],
+                 write: Write = set_data):
+        self.plan, self.parameters, self.write = plan, parameters, write
         plan.folder.mkdir(parents=True, exist_ok=True)
 
     def restore(self) -> Saved | None:
@@ -99,7 +111,7 @@ class Checkpoints:
         saved = latest(self.plan.folder)
         if saved is None or not (self.plan.folder / saved.file).is_file():
             return None
-        load_into(self.parameters, self.plan.folder / saved.file)
+        load_into(self.parameters, self.plan.folder / saved.file, self.write)
         return saved
 
     def due(self, epoch: int, last_epoch: int) -> bool:
@@ -152,16 +164,14 @@ class Checkpoints:
             (self.plan.folder / STATE).unlink(missing_ok=True)
 
 
-def load_into(parameters: dict[str, ms.Parameter], path: Path) -> list[str]:
+def load_into(parameters: dict[str, ms.Parameter], path: Path, write: Write = set_data
+              ) -> list[str]:
     """Set `parameters` from the checkpoint file at `path`; return the names it lacked."""
     loaded = ms.load_checkpoint(str(path))
-    missing = []
-    for name, param in parameters.items():
-        if name in loaded:
-            param.set_data(loaded[name].data if hasattr(loaded[name], "data") else loaded[name])
-        else:
-            missing.append(name)
-    return missing
+    values = {param: loaded[name].data if hasattr(loaded[name], "data") else loaded[name]
+              for name, param in parameters.items() if name in loaded}
+    write(values)
+    return [name for name in parameters if name not in loaded]
 
 
 def _better(value: float, than: float, maximize: bool) -> bool:

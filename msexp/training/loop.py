@@ -13,34 +13,33 @@ from typing import Any, Callable
 
 import mindspore as ms
 import numpy as np
-from mindspore import nn, ops
 
 from msexp.experiment import Workload, data_problem
 from msexp.training import data
-from msexp.training.amp import apply_amp
-from msexp.training.checkpoint import CheckpointPlan, Checkpoints, load_into, state_parameters
-from msexp.training.loss_scale import make_scaler
+from msexp.training.checkpoint import CheckpointPlan, Checkpoints, load_into
+from msexp.training.graphs import Graphs
 from msexp.training.memory import PeakMemory
-from msexp.training.optim import make_optimizer
 from msexp.training.records import Diverged, Epoch, Stopped, Target
-from msexp.training.step import TrainStep, call, tensors_of
+from msexp.training.step import tensors_of
 
 OnEpoch = Callable[[Epoch], None]
 
 
 @dataclass
 class Outcome:
-    """What a trial's training produced: final metrics and the model checkpoint kept."""
+    """What a trial's training produced: final metrics, the model checkpoint kept, and the
+    graphs it ran on (for a later trial of the same signature)."""
 
     metrics: dict[str, float]
     checkpoint: Path | None = None
+    graphs: Graphs | None = None
 
 
 def train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
           stop_requested: Callable[[], bool] = lambda: False,
           target: Target | None = None, shard: tuple[int, int] = (0, 1),
           reducer: Callable | None = None, plan: CheckpointPlan | None = None,
-          init_from: Path | None = None) -> Outcome:
+          init_from: Path | None = None, graphs: Graphs | None = None) -> Outcome:
     """Train `workload` as `params` say, reporting each epoch to `on_epoch`.
 
     In a data-parallel rank, `shard` is (rank, size) and `reducer` averages the
@@ -48,46 +47,41 @@ def train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
     the trial saves its state as the plan says and, if the plan's folder holds a
     checkpoint, continues from it (reporting the epochs it had already trained first).
     `init_from` is a checkpoint file to start from (weights and optimizer state).
+    `graphs` are ones `prepare` made ready for this trial; None builds them.
 
     Raises:
         Diverged: the eval loss or the training loss of a clean update is not finite.
         Stopped: `stop_requested()` became true.
     """
-    with tempfile.TemporaryDirectory(prefix="msexp-amp-") as scratch:  # O1's rewritten source
-        return _train(workload, params, on_epoch, stop_requested, target, shard, reducer,
-                      Path(scratch), plan, init_from)
+    if graphs is None:
+        with tempfile.TemporaryDirectory(prefix="msexp-amp-") as scratch:
+            graphs = Graphs.build(workload, params, steps_per_epoch(workload,
+                                                                   params["batch_size"]),
+                                  Path(scratch), reducer)
+            return _train(workload, params, on_epoch, stop_requested, target, shard, plan,
+                          init_from, graphs)
+    return _train(workload, params, on_epoch, stop_requested, target, shard, plan, init_from,
+                  graphs)
 
 
 def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
            stop_requested: Callable[[], bool], target: Target | None,
-           shard: tuple[int, int], reducer: Callable | None, scratch: Path,
-           plan: CheckpointPlan | None, init_from: Path | None) -> Outcome:
-    for name in ("train", "eval"):
-        problem = data_problem(getattr(workload, name), name)
-        if problem:
-            raise TypeError(problem)
-    memory = PeakMemory()
+           shard: tuple[int, int], plan: CheckpointPlan | None, init_from: Path | None,
+           graphs: Graphs) -> Outcome:
     batch, micro_size, epochs = params["batch_size"], params["micro_size"], params["epochs"]
-    n_train = data.num_samples(workload.train)
-    steps_per_epoch = n_train // batch
-    if steps_per_epoch < 1:
-        raise ValueError(f"batch_size {batch} is larger than the training set ({n_train})")
-    network = apply_amp(workload.network, params, scratch)
-    optimizer = _optimizer(workload, params, network, steps_per_epoch)
-    scaler, drop = make_scaler(params)
-    step = TrainStep(network, workload.loss_fn, optimizer, micro_size, scaler, drop, reducer,
-                     params.get("clip_grad_norm", 0.0))
-    evaluate = _evaluator(network, workload)
+    network, step, drop = graphs.network, graphs.step, graphs.drop_overflow_update
+    memory = PeakMemory()
+    evaluate = _evaluator(graphs.forward, workload)
     batches = data.TrainBatches(workload.train, batch, micro_size, params["seed"], shard)
 
-    parameters = state_parameters(network, optimizer, scaler)
+    parameters = graphs.parameters()
     if init_from is not None:  # its weights and moments; this run's own schedule and counters
         carried = {n: p for n, p in parameters.items()
                    if n.rpartition(".")[2] not in ("global_step", "learning_rate", "counter")}
-        missing = load_into(carried, init_from)
+        missing = load_into(carried, init_from, graphs.write)
         if len(missing) == len(carried):
             raise ValueError(f"{init_from} holds none of this network's parameters")
-    checkpoints = Checkpoints(plan, parameters) if plan else None
+    checkpoints = Checkpoints(plan, parameters, graphs.write) if plan else None
     saved = checkpoints.restore() if checkpoints else None
     history = list(saved.history) if saved else []
     counters = {"overflow": 0, "skipped": 0, "thor_steps": 0, **(saved.counters if saved else {})}
@@ -148,7 +142,29 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
         final["loss_scale"] = step.loss_scale
     if step.thor is not None:
         final["thor_inverse_s"] = step.thor.inverse_s
-    return Outcome(final, checkpoints.finish(saved) if checkpoints else None)
+    return Outcome(final, checkpoints.finish(saved) if checkpoints else None, graphs)
+
+
+def steps_per_epoch(workload: Workload, batch: int) -> int:
+    """Updates per epoch; raises ValueError for data the workload cannot train on."""
+    for name in ("train", "eval"):
+        problem = data_problem(getattr(workload, name), name)
+        if problem:
+            raise TypeError(problem)
+    n_train = data.num_samples(workload.train)
+    if n_train < batch:
+        raise ValueError(f"batch_size {batch} is larger than the training set ({n_train})")
+    return n_train // batch
+
+
+def prepare(workload: Workload, params: dict[str, Any], earlier: Graphs | None,
+            scratch: Path) -> tuple[Graphs, bool]:
+    """Graphs for this trial: `earlier` reset for it where that makes an identical trial
+    (warm: True), else built anew (see `Graphs.build` for `scratch`)."""
+    updates = steps_per_epoch(workload, params["batch_size"])
+    if earlier is not None and earlier.reusable and earlier.reset(workload, params, updates):
+        return earlier, True
+    return Graphs.build(workload, params, updates, scratch), False
 
 
 def _absorb(final: dict[str, float], record: Epoch, target: Target | None) -> None:
@@ -159,26 +175,9 @@ def _absorb(final: dict[str, float], record: Epoch, target: Target | None) -> No
         final["time_to_target_s"] = record.elapsed_s
 
 
-def _optimizer(workload: Workload, params: dict[str, Any], network: Any,
-               steps_per_epoch: int) -> nn.Optimizer:
-    """The workload's own optimizer (or factory), else the one the knobs name."""
-    given = workload.optimizer
-    if isinstance(given, nn.Optimizer):
-        return given
-    if given is not None:
-        return given(network, params, steps_per_epoch)
-    return make_optimizer(params, network.trainable_params(), steps_per_epoch, network,
-                          workload.lr_schedule)
-
-
-def _evaluator(network: Any, workload: Workload) -> Callable[[], dict[str, float]]:
+def _evaluator(forward: Callable, workload: Workload) -> Callable[[], dict[str, float]]:
     same = workload.eval is workload.train  # a dataset takes one consumer: copy it
     eval_set = data.EvalBatches(copy.deepcopy(workload.eval) if same else workload.eval)
-
-    @ms.jit
-    def forward(x, y):
-        logits = ops.cast(call(network, x), ms.float32)
-        return logits, workload.loss_fn(logits, y)
 
     def evaluate() -> dict[str, float]:
         total = correct = 0

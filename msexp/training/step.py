@@ -84,6 +84,7 @@ class TrainStep:
             return finite
 
         buffers = weights.clone(prefix="accumulated", init="zeros")
+        self.buffers = tuple(buffers)
 
         @ms.jit
         def accumulate(x, y):

@@ -340,6 +340,11 @@ class Thor(nn.Momentum):
         """Count one update (applied or skipped)."""
         self.steps += 1
 
+    def reset_from(self, fresh: Thor) -> None:
+        """Take a freshly built THOR's schedule and counters (its Parameters are set apart)."""
+        self.damping, self.frequency = fresh.damping, fresh.frequency
+        self.steps, self.inverse_s = 0, 0.0
+
     def probes(self, sample: Any) -> list[Parameter]:
         """The zero probes whose gradients are dL/d(output), shaped for micro-batch `sample`.
 

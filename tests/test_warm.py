@@ -1,0 +1,145 @@
+"""Warm trials: a worker reuses the graphs of its last trial for the next trial of the same
+graph signature, and the warm trial computes exactly what the same trial does cold."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from msexp.execution.pool import TrialProcess
+from msexp.execution.protocol import Status, TrialRequest
+from msexp.experiment import load_experiment
+from msexp.knobs import graph_params
+from msexp.spec import trial_params
+from tests.conftest import ASSETS, ROOT, child_runs, msexp_cmd
+
+TIMEOUT_S = 600  # a deadline for a hang, on a loaded 2-core machine
+TRAINING = ("eval_loss", "eval_accuracy", "train_loss", "loss_scale", "overflow_steps",
+            "skipped_updates", "epochs_to_target")
+
+
+def request(folder: Path, name: str, experiment: str = "mlp_digits", cold: bool = False,
+            **params) -> TrialRequest:
+    return TrialRequest(experiment, trial_params(experiment, params), folder / name, cold=cold)
+
+
+def same_training(warm, cold) -> None:
+    """Bit-identical: every training metric, final and per epoch."""
+    assert warm.status is cold.status is Status.COMPLETE, (warm.error, cold.error)
+    assert {k: v for k, v in warm.metrics.items() if k in TRAINING} == \
+           {k: v for k, v in cold.metrics.items() if k in TRAINING}
+    assert [(e.epoch, e.metrics, e.series) for e in warm.epochs] == \
+           [(e.epoch, e.metrics, e.series) for e in cold.epochs]
+
+
+CASES = {
+    "mlp O2 dynamic": dict(amp_level="O2", loss_scale="dynamic", loss_scale_value=1024.0,
+                           loss_scale_window=5),
+    "lenet O2 dynamic": dict(experiment="lenet_digits", amp_level="O2", loss_scale="dynamic",
+                             loss_scale_value=1024.0, loss_scale_window=5, epochs=1),
+    "thor": {"optimizer": "thor", "thor.frequency": 3, "lr_schedule": "cosine"},
+    "micro_size 4": dict(micro_size=4, weight_decay=1e-4, warmup_epochs=1),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_a_warm_trial_equals_the_same_trial_run_cold(case, tmp_path):
+    given = {"epochs": 2, "batch_size": 64, **CASES[case]}
+    worker = TrialProcess(cwd=ROOT)
+    try:
+        first = worker.run(request(tmp_path, "a", lr=0.05, seed=1, **given), TIMEOUT_S)
+        warm = worker.run(request(tmp_path, "b", lr=0.02, seed=2, momentum=0.8, **given),
+                          TIMEOUT_S)
+        cold = worker.run(request(tmp_path, "c", lr=0.02, seed=2, momentum=0.8, cold=True,
+                                  **given), TIMEOUT_S)
+    finally:
+        worker.kill()
+    assert first.status is Status.COMPLETE and not first.warm, first.error
+    assert warm.warm and warm.pid == first.pid  # same process, no compile
+    assert not cold.warm and cold.pid != warm.pid  # --cold: a fresh process compiles
+    same_training(warm, cold)
+    assert warm.metrics["eval_loss"] != first.metrics["eval_loss"]  # it did not replay `first`
+
+
+def test_another_signature_compiles_anew_and_stays_identical(tmp_path):
+    worker, reference = TrialProcess(cwd=ROOT), TrialProcess(cwd=ROOT)
+    try:
+        worker.run(request(tmp_path, "a", epochs=1, lr=0.05), TIMEOUT_S)
+        other = worker.run(request(tmp_path, "b", epochs=1, micro_size=2), TIMEOUT_S)
+        back = worker.run(request(tmp_path, "c", epochs=1, lr=0.03, seed=4), TIMEOUT_S)
+        cold = reference.run(request(tmp_path, "d", epochs=1, lr=0.03, seed=4), TIMEOUT_S)
+    finally:
+        worker.kill()
+        reference.kill()
+    assert not other.warm and not back.warm
+    assert len({other.pid, back.pid}) == 2
+    same_training(back, cold)
+
+
+def test_a_crash_in_a_warm_worker_leaves_the_next_trial_cold_and_correct(tmp_path):
+    experiment = str(ASSETS / "broken.py")
+    given = dict(experiment=experiment, epochs=2, pause_s=0.5)
+    worker, reference = TrialProcess(cwd=ROOT), TrialProcess(cwd=ROOT)
+    kills = []
+
+    def kill_the_trial(epoch) -> bool:  # mid-trial, after its first epoch
+        if not kills:
+            trial = psutil.Process(worker._proc.pid).children()[0]
+            kills.append(trial.pid)
+            os.kill(trial.pid, signal.SIGKILL)
+        return False
+
+    try:
+        first = worker.run(request(tmp_path, "a", lr=0.05, **given), TIMEOUT_S)
+        crashed = worker.run(request(tmp_path, "b", lr=0.04, **given), TIMEOUT_S,
+                             kill_the_trial)
+        after = worker.run(request(tmp_path, "c", lr=0.03, seed=5, **given), TIMEOUT_S)
+        cold = reference.run(request(tmp_path, "d", lr=0.03, seed=5, **given), TIMEOUT_S)
+    finally:
+        worker.kill()
+        reference.kill()
+    assert crashed.warm and kills == [first.pid]
+    assert crashed.status is Status.FAILED and "SIGKILL" in crashed.error
+    assert not after.warm and after.pid != first.pid
+    same_training(after, cold)
+
+
+def test_graph_signature_ignores_values_in_parameters_only():
+    base = {k: k_.default for k, k_ in load_experiment("mlp_digits").knobs.items()}
+    same = [dict(base, lr=0.5, seed=3, momentum=0.5, loss_scale_value=8.0, epochs=9)]
+    other = [dict(base, micro_size=2), dict(base, amp_level="O2"), dict(base, batch_size=32),
+             dict(base, optimizer="adam"), dict(base, loss_scale="dynamic"),
+             dict(base, weight_decay=0.1), dict(base, hidden=64),
+             dict(base, lr_schedule="cosine"), dict(base, warmup_epochs=1)]
+    key = json.dumps(graph_params(base), sort_keys=True)
+    assert all(json.dumps(graph_params(p), sort_keys=True) == key for p in same)
+    assert len({json.dumps(graph_params(p), sort_keys=True) for p in other} | {key}) == 10
+    scheduled = dict(base, lr_schedule="cosine")  # a schedule's length is part of its graph
+    assert graph_params(scheduled) != graph_params(dict(scheduled, epochs=9))
+    assert TrialRequest("mlp_digits", base, cold=True).graph_signature is None
+    assert TrialRequest("mlp_digits", dict(base, devices=2)).graph_signature is None
+
+
+def test_a_grid_runs_each_point_once_grouped_by_graph_with_two_workers(workdir):
+    sweep = {"name": "grouped", "experiment": "mlp_digits", "method": "grid",
+             "budget": {"workers": 2, "trial_timeout": TIMEOUT_S},
+             "fixed": {"epochs": 1, "hidden": 32},
+             "params": {"lr": [0.01, 0.02, 0.03], "micro_size": [1, 2]}}
+    (workdir / "grouped.yaml").write_text(yaml.safe_dump(sweep))
+    import subprocess
+
+    done = subprocess.run(msexp_cmd("worker", "grouped.yaml", "--workers", "2"),
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    runs = child_runs("grouped")
+    points = sorted((float(r.data.params["lr"]), int(r.data.params["micro_size"])) for r in runs)
+    assert points == sorted((lr, m) for lr in (0.01, 0.02, 0.03) for m in (1, 2))
+    assert all(r.data.tags["status"] == "COMPLETE" for r in runs)
+    # grouped: six trials over two graphs in two workers compile at most four times
+    assert sum(r.data.tags["warm"] == "true" for r in runs) >= 2
