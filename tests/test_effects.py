@@ -114,6 +114,27 @@ def test_the_baseline_option_changes_the_ratios(tmp_path: Path) -> None:
         parse_baselines(["micro_size"])
 
 
+def test_repeats_give_the_seed_spread() -> None:
+    study = optuna.create_study(direction="maximize")
+    dists = {"micro_size": CategoricalDistribution([1, 8]), "seed": CategoricalDistribution([0, 1])}
+    measured = {(1, 0): (0.90, 1000.0), (1, 1): (0.92, 1100.0),
+                (8, 0): (0.70, 300.0), (8, 1): (0.74, 330.0)}
+    for (micro, seed), (accuracy, speed) in measured.items():
+        study.add_trial(optuna.trial.create_trial(
+            params={"micro_size": micro, "seed": seed}, distributions=dists, value=accuracy,
+            user_attrs={TrialKey.METRICS: {"eval_accuracy": accuracy, "samples_per_s": speed}}))
+    found = knob_effects(study)
+    assert [k.name for k in found.knobs] == ["micro_size"]  # the seed is no knob
+    accuracy_spread = statistics.fmean([statistics.variance([0.90, 0.92]),
+                                        statistics.variance([0.70, 0.74])]) ** 0.5
+    speed_spread = statistics.fmean([statistics.variance([1000, 1100]),
+                                     statistics.variance([300, 330])]) ** 0.5
+    assert found.lines() == [f"micro_size 1 -> 8: eval_accuracy -19.0 pp +/- "
+                             f"{100 * accuracy_spread:.1f}, samples_per_s x0.3 +/- "
+                             f"{speed_spread / 1050:.2g}"]
+    assert found.lines()[0].endswith("pp +/- 2.2, samples_per_s x0.3 +/- 0.05")
+
+
 def test_grid_pngs_html_and_learning_curves(tmp_path: Path) -> None:
     report = build_report(grid_study(), tmp_path, color_by="micro_size")
     names = {p.name for p in report.plots}
