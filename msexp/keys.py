@@ -34,6 +34,7 @@ class TrialKey:
     CHECKPOINT = "checkpoint"  # the model checkpoint it kept
     FEASIBLE = "feasible"  # whether it kept the sweep's constraints
     MISSING = "missing_objectives"  # objectives a trial that ran to the end did not report
+    EPOCHS = "epoch_metrics"  # {"epoch": [1, 2, ...], "eval_accuracy": [...], ...}
 
 
 class RunTag:

@@ -24,18 +24,27 @@ def report(
     study: StudyOpt = None,
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
+    baseline: Annotated[Optional[list[str]], typer.Option(
+        help="KNOB=VALUE the knob effects are relative to (repeatable); "
+             "default: each knob's first value")] = None,
+    color_by: Annotated[Optional[str], typer.Option(
+        help="the knob that colours the learning curves; default: the most important")] = None,
 ) -> None:
-    """Show a study's trials, best trial (or Pareto set) and parameter importances.
+    """Show a study's trials, best trial (or Pareto set), importances and knob effects.
 
     Optuna's plots (optimization history, parallel coordinates, importances, Pareto front)
-    are saved as HTML under mlruns/reports/ and logged on the sweep's MLflow parent run.
+    are saved as HTML under mlruns/reports/, with a PNG per swept knob (each metric against
+    the knob's values, and as a ratio to its baseline value), learning curves, and
+    effects.md/effects.html; all are logged under report/ on the sweep's MLflow parent run.
 
-    Example: msexp report sweeps/accum.yaml
+    Example: msexp report sweeps/accum.yaml --baseline micro_size=1
     """
+    from msexp.tracking.effects import parse_baselines  # lazy: both import Optuna
     from msexp.tracking.report import build_report, log_report  # lazy: Optuna's plots
 
     loaded = _existing_study(file, study, storage)
-    rep = build_report(loaded, REPORTS_DIR / loaded.study_name)
+    rep = build_report(loaded, REPORTS_DIR / loaded.study_name,
+                       parse_baselines(baseline or []), color_by)
     trials_table(loaded)
     names = rep.objective_names()
     if rep.best:
@@ -48,6 +57,10 @@ def report(
         console.print(table)
     if rep.configurations:
         _replicates_table(rep)
+    if rep.knob_effects and rep.knob_effects.lines():
+        console.print("knob effects (baseline -> value):")
+        for line in rep.knob_effects.lines():
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
     if rep.importances:
         console.print("importance: " + ", ".join(f"{k}={v:.2f}" for k, v in
                                                   rep.importances.items()))

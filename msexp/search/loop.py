@@ -41,6 +41,7 @@ from msexp.search.study import (
 from msexp.spec import Method, Objective, SweepSpec
 from msexp.spec.command import split_command
 from msexp.spec.space import derived
+from msexp.tracking.curves import epoch_table
 from msexp.tracking.report import best_trials, log_best, log_best_checkpoint
 from msexp.tracking.runs import Tracker
 from msexp.urls import redact
@@ -349,6 +350,7 @@ class Sweep:
         trial.set_user_attr(TrialKey.METRICS,
                             {k: v for k, v in metrics.items() if math.isfinite(v)})
         trial.set_user_attr(TrialKey.RUN_ID, run_id or "spooled")
+        trial.set_user_attr(TrialKey.EPOCHS, epoch_table(result.epochs))
         if result.error:
             trial.set_user_attr(TrialKey.ERROR, result.error[:1000])
         values = None

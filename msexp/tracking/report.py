@@ -12,7 +12,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from msexp.errors import MsexpError
 from msexp.keys import RunTag, StudyKey, TrialKey
+from msexp.tracking.effects import KnobEffects, knob_effects
 from msexp.tracking.replicates import Configuration, Effect, configurations, effects, markdown
 from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
 from msexp.urls import redact
@@ -28,6 +30,7 @@ class Report:
     plots: list[Path] = field(default_factory=list)
     configurations: list[Configuration] = field(default_factory=list)  # with repeats
     effects: list[Effect] = field(default_factory=list)
+    knob_effects: KnobEffects | None = None
 
     @property
     def multi_objective(self) -> bool:
@@ -51,8 +54,13 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
     return [(max if maximize else min)(complete, key=lambda t: t.value)]
 
 
-def build_report(study: optuna.Study, plots_dir: Path | None = None) -> Report:
-    """Collect the best trial(s), importances and (if `plots_dir`) Optuna's HTML plots."""
+def build_report(study: optuna.Study, plots_dir: Path | None = None,
+                 baselines: dict[str, str] | None = None, color_by: str | None = None
+                 ) -> Report:
+    """Collect the best trial(s), importances, each knob's effects against its baseline
+    value (`baselines`: knob -> value, default each knob's first) and, if `plots_dir`,
+    Optuna's HTML plots and the knob-effects PNGs (learning curves coloured by `color_by`,
+    default the most important knob)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     report = Report(study, best_trials(study))
     if len(complete) >= 2 and _varied_params(complete):
@@ -67,8 +75,17 @@ def build_report(study: optuna.Study, plots_dir: Path | None = None) -> Report:
     if any(len(v) > 1 for c in groups for v in c.values.values()):
         report.configurations = groups
         report.effects = [e for m in metrics for e in effects(groups, m)]
+    report.knob_effects = knob_effects(study, baselines)
+    swept = [k.name for k in report.knob_effects.knobs]
+    if color_by is not None and color_by not in swept:
+        raise MsexpError(f"--color-by {color_by}: not a swept knob of {study.study_name}; "
+                         f"swept: {', '.join(swept) or 'none'}")
     if plots_dir is not None and complete:
         report.plots = _write_plots(report, plots_dir)
+        from msexp.tracking.effect_plots import write_effects  # lazy: matplotlib
+
+        report.plots += write_effects(study, report.knob_effects, plots_dir,
+                                      color_by or next(iter(report.importances), None))
         if report.configurations:
             table = plots_dir / "replicates.md"
             table.write_text(markdown(groups, metrics, report.effects), encoding="utf-8")
@@ -101,41 +118,12 @@ def _write_plots(report: Report, folder: Path) -> list[Path]:
         target = (lambda t: t.values[0]) if report.multi_objective else None
         figures["parallel_coordinate"] = vis.plot_parallel_coordinate(
             study, target=target, target_name=names[0])
-    tradeoffs = _tradeoffs(study)
-    if tradeoffs is not None:
-        figures["tradeoffs"] = tradeoffs
     paths = []
     for name, figure in figures.items():
         path = folder / f"{name}.html"
         figure.write_html(str(path), include_plotlyjs=True)  # viewable offline
         paths.append(path)
     return paths
-
-
-TRADEOFF_METRICS = ("eval_accuracy", "samples_per_s", "peak_mem_mb", "wall_s",
-                    "epochs_to_target", "overflow_steps")
-
-
-def _tradeoffs(study: optuna.Study) -> Any:
-    """One bar chart per metric, a bar per trial: what each setting costs and buys."""
-    from plotly.subplots import make_subplots  # lazy: as above
-
-    trials = [t for t in study.get_trials(deepcopy=False)
-              if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    metrics = [m for m in TRADEOFF_METRICS  # a metric that is zero everywhere says nothing
-               if any(t.user_attrs.get(TrialKey.METRICS, {}).get(m) for t in trials)]
-    if not trials or not metrics:
-        return None
-    swept = sorted({k for t in trials for k in t.params})
-    labels = [f"#{t.number} " + " ".join(f"{k}={t.params[k]}" for k in swept if k in t.params)
-              for t in trials]
-    figure = make_subplots(rows=len(metrics), cols=1, subplot_titles=metrics,
-                           shared_xaxes=True, vertical_spacing=0.04)
-    for row, metric in enumerate(metrics, start=1):
-        values = [t.user_attrs.get(TrialKey.METRICS, {}).get(metric) for t in trials]
-        figure.add_bar(x=labels, y=values, name=metric, row=row, col=1, showlegend=False)
-    figure.update_layout(height=220 * len(metrics), title=f"{study.study_name}: trade-offs")
-    return figure
 
 
 def log_report(report: Report, tracker: Tracker) -> str | None:

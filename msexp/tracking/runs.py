@@ -28,6 +28,9 @@ EXPERIMENT_KIND = "mlflow.experimentKind"  # MLflow 3's UI opens this kind's vie
 MODEL_TRAINING = "custom_model_development"
 CHECKPOINT_ARTIFACTS = "checkpoint"  # where a trial's kept model goes in its run
 UI_PORT = 5000
+# MLflow 3.17's UI picks its GenAI or model-training view from the browser (this URL
+# parameter, else localStorage, default GenAI), no longer from EXPERIMENT_KIND
+UI_TRAINING_VIEW = "?workflowType=machine_learning"
 _CHUNK = 1000  # MLflow accepts at most 1000 metrics per log_batch call
 
 _RUN_STATUS = {Status.COMPLETE: "FINISHED", Status.PRUNED: "KILLED",
@@ -242,8 +245,9 @@ class Tracker:
         else:
             base = f"http://127.0.0.1:{UI_PORT}"
             command = f"mlflow ui --backend-store-uri {self.uri} --port {UI_PORT}"
-        return (f"{base}/#/experiments/{experiment_id}/runs",
-                f"{base}/#/experiments/{experiment_id}/runs/{parent_id}", command)
+        return (f"{base}/#/experiments/{experiment_id}/runs{UI_TRAINING_VIEW}",
+                f"{base}/#/experiments/{experiment_id}/runs/{parent_id}{UI_TRAINING_VIEW}",
+                command)
 
 
 def _absolute(uri: str) -> str:

@@ -1,0 +1,231 @@
+"""The knob-effects report as files: a PNG per knob, learning curves, a Markdown summary and
+one HTML page that embeds them all."""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from msexp.tracking.curves import curves_of, objective_name
+from msexp.tracking.effects import KnobEffects, SweptKnob, metric_of, short
+
+PANEL_W, PANEL_H = 3.6, 2.6  # inches per metric panel at a few levels
+MAX_CURVES = 300  # trials drawn in the learning curves; more only blur into one another
+
+
+def write_effects(study: optuna.Study, found: KnobEffects, folder: Path,
+                  color_by: str | None = None) -> list[Path]:
+    """Write effects_<knob>.png, learning_curves.png, effects.md and effects.html."""
+    import matplotlib  # lazy: matplotlib takes about a second to import
+
+    matplotlib.use("Agg")  # files only, never a window
+    folder.mkdir(parents=True, exist_ok=True)
+    pngs = []
+    for knob in found.knobs:
+        if found.metrics:
+            pngs.append(_save(_knob_figure(knob, found.metrics),
+                              folder / f"effects_{_safe(knob.name)}.png"))
+    knob = next((k for k in found.knobs if k.name == color_by), None) or \
+        (found.knobs[0] if found.knobs else None)
+    curves = _curves_figure(study, knob)
+    if curves is not None:
+        pngs.append(_save(curves, folder / "learning_curves.png"))
+    summary = folder / "effects.md"
+    summary.write_text(_markdown(study, found, pngs), encoding="utf-8")
+    page = folder / "effects.html"
+    page.write_text(_html(study, found, pngs), encoding="utf-8")
+    return [*pngs, summary, page]
+
+
+def _knob_figure(knob: SweptKnob, metrics: list[str]) -> Any:
+    import matplotlib.pyplot as plt  # lazy: as above
+
+    columns = min(3, len(metrics))
+    rows = math.ceil(len(metrics) / columns)
+    width = PANEL_W * (1 + max(0, len(knob.levels) - 4) * 0.12)  # wider for many categories
+    figure, axes = plt.subplots(rows, columns, figsize=(width * columns, PANEL_H * rows),
+                                squeeze=False, layout="constrained")
+    for ax, metric in zip(axes.flat, metrics):
+        (_range_panel if knob.is_range else _levels_panel)(ax, knob, metric)
+        _baseline_axis(ax, knob, metric)
+        ax.set_title(metric, fontsize=10)
+        ax.set_xlabel(knob.name)
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.set_visible(False)
+    n = len(knob.trials())
+    hidden = (f" ({knob.hidden} rarer values, {knob.hidden_trials} trials, not shown)"
+              if knob.hidden else "")
+    figure.suptitle(f"{knob.name}: {n} trials{hidden}; right axis against {knob.name}="
+                    f"{knob.base.label}", fontsize=11)
+    return figure
+
+
+def _levels_panel(ax: Any, knob: SweptKnob, metric: str) -> None:
+    """A box per value with every trial as a jittered point."""
+    jitter = random.Random(0)  # the same picture every time
+    data = [[v for t in level.trials if not math.isnan(v := metric_of(t, metric))]
+            for level in knob.levels]
+    positions = list(range(len(knob.levels)))
+    ax.boxplot([d or [math.nan] for d in data], positions=positions, widths=0.5,
+               showfliers=False, medianprops={"color": "tab:orange"})
+    size = max(4.0, 30 / math.sqrt(max(1, max(map(len, data)))))
+    for x, values in zip(positions, data):
+        xs = [x + jitter.uniform(-0.15, 0.15) for _ in values]
+        ax.scatter(xs, values, s=size, alpha=0.6, color="tab:blue", zorder=3, linewidths=0)
+    ax.set_xticks(positions, [level.label for level in knob.levels],
+                  rotation=30 if len(knob.levels) > 5 else 0, fontsize=8)
+
+
+def _range_panel(ax: Any, knob: SweptKnob, metric: str) -> None:
+    """Every trial as a point, with the bins' means (what the ratios compare) as a trend."""
+    trials = knob.trials()
+    xs = [t.params[knob.name] for t in trials]
+    ys = [metric_of(t, metric) for t in trials]
+    ax.scatter(xs, ys, s=max(4.0, 40 / math.sqrt(len(xs))), alpha=0.5, linewidths=0)
+    trend = [(level.value, level.mean(metric)) for level in knob.levels
+             if not math.isnan(level.mean(metric))]
+    if trend:
+        ax.plot(*zip(*trend), color="tab:orange", marker="o")
+    if knob.log:
+        ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(_three_digits())
+
+
+def _baseline_axis(ax: Any, knob: SweptKnob, metric: str) -> None:
+    """A dashed line at the baseline's mean, and a right axis in ratio (or pp) to it."""
+    base = knob.base.mean(metric)
+    if math.isnan(base):
+        return
+    ax.axhline(base, color="grey", linestyle="--", linewidth=0.8)
+    ax.yaxis.set_major_formatter(_three_digits())
+    if metric == "eval_accuracy":
+        right = ax.secondary_yaxis("right", functions=(lambda v: 100 * (v - base),
+                                                       lambda d: base + d / 100))
+        right.set_ylabel("pp vs baseline", fontsize=8)
+    elif base:
+        right = ax.secondary_yaxis("right", functions=(lambda v: v / base,
+                                                       lambda r: r * base))
+        right.set_ylabel("x baseline", fontsize=8)
+    else:
+        return
+    right.yaxis.set_major_formatter(_three_digits())
+    right.tick_params(labelsize=8)
+    ax.tick_params(labelsize=8)
+
+
+def _curves_figure(study: optuna.Study, knob: SweptKnob | None) -> Any:
+    """Eval metrics by epoch, a line per trial, coloured by the knob's value."""
+    import matplotlib.pyplot as plt  # lazy: as above
+    from matplotlib import colormaps, colors
+
+    objective = objective_name(study.user_attrs)
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    curves = {t.number: c for t in trials[-MAX_CURVES:] if (c := curves_of(t, objective))}
+    metrics = list(dict.fromkeys(m for c in curves.values() for m in c))
+    if not metrics:
+        return None
+    by_number = {t.number: t for t in trials}
+    figure, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 3.8),
+                                squeeze=False, layout="constrained")
+    color = _colors(knob, colormaps, colors)
+    alpha = 0.9 if len(curves) <= 10 else max(0.15, 3 / math.sqrt(len(curves)))
+    for ax, metric in zip(axes.flat, metrics):
+        for number, curve in curves.items():
+            if curve.get(metric):
+                epochs, values = zip(*curve[metric])
+                ax.plot(epochs, values, color=color(by_number[number]), alpha=alpha,
+                        linewidth=1.2, marker="o" if len(epochs) == 1 else None, markersize=3)
+        ax.set_xlabel("epoch")
+        ax.set_title(metric, fontsize=10)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.yaxis.set_major_formatter(_three_digits())
+    _legend(figure, axes[0][-1], knob, colormaps, colors)
+    title = f"learning curves of {len(curves)} trials"
+    figure.suptitle(title + (f", coloured by {knob.name}" if knob else ""), fontsize=11)
+    return figure
+
+
+def _colors(knob: SweptKnob | None, colormaps: Any, colors: Any) -> Any:
+    if knob is None:
+        return lambda trial: "tab:blue"
+    if knob.is_range:
+        values = [t.params[knob.name] for t in knob.trials()]
+        norm = (colors.LogNorm if knob.log else colors.Normalize)(min(values), max(values))
+        return lambda trial: (colormaps["viridis"](norm(trial.params[knob.name]))
+                              if knob.name in trial.params else "lightgrey")
+    palette = colormaps["tab10" if len(knob.levels) <= 10 else "tab20"]
+    by_value = {repr(level.value): palette(i) for i, level in enumerate(knob.levels)}
+    return lambda trial: by_value.get(repr(trial.params.get(knob.name)), "lightgrey")
+
+
+def _legend(figure: Any, ax: Any, knob: SweptKnob | None, colormaps: Any, colors: Any) -> None:
+    if knob is None:
+        return
+    if knob.is_range:
+        values = [t.params[knob.name] for t in knob.trials()]
+        norm = (colors.LogNorm if knob.log else colors.Normalize)(min(values), max(values))
+        mappable = figure.colorbar(
+            _scalar_mappable(norm, colormaps["viridis"]), ax=ax, format=_three_digits())
+        mappable.set_label(knob.name)
+        return
+    from matplotlib.lines import Line2D  # lazy: as above
+
+    color = _colors(knob, colormaps, colors)
+    handles = [Line2D([], [], color=color(level.trials[0]), label=level.label)
+               for level in knob.levels]
+    ax.legend(handles=handles, title=knob.name, fontsize=8, title_fontsize=8,
+              loc="center left", bbox_to_anchor=(1.02, 0.5))
+
+
+def _scalar_mappable(norm: Any, cmap: Any) -> Any:
+    from matplotlib.cm import ScalarMappable  # lazy: as above
+
+    return ScalarMappable(norm=norm, cmap=cmap)
+
+
+def _three_digits() -> Any:
+    from matplotlib.ticker import FuncFormatter  # lazy: as above
+
+    return FuncFormatter(lambda v, _pos: short(float(v)))
+
+
+def _save(figure: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt  # lazy: as above
+
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _markdown(study: optuna.Study, found: KnobEffects, pngs: list[Path]) -> str:
+    lines = [f"# {study.study_name}: knob effects", "",
+             "Each knob's baseline against its farthest value: ratios of the means (x), "
+             "percentage points (pp) for accuracy, +/- the seed-to-seed spread where "
+             "configurations ran with repeats.", "", found.markdown()]
+    lines += [f"![{p.stem}]({p.name})" for p in pngs]
+    return "\n".join(lines) + "\n"
+
+
+def _html(study: optuna.Study, found: KnobEffects, pngs: list[Path]) -> str:
+    """One self-contained page (PNGs inlined), so MLflow's artifact viewer shows it whole."""
+    rows = "".join(f"<li>{html.escape(line)}</li>" for line in found.lines())
+    images = "".join(
+        f'<h2>{html.escape(p.stem)}</h2><img style="max-width:100%" alt="{html.escape(p.stem)}" '
+        f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+        for p in pngs)
+    title = html.escape(f"{study.study_name}: knob effects")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
+            f"<body style='font-family:sans-serif'><h1>{title}</h1><ul>{rows}</ul>{images}"
+            "</body></html>\n")
