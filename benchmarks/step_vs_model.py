@@ -1,0 +1,276 @@
+"""Steady-state step time: msexp's training step against the tutorials' peers.
+
+One optimizer update of the global batch is a step. Each cell of the table runs in its
+own fresh process, peers alternating, and reports the median time of its steps after
+the first epoch (compile excluded):
+  msexp        `msexp.training.loop.train`, the loop every msexp trial runs;
+  model        `Model.train(dataset_sink_mode=False)`, timed per step from step begin to
+               step end (what TimeMonitor brackets); with micro_size > 1, seed 001's
+               `GradientAccumulation` (forward-backward, optimizer and clear cells);
+  model/sink   `Model.train(dataset_sink_mode=True)`: epoch time / steps (micro_size 1);
+  hand         a hand-written loop: grad and update in one `ms.jit` step (micro_size 1),
+               else gradients added into buffers and a second jit for the update.
+O2 rows use dynamic loss scaling everywhere (Model's O2 default), O0 rows none.
+
+Usage: python benchmarks/step_vs_model.py [--repeats 2] [--epochs 3]
+       python benchmarks/step_vs_model.py --only lenet_digits:1:O0   (one row)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BATCH = {"mlp_digits": 64, "lenet_digits": 32}
+ROWS = [(w, m, a) for w in BATCH for m in (1, 2, 4) for a in ("O0", "O2")]
+SCALE = (1024.0, 2, 1000)  # initial scale, factor, window of the dynamic loss scale
+
+
+def params_for(workload: str, micro: int, amp: str, epochs: int) -> dict:
+    from msexp.spec import trial_params
+
+    given = {"epochs": epochs, "batch_size": BATCH[workload], "micro_size": micro,
+             "amp_level": amp, "lr": 0.01, "optimizer": "momentum"}
+    if amp != "O0":
+        given.update(loss_scale="dynamic", loss_scale_value=SCALE[0],
+                     loss_scale_factor=SCALE[1], loss_scale_window=SCALE[2])
+    return trial_params(workload, given)
+
+
+def cell(workload: str, micro: int, amp: str, peer: str, epochs: int) -> float:
+    """Median steady-state step time in ms of one peer on one row, in this process."""
+    import mindspore as ms
+
+    from msexp.experiment import load_experiment
+
+    params = params_for(workload, micro, amp, epochs)
+    ms.set_seed(0)
+    built = load_experiment(workload).build(params)
+    if peer == "msexp":
+        from msexp.training.loop import train
+
+        return train(built, params, lambda epoch: None).metrics["step_ms"]
+    if peer == "hand":
+        return _hand(built, params)
+    return _model(built, params, sink=peer == "model/sink")
+
+
+def _optimizer(network, lr=0.01):
+    from mindspore import nn
+
+    return nn.Momentum(network.trainable_params(), lr, 0.9)
+
+
+def _model(built, params: dict, sink: bool) -> float:
+    import mindspore as ms
+    from mindspore import Model, amp, nn
+    from mindspore.train import Callback
+
+    x, y = built.train
+    batch, micro, epochs = params["batch_size"], params["micro_size"], params["epochs"]
+    data = ms.dataset.NumpySlicesDataset((x, y), ["x", "y"], shuffle=True)
+    times: list[float] = []
+
+    class StepTimer(Callback):
+        def on_train_step_begin(self, run_context):
+            self.began = time.perf_counter()
+
+        def on_train_step_end(self, run_context):
+            times.append(time.perf_counter() - self.began)
+
+        def on_train_epoch_begin(self, run_context):
+            self.epoch_began = time.perf_counter()
+
+        def on_train_epoch_end(self, run_context):
+            if sink:
+                times.append((time.perf_counter() - self.epoch_began) / (len(x) // batch))
+
+    network, loss_fn = built.network, built.loss_fn
+    if micro == 1:
+        manager = (None if params["amp_level"] == "O0"
+                   else amp.DynamicLossScaleManager(*SCALE))
+        model = Model(network, loss_fn, _optimizer(network), amp_level=params["amp_level"],
+                      loss_scale_manager=manager, keep_batchnorm_fp32=True)
+        model.train(epochs, data.batch(batch, drop_remainder=True), callbacks=[StepTimer()],
+                    dataset_sink_mode=sink)
+        per_epoch = len(x) // batch
+        return statistics.median(times[1 if sink else per_epoch:]) * 1000
+    network = amp.auto_mixed_precision(network, params["amp_level"]) \
+        if params["amp_level"] != "O0" else network
+    accumulation = _SeedAccumulation(network, loss_fn, _optimizer(network))
+    data = data.batch(batch // micro, drop_remainder=True)
+    return accumulation.train(epochs, data, micro) * 1000
+
+
+class _SeedAccumulation:
+    """Seed 001's GradientAccumulation: forward-backward into grad_sum, optimizer, clear."""
+
+    def __init__(self, network, loss_fn, optimizer):
+        import mindspore as ms
+        from mindspore import nn, ops
+
+        params = optimizer.parameters
+        grad_sum = params.clone(prefix="grad_sum", init="zeros")
+        zeros = params.clone(prefix="zeros", init="zeros")
+        with_loss = nn.WithLossCell(network, loss_fn)
+        weights = ms.ParameterTuple(network.trainable_params())
+        grad = ops.GradOperation(get_by_list=True)
+        hyper_map = ops.HyperMap()
+
+        @ms.jit
+        def forward_backward(x, y):
+            loss = with_loss(x, y)
+            grads = grad(with_loss, weights)(x, y)
+            return ops.depend(loss, hyper_map(ops.partial(ops.assign_add), grad_sum, grads))
+
+        @ms.jit
+        def optim():
+            return optimizer(grad_sum)
+
+        @ms.jit
+        def clear():
+            return hyper_map(ops.partial(ops.assign), grad_sum, zeros)
+
+        self.steps = (forward_backward, optim, clear)
+
+    def train(self, epochs: int, data, micro: int) -> float:
+        import mindspore as ms
+
+        forward_backward, optim, clear = self.steps
+        times: list[float] = []
+        for epoch in range(epochs):
+            began = time.perf_counter()
+            for k, (x, y) in enumerate(data.create_tuple_iterator(num_epochs=1,
+                                                                  output_numpy=True)):
+                loss = forward_backward(ms.Tensor(x), ms.Tensor(y))
+                if (k + 1) % micro == 0:
+                    optim()
+                    clear()
+                    float(loss.asnumpy())
+                    if epoch:
+                        times.append(time.perf_counter() - began)
+                    began = time.perf_counter()
+        return statistics.median(times)
+
+
+def _hand(built, params: dict) -> float:
+    """The loop a user writes from MindSpore's functional AMP tutorial."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import amp, ops
+
+    network, loss_fn = built.network, built.loss_fn
+    level, micro = params["amp_level"], params["micro_size"]
+    if level != "O0":
+        network = amp.auto_mixed_precision(network, level)
+    scaler = amp.DynamicLossScaler(*SCALE) if level != "O0" else None
+    optimizer = _optimizer(network)
+
+    def forward(x, y):
+        loss = loss_fn(ops.cast(network(x), ms.float32), y) / micro
+        return (scaler.scale(loss) if scaler else loss), loss
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters, has_aux=True)
+
+    def apply(grads):
+        if scaler is None:
+            optimizer(grads)
+            return True
+        grads = scaler.unscale(grads)
+        finite = amp.all_finite(grads)
+        if finite:
+            optimizer(grads)
+        scaler.adjust(finite)
+        return finite
+
+    @ms.jit
+    def fused(x, y):
+        (_, loss), grads = grad_fn(x, y)
+        apply(grads)
+        return loss
+
+    buffers = optimizer.parameters.clone(prefix="sum", init="zeros")
+    hyper_map = ops.HyperMap()
+
+    @ms.jit
+    def accumulate(x, y):
+        (_, loss), grads = grad_fn(x, y)
+        hyper_map(ops.partial(ops.assign_add), buffers, grads)
+        return loss
+
+    @ms.jit
+    def update():
+        apply(buffers)
+        hyper_map(ops.partial(ops.assign), buffers, hyper_map(ops.zeros_like, buffers))
+        return True
+
+    x, y = built.train
+    batch, epochs = params["batch_size"], params["epochs"]
+    times: list[float] = []
+    for epoch in range(epochs):
+        order = np.random.default_rng(epoch).permutation(len(y))
+        for start in range(0, len(y) - batch + 1, batch):
+            ids = order[start:start + batch]
+            began = time.perf_counter()
+            if micro == 1:
+                float(fused(ms.Tensor(x[ids]), ms.Tensor(y[ids])).asnumpy())
+            else:
+                m = batch // micro
+                losses = [accumulate(ms.Tensor(x[ids[i:i + m]]), ms.Tensor(y[ids[i:i + m]]))
+                          for i in range(0, batch, m)]
+                update()
+                sum(float(loss.asnumpy()) for loss in losses)
+            if epoch:
+                times.append(time.perf_counter() - began)
+    return statistics.median(times) * 1000
+
+
+def peers(micro: int) -> list[str]:
+    return ["msexp", "model", "model/sink", "hand"] if micro == 1 else ["msexp", "model", "hand"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--only", help="one row, WORKLOAD:MICRO:AMP")
+    parser.add_argument("--cell", help=argparse.SUPPRESS)  # WORKLOAD:MICRO:AMP:PEER, in-process
+    args = parser.parse_args()
+    if args.cell:
+        workload, micro, amp, peer = args.cell.split(":", 3)
+        print(json.dumps({"step_ms": cell(workload, int(micro), amp, peer, args.epochs)}))
+        return
+    rows = ROWS
+    if args.only:
+        w, m, a = args.only.split(":")
+        rows = [(w, int(m), a)]
+    print(f"{'workload':13} {'micro':>5} {'amp':>3}  " + "  ".join(
+        f"{p:>10}" for p in ["msexp", "model", "model/sink", "hand"]) + "   msexp/fastest")
+    for workload, micro, amp in rows:
+        runs: dict[str, list[float]] = {p: [] for p in peers(micro)}
+        for _ in range(args.repeats):
+            for peer in runs:
+                out = subprocess.run(
+                    [sys.executable, __file__, "--cell", f"{workload}:{micro}:{amp}:{peer}",
+                     "--epochs", str(args.epochs)], cwd=ROOT, capture_output=True, text=True)
+                if out.returncode:
+                    sys.exit(f"{workload} {micro} {amp} {peer} failed:\n{out.stderr[-3000:]}")
+                runs[peer].append(json.loads(out.stdout.strip().splitlines()[-1])["step_ms"])
+        med = {p: statistics.median(v) for p, v in runs.items()}
+        fastest = min(v for p, v in med.items() if p != "msexp")
+        cells = "  ".join(f"{med[p]:10.2f}" if p in med else f"{'-':>10}"
+                          for p in ["msexp", "model", "model/sink", "hand"])
+        print(f"{workload:13} {micro:5d} {amp:>3}  {cells}   {med['msexp'] / fastest:8.2f}x",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
