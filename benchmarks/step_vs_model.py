@@ -71,7 +71,7 @@ def _optimizer(network, lr=0.01):
 
 def _model(built, params: dict, sink: bool) -> float:
     import mindspore as ms
-    from mindspore import Model, amp, nn
+    from mindspore import Model, amp
     from mindspore.train import Callback
 
     x, y = built.train

@@ -70,12 +70,13 @@ def knobs(
     experiment: Annotated[Optional[str], typer.Option(
         "--experiment", help="Add this experiment's own knobs and defaults.")] = None,
 ) -> None:
-    """List every knob: type, allowed values, default and condition (when).
+    """List every knob: type, allowed values, default, condition (when), and whether it
+    shapes the compiled graphs (a "no" knob varies between warm trials of one compile).
 
     Example: msexp knobs --experiment mlp_digits
     """
     table = Table(title="knobs" + (f" of {experiment}" if experiment else ""))
-    for column in ("knob", "type", "allowed", "default", "when", "meaning"):
+    for column in ("knob", "type", "allowed", "default", "when", "graph", "meaning"):
         table.add_column(column)
     for knob in _knob_table(experiment).values():
         allowed = (", ".join(map(str, knob.choices)) if knob.choices else
@@ -83,7 +84,7 @@ def knobs(
                             (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
                             if getattr(knob, attr) is not None))
         table.add_row(knob.name, knob.type.__name__, allowed, cell(knob.default),
-                      when_text(knob.when), knob.help)
+                      when_text(knob.when), "yes" if knob.graph else "no", knob.help)
     console.print(table)
 
 

@@ -43,9 +43,10 @@ OnEpoch = Callable[[Epoch], bool]
 class TrialProcess:
     """A worker process (`python -m msexp.execution.trial`) that runs one trial at a time.
 
-    The worker imports MindSpore once; on CPU it forks a fresh child per trial, so trials
-    stay independent (own memory, own graphs) without paying the import each time. A
-    worker that dies, or is killed for a timeout, is replaced by a new one.
+    The worker imports MindSpore once; on CPU it forks a child for a trial, so trials
+    stay independent without paying the import each time, and keeps that child for the
+    next trial of the same graph signature (a warm trial: no compile). A worker that
+    dies, or is killed for a timeout, is replaced by a new one.
 
     Every process a worker starts carries its marker (`TrialEnv.MARKER`, this
     orchestrator's host:pid and a serial), and the tree is noted while a trial runs: what a
