@@ -143,3 +143,32 @@ def test_a_grid_runs_each_point_once_grouped_by_graph_with_two_workers(workdir):
     assert all(r.data.tags["status"] == "COMPLETE" for r in runs)
     # grouped: six trials over two graphs in two workers compile at most four times
     assert sum(r.data.tags["warm"] == "true" for r in runs) >= 2
+
+
+def test_a_pruned_trial_leaves_its_graphs_warm_for_the_next(tmp_path):
+    worker, reference = TrialProcess(cwd=ROOT), TrialProcess(cwd=ROOT)
+    try:
+        pruned = worker.run(request(tmp_path, "a", epochs=3), TIMEOUT_S, lambda epoch: True)
+        warm = worker.run(request(tmp_path, "b", epochs=2, lr=0.03), TIMEOUT_S)
+        cold = reference.run(request(tmp_path, "c", epochs=2, lr=0.03), TIMEOUT_S)
+    finally:
+        worker.kill()
+        reference.kill()
+    assert pruned.status is Status.PRUNED and len(pruned.epochs) < 3
+    assert warm.warm and warm.pid == pruned.pid
+    same_training(warm, cold)
+
+
+def test_without_fork_the_worker_itself_keeps_the_graphs(tmp_path, monkeypatch):
+    monkeypatch.setenv("MSEXP_FORK", "0")  # the GPU and Ascend path
+    worker = TrialProcess(cwd=ROOT)
+    try:
+        first = worker.run(request(tmp_path, "a", epochs=1), TIMEOUT_S)
+        warm = worker.run(request(tmp_path, "b", epochs=1, lr=0.03), TIMEOUT_S)
+        cold = worker.run(request(tmp_path, "c", epochs=1, lr=0.03, cold=True), TIMEOUT_S)
+        worker_pid = worker._proc.pid
+    finally:
+        worker.kill()
+    assert first.pid == warm.pid == cold.pid == worker_pid
+    assert warm.warm and not cold.warm
+    same_training(warm, cold)
