@@ -101,7 +101,7 @@ class Graphs:
         params = tuple(self.state.values())
         if self._assign is None or len(params) != self._assign[0]:
             self._assign = (len(params), _assigner(ParameterTuple(params)))
-        self._assign[1](tuple(values.get(p, p.value()) for p in params))
+        self._assign[1](ms.mutable(tuple(values[p] if p in values else p.value() for p in params)))
 
 
 def build_optimizer(workload: Workload, params: dict[str, Any], network: Any,
