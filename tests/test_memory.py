@@ -75,7 +75,7 @@ def test_a_step_is_measured_once_per_process(monkeypatch) -> None:
     def no_profiler(*args, **kwargs):
         raise AssertionError("profiled again")
 
-    monkeypatch.setattr(ms.profiler, "Profiler", no_profiler)
+    monkeypatch.setattr(ms.profiler, "profile", no_profiler)
     second = memory.PeakMemory()
     with second.update(step):
         step([(x, y), (x, y)])
