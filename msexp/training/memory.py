@@ -12,8 +12,10 @@ optimizer state, and one update's activations and gradients, without the runtime
 - CPU: `ms.runtime` reports zeros there, and RSS cannot see it: kernel outputs come from
   MindSpore's CPU memory pool, which keeps its pages after a graph's first run, so from
   the second update on (or in a process that already ran the graph) an update moves RSS
-  by under 3 MB, whatever the micro-batch. The pool's own counter does see it, and
-  MindSpore's Profiler (`profile_memory=True`) records it. So the first update of each
+  by under 3 MB, whatever the micro-batch (`ms.runtime.empty_cache` releases nothing on
+  CPU). The pool's own counter does see it: `MS_DEV_RUNTIME_CONF=memory_statistics:True`
+  prints its peak, but only at exit; `MS_ALLOC_CONF=memory_tracker:True` writes no blocks
+  on CPU; MindSpore's profiler (`profile_memory=True`) records it. So the first update of each
   training step runs under the profiler, and train_mem_mb is the pool's peak in that
   update, plus the bytes of the state kept as host tensors outside the pool: every
   Parameter of the network and the optimizer, and the step's accumulation buffers (one
