@@ -70,7 +70,7 @@ def test_a_step_is_measured_once_per_process(monkeypatch) -> None:
     first = memory.PeakMemory()
     with first.update(step):
         step([(x, y), (x, y)])
-    cold = first.metrics(network, optimizer)["train_mem_mb"]
+    cold = first.metrics(network, optimizer, step.buffers)["train_mem_mb"]
 
     def no_profiler(*args, **kwargs):
         raise AssertionError("profiled again")
@@ -79,5 +79,5 @@ def test_a_step_is_measured_once_per_process(monkeypatch) -> None:
     second = memory.PeakMemory()
     with second.update(step):
         step([(x, y), (x, y)])
-    assert second.metrics(network, optimizer)["train_mem_mb"] == cold
-    assert cold > memory.state_bytes(network, optimizer) / 2**20
+    assert second.metrics(network, optimizer, step.buffers)["train_mem_mb"] == cold
+    assert cold > memory.state_bytes(network, optimizer, step.buffers) / 2**20

@@ -15,19 +15,19 @@ optimizer state, and one update's activations and gradients, without the runtime
   by under 3 MB, whatever the micro-batch (`ms.runtime.empty_cache` releases nothing on
   CPU). The pool's own counter does see it: `MS_DEV_RUNTIME_CONF=memory_statistics:True`
   prints its peak, but only at exit; `MS_ALLOC_CONF=memory_tracker:True` writes no blocks
-  on CPU; MindSpore's profiler (`profile_memory=True`) records it. So the first update of each
-  training step runs under the profiler, and train_mem_mb is the pool's peak in that
+  on CPU; MindSpore's profiler (`profile_memory=True`) records it. So the first update of
+  each training step runs under the profiler, and train_mem_mb is the pool's peak in that
   update, plus the bytes of the state kept as host tensors outside the pool: every
-  Parameter of the network and the optimizer, and the step's accumulation buffers (one
-  per trainable weight). An update allocates the same in every run of its graph (compile
-  run included: 27.81 vs 27.83 MB, LeNet5 at micro-batch 512), so the figure is measured
-  once per step object and reused by later trials that reuse the step.
+  Parameter of the network and the optimizer, and the step's accumulation buffers. An
+  update allocates the same in every run of its graph (compile run included: 27.81 vs
+  27.83 MB, LeNet5 at micro-batch 512), so the figure is measured once per step object
+  and reused by later (warm) trials that reuse the step.
   It costs about 0.03 s: the profiler's raw record is read, its analysis is skipped.
   Against an estimate of one update's activations and gradients (the input and every
-  layer's output, kept for the backward pass) plus the state's bytes, it measured 0.88
-  to 1.00 times the estimate on lenet_digits (batch 128 and 512) and mlp_digits (batch
-  64) at micro_size 1 and 8: within 15% (tests/test_memory.py), lower because MindSpore
-  frees or reuses some layer outputs.
+  layer's output, kept for the backward pass) plus the state's bytes, it measured 0.86
+  to 1.04 times the estimate on lenet_digits (batch 64 and 512) and mlp_digits (batch
+  64) at micro_size 1 and 8: within 15% (tests/test_memory.py); mostly lower, as
+  MindSpore frees or reuses some layer outputs.
 """
 
 from __future__ import annotations
@@ -89,24 +89,26 @@ class PeakMemory:
         if peak is not None:
             _pool_peaks[step] = self._pool_peak = peak
 
-    def metrics(self, network: Any, optimizer: Any) -> dict[str, float]:
-        """peak_mem_mb, and train_mem_mb where it could be measured."""
+    def metrics(self, network: Any, optimizer: Any, buffers: Any) -> dict[str, float]:
+        """peak_mem_mb, and train_mem_mb where it could be measured (`buffers`: the
+        training step's accumulation buffers)."""
         found = {"peak_mem_mb": self.peak_mb()}
         if self._device:
             allocated = ms.runtime.max_memory_allocated()
             if allocated:
                 found["train_mem_mb"] = allocated / 2**20
         elif self._pool_peak is not None:
-            found["train_mem_mb"] = (self._pool_peak + state_bytes(network, optimizer)) / 2**20
+            state = state_bytes(network, optimizer, buffers)
+            found["train_mem_mb"] = (self._pool_peak + state) / 2**20
         return found
 
 
-def state_bytes(network: Any, optimizer: Any) -> int:
-    """Bytes of the network's and the optimizer's Parameters (a shared one once), plus
-    the training step's accumulation buffers: one per trainable weight (`TrainStep`)."""
+def state_bytes(network: Any, optimizer: Any, buffers: Any) -> int:
+    """Bytes of the network's and the optimizer's Parameters and of the accumulation
+    buffers, a shared one once."""
     params = {id(p): p for cell in (network, optimizer) for p in cell.get_parameters()}
-    return (sum(p.nbytes for p in params.values())
-            + sum(p.nbytes for p in optimizer.parameters))
+    params.update((id(b), b) for b in buffers)
+    return sum(p.nbytes for p in params.values())
 
 
 def _pool_peak(folder: Path, began_ns: int, ended_ns: int) -> int | None:
