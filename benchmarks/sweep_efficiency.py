@@ -1,4 +1,4 @@
-"""Sweep efficiency on sweeps/accum.yaml: msexp with 1 and 2 workers vs a shell loop.
+"""Sweep efficiency on benchmarks/accum_mlp.yaml: msexp with 1 and 2 workers vs a shell loop.
 
 Prints, side by side in one run:
   efficiency = sum(train+eval time of the trials) / (sweep wall time x workers)
@@ -7,7 +7,7 @@ Prints, side by side in one run:
   loop run two scripts at a time shows how much two parallel jobs gain on this machine.
 Each msexp sweep runs as the `msexp sweep` command in a fresh folder (fresh stores).
 
-Usage: python benchmarks/sweep_efficiency.py [--sweep sweeps/accum.yaml]
+Usage: python benchmarks/sweep_efficiency.py [--sweep benchmarks/accum_mlp.yaml]
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def shell_loop(sweep: Path, at_once: int = 1) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", type=Path, default=ROOT / "sweeps" / "accum.yaml")
+    parser.add_argument("--sweep", type=Path, default=ROOT / "benchmarks" / "accum_mlp.yaml")
     args = parser.parse_args()
     sweep = args.sweep.resolve()
     loop = shell_loop(sweep)

@@ -153,7 +153,7 @@ def graph_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 METRICS = (
     "train_loss", "eval_loss", "eval_accuracy", "samples_per_s", "step_ms", "compile_s",
-    "peak_mem_mb", "wall_s", "overflow_steps", "skipped_updates", "loss_scale",
+    "peak_mem_mb", "train_mem_mb", "wall_s", "overflow_steps", "skipped_updates", "loss_scale",
     "epochs_to_target", "time_to_target_s", "thor_inverse_s",
 )
 """Metric names, one vocabulary for trial events, Optuna objectives and MLflow."""

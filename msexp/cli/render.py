@@ -38,8 +38,8 @@ def when_text(when: Any) -> str:
 def trials_table(study: Any) -> None:
     """Print the finished trials of a study: status, swept params and the main metrics."""
     names = study.user_attrs.get(StudyKey.OBJECTIVES, [])
-    columns = [*names, *(m for m in ("eval_accuracy", "samples_per_s", "peak_mem_mb", "wall_s")
-                         if m not in names)]
+    shown = ("eval_accuracy", "samples_per_s", "train_mem_mb", "peak_mem_mb", "wall_s")
+    columns = [*names, *(m for m in shown if m not in names)]
     swept = sorted({k for t in study.trials for k in t.params})
     constrained = any(TrialKey.FEASIBLE in t.user_attrs for t in study.trials)
     table = Table(title=f"{study.study_name}: trials")

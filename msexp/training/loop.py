@@ -102,9 +102,10 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
             if stop_requested():
                 raise Stopped(f"stopped at epoch {epoch}, step {global_step}")
             tensors = [(tensors_of(x), ms.Tensor(y)) for x, y in micro_batches]
-            began = time.perf_counter()
-            loss, finite = step(tensors)
-            update_s.append(time.perf_counter() - began)
+            with memory.update(step):
+                began = time.perf_counter()
+                loss, finite = step(tensors)
+                update_s.append(time.perf_counter() - began)
             global_step += 1
             if not finite:
                 counters["overflow"] += 1
@@ -136,8 +137,9 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
         step_s = statistics.median(steady)
         final.update(step_ms=step_s * 1000, compile_s=max(0.0, update_s[0] - step_s),
                      samples_per_s=batch * len(steady) / sum(steady))
-    final.update(peak_mem_mb=memory.peak_mb(), train_s=time.perf_counter() - start,
-                 overflow_steps=counters["overflow"], skipped_updates=counters["skipped"])
+    final.update(memory.metrics(network, graphs.optimizer, step.buffers),
+                 train_s=time.perf_counter() - start, overflow_steps=counters["overflow"],
+                 skipped_updates=counters["skipped"])
     if step.loss_scale is not None:
         final["loss_scale"] = step.loss_scale
     if step.thor is not None:

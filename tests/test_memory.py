@@ -1,0 +1,83 @@
+"""train_mem_mb: the training's own memory, against an analytic estimate."""
+
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from experiments import lenet_digits
+from msexp.experiment import load_experiment
+from msexp.spec.space import parse_params
+from msexp.training import memory
+from msexp.training.loop import train
+from msexp.training.optim import make_optimizer
+from msexp.training.step import TrainStep
+
+BATCH = 512
+ERROR = 0.15  # measured / estimate - 1, documented in memory.py and the README
+
+
+def params(**overrides):
+    exp = load_experiment("lenet_digits")
+    knobs = {"batch_size": BATCH, "epochs": 1, **overrides}
+    return parse_params("test", exp.knobs, knobs, {}).resolve({})
+
+
+def estimate_mb(network: ms.nn.SequentialCell, micro_batch: int) -> float:
+    """One update's activations (the input and every layer's output, kept for the backward
+    pass) and gradients, plus weights, momentum and accumulation buffers, in float32."""
+    x = ms.Tensor(np.zeros((1, 1, 32, 32), np.float32))
+    per_sample = x.size
+    for cell in network.cell_list:
+        x = cell(x)
+        per_sample += x.size
+    weights = sum(p.size for p in network.trainable_params())
+    return 4 * (per_sample * micro_batch + 4 * weights) / 2**20
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict[int, tuple[float, float]]:
+    """micro_size -> (train_mem_mb, estimate) of a 1-epoch LeNet5 trial at batch 512."""
+    found = {}
+    for micro_size in (1, 8):
+        p = params(micro_size=micro_size)
+        workload = lenet_digits.build(p)
+        estimate = estimate_mb(workload.network, BATCH // micro_size)
+        metrics = train(workload, p, lambda epoch: None).metrics
+        found[micro_size] = (metrics["train_mem_mb"], estimate)
+    return found
+
+
+def test_accumulation_shrinks_the_training_memory(measured) -> None:
+    assert measured[8][0] <= 0.5 * measured[1][0], measured
+
+
+@pytest.mark.parametrize("micro_size", [1, 8])
+def test_train_mem_agrees_with_the_estimate(measured, micro_size: int) -> None:
+    got, estimate = measured[micro_size]
+    assert abs(got / estimate - 1) <= ERROR, (got, estimate)
+
+
+def test_a_step_is_measured_once_per_process(monkeypatch) -> None:
+    # a warm trial reuses the step object: its figure must not need a second profile
+    p = params(batch_size=32, micro_size=2)
+    network = lenet_digits.lenet5()
+    optimizer = make_optimizer(p, network.trainable_params(), steps_per_epoch=1)
+    step = TrainStep(network, ms.nn.CrossEntropyLoss(), optimizer, 2)
+    x = ms.Tensor(np.zeros((16, 1, 32, 32), np.float32))
+    y = ms.Tensor(np.zeros(16, np.int32))
+    first = memory.PeakMemory()
+    with first.update(step):
+        step([(x, y), (x, y)])
+    cold = first.metrics(network, optimizer, step.buffers)["train_mem_mb"]
+
+    def no_profiler(*args, **kwargs):
+        raise AssertionError("profiled again")
+
+    monkeypatch.setattr(ms.profiler, "profile", no_profiler)
+    second = memory.PeakMemory()
+    with second.update(step):
+        step([(x, y), (x, y)])
+    assert second.metrics(network, optimizer, step.buffers)["train_mem_mb"] == cold
+    assert cold > memory.state_bytes(network, optimizer, step.buffers) / 2**20
