@@ -27,9 +27,9 @@ optimizer state, and one update's activations and gradients, without the runtime
   layer's output, kept for the backward pass) plus the state's bytes, it measured 0.86
   to 1.04 times the estimate on lenet_digits (batch 64 and 512) and mlp_digits (batch
   64) at micro_size 1 and 8: within 15% (tests/test_memory.py); mostly lower, as
-  MindSpore frees or reuses some layer outputs. The pool's peak also counts what earlier
-  work in the process still holds there: about 0.1 MB after five other trials in one
-  process (LeNet5, batch 64).
+  MindSpore frees or reuses some layer outputs. What the pool still holds when the
+  update ends is taken off its peak, so tensors of earlier work in the process (which
+  the update may materialise) do not count.
 """
 
 from __future__ import annotations
@@ -114,16 +114,18 @@ def state_bytes(network: Any, optimizer: Any, buffers: Any) -> int:
 
 
 def _pool_peak(folder: Path, began_ns: int, ended_ns: int) -> int | None:
-    """Peak bytes allocated from the CPU memory pool between the two times, from the
-    Profiler's record (which may also hold earlier sessions' rows)."""
-    peak = None
+    """Peak bytes the update allocated from the CPU memory pool between the two times: the
+    pool's peak less what it still held at the end (tensors of earlier work that this
+    update happened to materialise, which outlive it), from the Profiler's record."""
+    allocated = []
     for record in folder.glob(_RECORDS):
         with record.open(newline="") as rows:
-            for row in csv.DictReader(rows):
-                if began_ns <= int(row["Timestamp(ns)"]) <= ended_ns:
-                    allocated = int(row["Total Allocated(Byte)"])
-                    peak = allocated if peak is None else max(peak, allocated)
-    return peak
+            allocated += [(int(row["Timestamp(ns)"]), int(row["Total Allocated(Byte)"]))
+                          for row in csv.DictReader(rows)
+                          if began_ns <= int(row["Timestamp(ns)"]) <= ended_ns]
+    if not allocated:
+        return None
+    return max(v for _, v in allocated) - max(allocated)[1]
 
 
 def _reset_rss_peak() -> None:

@@ -45,8 +45,9 @@ class TrainStep:
             applied once per update to the accumulated gradients; None in one process.
         clip_grad_norm: clip the (unscaled) update's gradients to this global norm; 0: off.
         fused: at micro_size 1 (without THOR or data parallelism), compute the gradients
-            and apply them in one graph, as `TrainOneStepCell` does, with no buffers;
-            measured faster on every row of `benchmarks/step_vs_model.py`.
+            and apply them in one graph, as `TrainOneStepCell` does, with no buffers
+            (`accumulate` and `update` are then unavailable); see
+            `benchmarks/step_vs_model.py`.
     """
 
     def __init__(self, network: nn.Cell, loss_fn: Callable, optimizer: nn.Optimizer,
@@ -86,7 +87,9 @@ class TrainStep:
                 optimizer(grads)
             return finite
 
-        buffers = weights.clone(prefix="accumulated", init="zeros")
+        fused = fused and micro_size == 1 and reducer is None and self.thor is None
+        buffers = ParameterTuple(()) if fused else weights.clone(prefix="accumulated",
+                                                                 init="zeros")
         self.buffers = tuple(buffers)
 
         @ms.jit
@@ -126,7 +129,6 @@ class TrainStep:
             (_, loss), grads = grad_fn(x, y)
             return loss, apply(grads)
 
-        fused = fused and micro_size == 1 and reducer is None and self.thor is None
         self._fused = grad_and_apply if fused else None
         self._accumulate, self._update = accumulate, update
         self._update_reduced = None if reducer is None else update_reduced
