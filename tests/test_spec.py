@@ -136,3 +136,70 @@ def test_a_range_becomes_a_param_as_written() -> None:
     assert got == {"lr": (0.001, 0.1, True, None, False, None),
                    "batch_size": (16, 64, False, 16, True, None),
                    "momentum": (0.5, 0.5, False, None, False, None)}
+
+
+RANGE_RULE = "params.batch_size: every batch_size of the range must be a multiple of micro_size " \
+             "* devices = "
+
+
+@pytest.mark.parametrize(("lines", "line"), [
+    ("params: {batch_size: {low: 16, high: 64, step: 16}, micro_size: [1, 2], devices: [1, 3]}",
+     RANGE_RULE + '3 (micro_size=1, devices=3); make low and step multiples of 6, '
+                  'got {"low": 16, "high": 64, "step": 16}'),
+    ("fixed: {micro_size: 2}\nparams: {batch_size: {low: 16, high: 64, log: true}}",
+     RANGE_RULE + '2 (micro_size=2, devices=1); use a step that is a multiple of 2 instead '
+                  'of log, got {"low": 16, "high": 64, "log": true}'),
+    # high == low + step: the second value 20 is not a multiple of 8
+    ("fixed: {micro_size: 8}\nparams: {batch_size: {low: 16, high: 20, step: 4}}",
+     RANGE_RULE + '8 (micro_size=8, devices=1); make low and step multiples of 8, '
+                  'got {"low": 16, "high": 20, "step": 4}'),
+    # no step is a step of 1
+    ("fixed: {micro_size: 2}\nparams: {batch_size: {low: 16, high: 17}}",
+     RANGE_RULE + '2 (micro_size=2, devices=1); make low and step multiples of 2, '
+                  'got {"low": 16, "high": 17}'),
+    # a range of one value needs no step that micro_size divides
+    ("fixed: {micro_size: 8}\nparams: {batch_size: {low: 16, high: 16, step: 4}}", None),
+    ("fixed: {micro_size: 2}\nparams: {batch_size: {low: 16, high: 16}}", None),
+])
+def test_every_batch_size_of_a_range_must_split_into_micro_batches(lines: str,
+                                                                   line: str | None) -> None:
+    text = f"name: t\nexperiment: mlp_digits\nmethod: random\n{lines}\n"
+    if line is None:
+        parse_spec(text, "s.yaml")
+        return
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text, "s.yaml")
+    assert str(caught.value) == f"s.yaml: {line}"
+
+
+LOSS_SCALE_ONLY = "objective.0.metric: is reported only with loss_scale fixed or dynamic, " \
+                  "and no trial of this sweep has that, got loss_scale"
+
+
+@pytest.mark.parametrize(("lines", "line"), [
+    ("params: {loss_scale: [none]}", LOSS_SCALE_ONLY),
+    ("", LOSS_SCALE_ONLY),  # the default is none
+    ("params: {loss_scale: [none, fixed]}", None),
+    ("fixed: {loss_scale: dynamic}", None),
+])
+def test_an_objective_on_loss_scale_needs_a_trial_that_scales(lines: str,
+                                                              line: str | None) -> None:
+    text = ("name: t\nexperiment: mlp_digits\nobjective: {metric: loss_scale, direction: "
+            f"minimize}}\n{lines}\n")
+    if line is None:
+        parse_spec(text, "s.yaml")
+        return
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text, "s.yaml")
+    assert str(caught.value) == f"s.yaml: {line}"
+
+
+def test_a_control_character_is_invalid_yaml_in_one_line(tmp_path: Path) -> None:
+    """It used to escape as a ReaderError traceback (exit 1): the loader's constructor
+    checks the characters, outside the YAML error handling."""
+    path = tmp_path / "bell.yaml"
+    path.write_text("name: t\x07\nexperiment: mlp_digits\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (f"{path}: invalid YAML (unacceptable character #x0007: "
+                                     "special characters are not allowed)")

@@ -1,0 +1,102 @@
+"""The study's queue, in process: trials put back or failed, failed trials retried, dead
+owners found, and a second process waiting for the study's creator."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+
+from msexp.keys import StudyKey, TrialKey
+from msexp.search import study as queue
+
+
+@pytest.fixture
+def study() -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study()
+
+
+def running(study: optuna.Study) -> int:
+    return study.ask()._trial_id
+
+
+def test_a_trial_within_its_retries_goes_back_to_waiting(study: optuna.Study) -> None:
+    study.set_user_attr(StudyKey.RETRIES, 1)
+    trial_id = running(study)
+    assert queue.put_back(study, trial_id, 0, True, "worker lost") is True
+    (trial,) = study.trials
+    assert trial.state is TrialState.WAITING
+    assert trial.user_attrs == {TrialKey.ATTEMPT: 1, TrialKey.ERROR: "worker lost"}
+
+
+def test_a_trial_out_of_retries_fails_and_no_retries_means_none(study: optuna.Study) -> None:
+    """A study without the retries attribute (not made by msexp) retries nothing."""
+    trial_id = running(study)
+    assert queue.put_back(study, trial_id, 0, True, "worker lost") is False
+    (trial,) = study.trials
+    assert trial.state is TrialState.FAIL
+    assert trial.user_attrs[TrialKey.ERROR] == "worker lost; out of retries after 1 attempts"
+
+
+def test_an_uncounted_stop_is_not_an_attempt(study: optuna.Study) -> None:
+    trial_id = running(study)
+    assert queue.put_back(study, trial_id, 0, False, "stopped") is True
+    assert study.trials[0].user_attrs[TrialKey.ATTEMPT] == 0
+
+
+def test_each_failed_trial_is_retried_once_with_its_params(study: optuna.Study) -> None:
+    # 0: completed; 1: a failed grid point never sampled (its params are the enqueued
+    # ones); 2: a failed sampled trial (no enqueued params)
+    study.add_trial(optuna.trial.create_trial(params={"lr": 0.1}, value=1.0,
+                    distributions={"lr": FloatDistribution(0.01, 1.0)}))
+    study.enqueue_trial({"lr": 0.2}, user_attrs={TrialKey.GRID_POINT: 7, "other": "x"})
+    grid = queue.claim_waiting(study)
+    study.tell(grid, state=TrialState.FAIL)
+    sampled = study.ask()
+    sampled.suggest_float("lr", 0.01, 1.0)
+    study.tell(sampled, state=TrialState.FAIL)
+    lr = sampled.params["lr"]
+    # mutations: `break` at the completed trial, `count = 1`, the copy's params or
+    # attributes (only the grid point and what it retries) lost
+    assert queue.retry_failed(study) == 2
+    copies = [t for t in study.trials if t.state is TrialState.WAITING]
+    assert [t.system_attrs["fixed_params"] for t in copies] == [{"lr": 0.2}, {"lr": lr}]
+    assert [t.user_attrs for t in copies] == [{TrialKey.GRID_POINT: 7, TrialKey.RETRY_OF: 1},
+                                              {TrialKey.RETRY_OF: 2}]
+    assert queue.retry_failed(study) == 0, "a retried trial is not retried again"
+    assert queue.failed_trials(study) == []
+
+
+def test_an_owner_is_dead_only_when_it_is_a_gone_process_of_this_host() -> None:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    host = socket.gethostname()
+    assert queue._owner_is_dead(f"{host}:{done.stdout.strip()}")
+    assert not queue._owner_is_dead(f"{host}:{os.getpid()}")
+    assert not queue._owner_is_dead(f"other-{host}:{done.stdout.strip()}")
+    assert not queue._owner_is_dead(f"{host}:worker")
+    assert not queue._owner_is_dead("")
+
+
+def test_a_second_process_waits_for_the_creator_to_finish_the_study(
+        study: optuna.Study, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The creator finishes while the waiter polls (no sleep: the poll itself finishes it)."""
+    polls = []
+
+    def poll(seconds: float) -> None:
+        assert seconds > 0
+        polls.append(seconds)
+        study.set_user_attr(StudyKey.FINGERPRINT, "done")
+
+    monkeypatch.setattr(queue.time, "sleep", poll)
+    queue._wait_for_creator(study)
+    assert len(polls) == 1, "it polls until the fingerprint appears, then returns"
+    queue._wait_for_creator(study)
+    assert len(polls) == 1, "a finished study needs no wait"
