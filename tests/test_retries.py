@@ -100,3 +100,34 @@ def test_a_second_process_waits_for_the_creator_to_finish_the_study(
     assert len(polls) == 1, "it polls until the fingerprint appears, then returns"
     queue._wait_for_creator(study)
     assert len(polls) == 1, "a finished study needs no wait"
+
+
+def test_only_silent_or_dead_owners_trials_are_put_back_and_their_leftovers_killed(
+        study: optuna.Study) -> None:
+    from msexp.keys import TrialEnv
+
+    study.set_user_attr(StudyKey.RETRIES, 3)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    dead_owner = f"{socket.gethostname()}:{gone}"
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                env={**os.environ, TrialEnv.MARKER: f"{dead_owner}/1"})
+    try:
+        fresh = study.ask()  # no owner, started now: alive as far as anyone knows
+        silent = study.ask()
+        silent.set_user_attr(TrialKey.OWNER, "other-host:1")
+        silent.set_user_attr(TrialKey.HEARTBEAT, 0.0)
+        silent.set_user_attr(TrialKey.ATTEMPT, 1)
+        orphan = study.ask()
+        orphan.set_user_attr(TrialKey.OWNER, dead_owner)
+        study.tell(study.ask(), 1.0)  # finished trials are never stale
+        # mutations: `break` at the fresh trial, the attempt count or the dead owner lost
+        assert queue.fail_stale_trials(study) == [silent.number, orphan.number]
+        assert leftover.wait(timeout=120) == -9, "a dead owner's leftovers are killed"
+    finally:
+        leftover.kill()
+    states = {t.number: (t.state, t.user_attrs.get(TrialKey.ATTEMPT)) for t in study.trials}
+    assert states == {fresh.number: (TrialState.RUNNING, None),
+                      silent.number: (TrialState.WAITING, 2),
+                      orphan.number: (TrialState.WAITING, 1),
+                      3: (TrialState.COMPLETE, None)}

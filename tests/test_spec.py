@@ -203,3 +203,20 @@ def test_a_control_character_is_invalid_yaml_in_one_line(tmp_path: Path) -> None
     assert result.exit_code == 2, result.output
     assert result.output.strip() == (f"{path}: invalid YAML (unacceptable character #x0007: "
                                      "special characters are not allowed)")
+
+
+def test_read_name_reads_only_the_name_and_says_what_is_wrong_otherwise(tmp_path: Path) -> None:
+    from msexp.spec.load import read_name
+
+    good = tmp_path / "good.yaml"
+    good.write_text("name: only-this\nexperiment: nothing-valid\nbudget: {trials: -1}\n")
+    assert read_name(good) == read_name(str(good)) == "only-this"
+    for text, line in [("experiment: mlp_digits\n", "name: required key is missing"),
+                       ("- a\n", 'the file must be a mapping of sections, got ["a"]'),
+                       ("name: [\n", "line 2, column 1: invalid YAML (expected the node "
+                                     "content, but found '<stream end>')")]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(SpecError) as caught:
+            read_name(bad)
+        assert str(caught.value) == f"{bad}: {line}"
