@@ -220,3 +220,42 @@ def test_read_name_reads_only_the_name_and_says_what_is_wrong_otherwise(tmp_path
         with pytest.raises(SpecError) as caught:
             read_name(bad)
         assert str(caught.value) == f"{bad}: {line}"
+
+
+SPACE = """
+name: t
+experiment: mlp_digits
+method: random
+objective: {metric: eval_accuracy, direction: maximize, target: 0.9}
+params:
+  lr: {low: 0.01, high: 0.1, log: true}
+  batch_size: {low: 16, high: 64, step: 16}
+  optimizer: [sgd, momentum]
+  momentum: {values: [0.5, 0.9], when: {optimizer: momentum}}
+"""
+
+
+def test_params_describe_themselves_and_suggest_only_where_they_apply() -> None:
+    import optuna
+
+    from msexp.spec.space import derived
+
+    spec = parse_spec(SPACE, "t.yaml")
+    assert [p.describe() for p in spec.space.params] == [
+        "0.01 .. 0.1 log", "16 .. 64 step 16", "sgd, momentum", "0.5, 0.9"]
+    assert derived({"batch_size": 64}) == {"micro_batch": 64, "effective_batch": 64}
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    suggested = [spec.space.suggest(study.ask()) for _ in range(8)]
+    for values in suggested:
+        assert ("momentum" in values) == (values["optimizer"] == "momentum"), values
+        assert values["batch_size"] in (16, 32, 48, 64) and 0.01 <= values["lr"] <= 0.1
+    assert {v["optimizer"] for v in suggested} == {"sgd", "momentum"}
+
+
+@pytest.mark.parametrize(("direction", "maximize"), [("maximize", True), ("minimize", False)])
+def test_an_objective_with_a_target_is_the_sweeps_target(direction: str, maximize: bool) -> None:
+    spec = parse_spec(SPACE.replace("direction: maximize", f"direction: {direction}"), "t.yaml")
+    target = spec.target()
+    assert (target.metric, target.value, target.maximize) == ("eval_accuracy", 0.9, maximize)
+    assert parse_spec(SPACE.replace(", target: 0.9", ""), "t.yaml").target() is None
