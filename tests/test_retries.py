@@ -13,6 +13,7 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
+from msexp.errors import MsexpError
 from msexp.keys import StudyKey, TrialKey
 from msexp.search import study as queue
 
@@ -120,7 +121,8 @@ def test_only_silent_or_dead_owners_trials_are_put_back_and_their_leftovers_kill
         silent.set_user_attr(TrialKey.ATTEMPT, 1)
         orphan = study.ask()
         orphan.set_user_attr(TrialKey.OWNER, dead_owner)
-        study.tell(study.ask(), 1.0)  # finished trials are never stale
+        study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
+            TrialKey.OWNER: "other-host:1", TrialKey.HEARTBEAT: 0.0}))  # finished: never stale
         # mutations: `break` at the fresh trial, the attempt count or the dead owner lost
         assert queue.fail_stale_trials(study) == [silent.number, orphan.number]
         assert leftover.wait(timeout=120) == -9, "a dead owner's leftovers are killed"
@@ -131,3 +133,31 @@ def test_only_silent_or_dead_owners_trials_are_put_back_and_their_leftovers_kill
                       silent.number: (TrialState.WAITING, 2),
                       orphan.number: (TrialState.WAITING, 1),
                       3: (TrialState.COMPLETE, None)}
+
+
+def test_a_new_grid_study_queues_its_capped_points_and_says_what_it_is(workdir) -> None:
+    from msexp.spec import parse_spec
+
+    spec = parse_spec("name: g\nexperiment: mlp_digits\nbudget: {trials: 2, retries: 3}\n"
+                      "params: {lr: [0.1, 0.2, 0.3], thor.split_indices: [[0, 1]]}\n"
+                      "fixed: {optimizer: thor}\n", "g.yaml")
+    study, created = queue.open_study(spec, None)
+    assert created
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert [(t.system_attrs["fixed_params"], t.user_attrs) for t in waiting] == [
+        ({"lr": 0.1, "thor.split_indices": "[0, 1]"}, {TrialKey.GRID_POINT: 0}),
+        ({"lr": 0.2, "thor.split_indices": "[0, 1]"}, {TrialKey.GRID_POINT: 1})]
+    assert study.user_attrs == {
+        StudyKey.RETRIES: 3, StudyKey.TOTAL: 2, StudyKey.OBJECTIVES: ["eval_accuracy"],
+        StudyKey.SWEEP: "g", StudyKey.EXPERIMENT: "mlp_digits",
+        StudyKey.FINGERPRINT: queue.fingerprint(spec)}
+    again, created = queue.open_study(spec, None)
+    assert not created and len(again.trials) == 2, "a joining process queues nothing"
+    assert queue.claim_waiting(again).number == 0 and queue.claim_waiting(again).number == 1
+    assert queue.claim_waiting(again) is None
+    other = parse_spec("name: g\nexperiment: mlp_digits\nobjective: {metric: eval_loss, "
+                       "direction: minimize}\n", "h.yaml")
+    with pytest.raises(MsexpError) as caught:
+        queue.open_study(other, None, "g")
+    assert str(caught.value) == ("h.yaml: study 'g' in mlruns/optuna.journal was created from a "
+                                 "different sweep; pass --study NEW_NAME")

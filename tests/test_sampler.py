@@ -59,3 +59,21 @@ def test_the_fingerprint_is_stable_because_studies_store_it() -> None:
                       "0.01, high: 0.1}}\n", "f.yaml")
     assert fingerprint(spec) == "982ed0764355cfaa"
     assert sampler_seed(7, "h:1") == 2793544317 and sampler_seed(7, None) == 7
+
+
+def test_each_pruner_gets_every_setting_of_the_sweep_file() -> None:
+    from msexp.search.study import make_pruner
+
+    def pruner(section: str) -> optuna.pruners.BasePruner:
+        return make_pruner(parse_spec(f"name: p\nexperiment: mlp_digits\nfixed: {{epochs: 9}}\n"
+                                      f"params: {{lr: [0.1]}}\npruner: {section}\n", "p.yaml"))
+
+    median = pruner("{type: median, warmup_epochs: 2, startup_trials: 4}")
+    assert (median._n_startup_trials, median._n_warmup_steps) == (4, 2)
+    percentile = pruner("{type: percentile, percentile: 40, warmup_epochs: 3, startup_trials: 5}")
+    assert (percentile._percentile, percentile._n_startup_trials,
+            percentile._n_warmup_steps) == (40, 5, 3)
+    hyperband = pruner("{type: hyperband, warmup_epochs: 1, reduction_factor: 4}")
+    assert (hyperband._min_resource, hyperband._max_resource,
+            hyperband._reduction_factor) == (1, 9, 4)
+    assert type(pruner("{type: none}")) is optuna.pruners.NopPruner

@@ -212,6 +212,8 @@ def test_read_name_reads_only_the_name_and_says_what_is_wrong_otherwise(tmp_path
     good.write_text("name: only-this\nexperiment: nothing-valid\nbudget: {trials: -1}\n")
     assert read_name(good) == read_name(str(good)) == "only-this"
     for text, line in [("experiment: mlp_digits\n", "name: required key is missing"),
+                       ("name: 5\nexperiment: mlp_digits\n",
+                        "name: must be a valid string, got 5"),
                        ("- a\n", 'the file must be a mapping of sections, got ["a"]'),
                        ("name: [\n", "line 2, column 1: invalid YAML (expected the node "
                                      "content, but found '<stream end>')")]:
@@ -244,6 +246,8 @@ def test_params_describe_themselves_and_suggest_only_where_they_apply() -> None:
     assert [p.describe() for p in spec.space.params] == [
         "0.01 .. 0.1 log", "16 .. 64 step 16", "sgd, momentum", "0.5, 0.9"]
     assert derived({"batch_size": 64}) == {"micro_batch": 64, "effective_batch": 64}
+    assert derived({"batch_size": 64, "micro_size": 2, "devices": 2}) == {
+        "micro_batch": 16, "effective_batch": 64}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     suggested = [spec.space.suggest(study.ask()) for _ in range(8)]
@@ -259,3 +263,37 @@ def test_an_objective_with_a_target_is_the_sweeps_target(direction: str, maximiz
     target = spec.target()
     assert (target.metric, target.value, target.maximize) == ("eval_accuracy", 0.9, maximize)
     assert parse_spec(SPACE.replace(", target: 0.9", ""), "t.yaml").target() is None
+
+
+@pytest.mark.parametrize(("range_", "count"), [
+    ("lr: {low: 0.1, high: 0.2}", 0),  # a float range has no finite list of values
+    ("hidden: {low: 1, high: 10000}", 10_000),
+    ("hidden: {low: 1, high: 10001}", 0),  # 10 000 steps are too many to list
+    ("hidden: {low: 1, high: 15001}", 0),
+    ("hidden: {low: 1, high: 20001, step: 4}", 5_001),
+    ("hidden: {low: 5000, high: 9999}", 5_000),
+])
+def test_an_int_range_lists_its_values_only_when_short(range_: str, count: int) -> None:
+    (param,) = parse_spec(f"name: t\nexperiment: mlp_digits\nmethod: random\nparams: "
+                          f"{{{range_}}}\n", "t.yaml").space.params
+    candidates = param.candidates()
+    assert len(candidates) == count
+    if count:
+        assert candidates[0] == param.low and candidates[-1] == param.high
+
+
+def test_list_values_reach_optuna_as_json_and_show_as_written() -> None:
+    spec = parse_spec("name: t\nexperiment: mlp_digits\nfixed: {optimizer: thor}\n"
+                      "params: {thor.split_indices: [[0, 1], [2]]}\n", "t.yaml")
+    (param,) = spec.space.params
+    assert [param.optuna_value(v) for v in param.values] == ["[0, 1]", "[2]"]
+    assert param.describe() == "[0, 1], [2]"
+
+
+def test_a_build_that_raises_at_validate_is_one_line(workdir: Path) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec("name: b\nexperiment: broken:build\nfixed: {mode: raises}\n", "b.yaml")
+    assert str(caught.value) == (
+        'b.yaml: experiment: build() raised RuntimeError: the experiment is broken on purpose '
+        'at broken.py:19 `raise RuntimeError("the experiment is broken on purpose")`, '
+        'got broken:build')
