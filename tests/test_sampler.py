@@ -70,9 +70,9 @@ def test_each_pruner_gets_every_setting_of_the_sweep_file() -> None:
 
     median = pruner("{type: median, warmup_epochs: 2, startup_trials: 4}")
     assert (median._n_startup_trials, median._n_warmup_steps) == (4, 2)
-    percentile = pruner("{type: percentile, percentile: 40, warmup_epochs: 3, startup_trials: 5}")
+    percentile = pruner("{type: percentile, percentile: 40, warmup_epochs: 3, startup_trials: 6}")
     assert (percentile._percentile, percentile._n_startup_trials,
-            percentile._n_warmup_steps) == (40, 5, 3)
+            percentile._n_warmup_steps) == (40, 6, 3)  # 5 is optuna's default
     hyperband = pruner("{type: hyperband, warmup_epochs: 1, reduction_factor: 4}")
     assert (hyperband._min_resource, hyperband._max_resource,
             hyperband._reduction_factor) == (1, 9, 4)
