@@ -15,6 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 ASSETS = Path(__file__).parent / "assets"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under tests/mutation.sh, let subprocesses run the original code during mutmut's stats pass.
+
+    A trial or CLI subprocess runs in a temporary folder where mutmut cannot find its
+    configuration, so a "stats" mutant marker in its environment would crash it. The test
+    process itself keeps the marker (mutmut holds a copy of it).
+    """
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        del os.environ["MUTANT_UNDER_TEST"]
+
+
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh current directory, so mlruns/ (MLflow + Optuna stores) lands in tmp_path."""

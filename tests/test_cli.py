@@ -89,3 +89,15 @@ def test_validate_refuses_a_file_that_is_not_utf8(workdir: Path) -> None:
     result = invoke("validate", str(path))
     assert result.exit_code == 2
     assert one_line(result) == f"{path}: must be UTF-8 text (byte 9 is not)"
+
+
+def test_an_unforeseen_error_is_printed_verbatim_and_cut_at_300_characters(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutations: rich markup on (the brackets vanish), the cut moved."""
+    def unforeseen(path: Path) -> str:
+        raise RuntimeError("[bold]x[/bold] " + "y" * 400)
+
+    monkeypatch.setattr("msexp.cli.studies.read_name", unforeseen)
+    result = invoke("status", str(write(workdir / "s.yaml", "name: s\n")))
+    text = "[bold]x[/bold] " + "y" * (300 - len("[bold]x[/bold] "))
+    assert one_line(result) == f"msexp: RuntimeError: {text} (--debug shows the traceback)"

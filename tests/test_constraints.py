@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import optuna
+import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.search.storage import open_storage
+from msexp.spec import parse_spec
 from msexp.tracking.report import best_trials
 from tests.conftest import child_runs, write
 
@@ -55,3 +58,31 @@ def test_a_constrained_tpe_study_gives_optuna_the_constraints(workdir: Path) -> 
     assert all("constraints" in t.system_attrs for t in study.trials), "TPE saw them"
     for t in best_trials(study):
         assert t.user_attrs["metrics"]["eval_accuracy"] <= 0.5
+
+
+def test_a_violation_is_how_far_a_metric_is_outside_its_bounds() -> None:
+    from msexp.spec.file import Constraint
+
+    mem = Constraint(metric="peak_mem_mb", max=100.0)
+    acc = Constraint(metric="eval_accuracy", min=0.5, max=0.9)
+    assert mem.violation({"peak_mem_mb": 120.0}) == 20.0
+    assert mem.violation({"peak_mem_mb": 80.0}) == -20.0
+    assert acc.violation({"eval_accuracy": 0.4}) == pytest.approx(0.1)
+    assert acc.violation({"eval_accuracy": 0.95}) == pytest.approx(0.05)
+    assert acc.violation({"eval_accuracy": 0.8}) == pytest.approx(-0.1)
+    assert Constraint(metric="eval_accuracy", min=0.5).violation({"eval_accuracy": 0.7}) == \
+        pytest.approx(-0.2)
+    assert mem.violation({}) == mem.violation({"peak_mem_mb": math.nan}) == 1.0, \
+        "a missing metric violates"
+
+
+def test_optuna_gets_each_constraints_violation_of_a_trial() -> None:
+    from msexp.search.study import _violations
+
+    spec = parse_spec("name: c\nexperiment: mlp_digits\nmethod: tpe\nparams: {lr: {low: 0.01, "
+                      "high: 0.1}}\nconstraints: [{metric: peak_mem_mb, max: 100}, "
+                      "{metric: eval_accuracy, min: 0.5}]\n", "c.yaml")
+    trial = optuna.trial.create_trial(value=1.0, user_attrs={
+        "metrics": {"peak_mem_mb": 150.0, "eval_accuracy": 0.75}})
+    assert _violations(spec)(trial) == [50.0, -0.25]
+    assert _violations(spec)(optuna.trial.create_trial(value=1.0)) == [1.0, 1.0]

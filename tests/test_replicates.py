@@ -3,6 +3,7 @@ mean and spread and says whether each knob's effect stands out from the seed spr
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import optuna
@@ -80,3 +81,40 @@ def test_the_report_of_a_repeated_sweep(workdir: Path) -> None:
         if r.data.tags["msexp.role"] == "sweep")
     assert "report/replicates.md" in {a.path for a in client.list_artifacts(
         parent.info.run_id, "report")}
+
+
+def test_groups_ignore_param_order_unfinished_trials_and_missing_metrics() -> None:
+    """Mutations: unsorted keys split a configuration; other states or a trial without
+    recorded metrics break the grouping."""
+    study = optuna.create_study()
+    dists = {"a": CategoricalDistribution([1, 2]), "b": CategoricalDistribution([3, 4]),
+             "seed": CategoricalDistribution([0, 1])}
+    for params, metrics in [({"a": 1, "b": 3, "seed": 0}, {"eval_loss": 0.5}),
+                            ({"b": 3, "a": 1, "seed": 1}, None)]:
+        study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=dists, value=0.5,
+            user_attrs={} if metrics is None else {"metrics": metrics}))
+    study.add_trial(optuna.trial.create_trial(
+        params={"a": 2, "b": 4, "seed": 0}, distributions=dists,
+        state=optuna.trial.TrialState.FAIL))
+    (group,) = configurations(study, ["eval_loss"])
+    assert group.params == {"a": 1, "b": 3} and group.values == {"eval_loss": [0.5]}
+
+
+def test_one_seed_has_no_spread_and_a_knob_needs_two_values() -> None:
+    from msexp.tracking.replicates import Configuration, Effect
+
+    one = Configuration({"micro_size": 1, "lr": 0.1}, {"m": [0.5]})
+    two = Configuration({"micro_size": 8, "lr": 0.1}, {"m": [0.7, 0.9]})
+    other = Configuration({"optimizer": "sgd"}, {"m": [0.6, 0.6]})
+    assert math.isnan(one.std("m")) and math.isnan(one.std("missing"))
+    assert math.isnan(Configuration({}, {"m": []}).mean("m"))
+    assert math.isnan(one.mean("missing"))
+    # the spread pools only configurations with 2+ seeds; lr has one value: no effect
+    (effect,) = effects([one, two, other], "m")
+    assert (effect.knob, effect.metric) == ("micro_size", "m")
+    assert effect.effect == pytest.approx(0.3)
+    assert effect.spread == pytest.approx(math.sqrt((0.02 + 0.0) / 2))
+    assert Effect("micro_size", "m", 0.3, 0.1).line() == (
+        "micro_size: m moves by 0.3 across its values, larger than the seed-to-seed "
+        "spread (0.1)")

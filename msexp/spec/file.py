@@ -223,9 +223,10 @@ def load_yaml(text: str, source: str) -> Any:
     Raises:
         SpecError: invalid YAML, a key given twice, or an alias bomb (one line).
     """
-    loader = StrictLoader(text)
-    loader.source = source
+    loader = None
     try:
+        loader = StrictLoader(text)  # checks the characters first: a ReaderError
+        loader.source = source
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         raise SpecError(source, _yaml_where(exc), f"invalid YAML ({_yaml_problem(exc)})",
@@ -233,7 +234,8 @@ def load_yaml(text: str, source: str) -> Any:
     except (RecursionError, ValueError) as exc:  # nested too deep; an integer too long
         raise SpecError(source, "", f"invalid YAML ({exc})", show_value=False) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 class StrictLoader(yaml.SafeLoader):

@@ -1,0 +1,163 @@
+"""The study's queue, in process: trials put back or failed, failed trials retried, dead
+owners found, and a second process waiting for the study's creator."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+
+from msexp.errors import MsexpError
+from msexp.keys import StudyKey, TrialKey
+from msexp.search import study as queue
+
+
+@pytest.fixture
+def study() -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study()
+
+
+def running(study: optuna.Study) -> int:
+    return study.ask()._trial_id
+
+
+def test_a_trial_within_its_retries_goes_back_to_waiting(study: optuna.Study) -> None:
+    study.set_user_attr(StudyKey.RETRIES, 1)
+    trial_id = running(study)
+    assert queue.put_back(study, trial_id, 0, True, "worker lost") is True
+    (trial,) = study.trials
+    assert trial.state is TrialState.WAITING
+    assert trial.user_attrs == {TrialKey.ATTEMPT: 1, TrialKey.ERROR: "worker lost"}
+
+
+def test_a_trial_out_of_retries_fails_and_no_retries_means_none(study: optuna.Study) -> None:
+    """A study without the retries attribute (not made by msexp) retries nothing."""
+    trial_id = running(study)
+    assert queue.put_back(study, trial_id, 0, True, "worker lost") is False
+    (trial,) = study.trials
+    assert trial.state is TrialState.FAIL
+    assert trial.user_attrs[TrialKey.ERROR] == "worker lost; out of retries after 1 attempts"
+
+
+def test_an_uncounted_stop_is_not_an_attempt(study: optuna.Study) -> None:
+    trial_id = running(study)
+    assert queue.put_back(study, trial_id, 0, False, "stopped") is True
+    assert study.trials[0].user_attrs[TrialKey.ATTEMPT] == 0
+
+
+def test_each_failed_trial_is_retried_once_with_its_params(study: optuna.Study) -> None:
+    # 0: completed; 1: a failed grid point never sampled (its params are the enqueued
+    # ones); 2: a failed sampled trial (no enqueued params)
+    study.add_trial(optuna.trial.create_trial(params={"lr": 0.1}, value=1.0,
+                    distributions={"lr": FloatDistribution(0.01, 1.0)}))
+    study.enqueue_trial({"lr": 0.2}, user_attrs={TrialKey.GRID_POINT: 7, "other": "x"})
+    grid = queue.claim_waiting(study)
+    study.tell(grid, state=TrialState.FAIL)
+    sampled = study.ask()
+    sampled.suggest_float("lr", 0.01, 1.0)
+    study.tell(sampled, state=TrialState.FAIL)
+    lr = sampled.params["lr"]
+    # mutations: `break` at the completed trial, `count = 1`, the copy's params or
+    # attributes (only the grid point and what it retries) lost
+    assert queue.retry_failed(study) == 2
+    copies = [t for t in study.trials if t.state is TrialState.WAITING]
+    assert [t.system_attrs["fixed_params"] for t in copies] == [{"lr": 0.2}, {"lr": lr}]
+    assert [t.user_attrs for t in copies] == [{TrialKey.GRID_POINT: 7, TrialKey.RETRY_OF: 1},
+                                              {TrialKey.RETRY_OF: 2}]
+    assert queue.retry_failed(study) == 0, "a retried trial is not retried again"
+    assert queue.failed_trials(study) == []
+
+
+def test_an_owner_is_dead_only_when_it_is_a_gone_process_of_this_host() -> None:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    host = socket.gethostname()
+    assert queue._owner_is_dead(f"{host}:{done.stdout.strip()}")
+    assert not queue._owner_is_dead(f"{host}:{os.getpid()}")
+    assert not queue._owner_is_dead(f"other-{host}:{done.stdout.strip()}")
+    assert not queue._owner_is_dead(f"{host}:worker")
+    assert not queue._owner_is_dead("")
+
+
+def test_a_second_process_waits_for_the_creator_to_finish_the_study(
+        study: optuna.Study, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The creator finishes while the waiter polls (no sleep: the poll itself finishes it)."""
+    polls = []
+
+    def poll(seconds: float) -> None:
+        assert seconds > 0
+        polls.append(seconds)
+        study.set_user_attr(StudyKey.FINGERPRINT, "done")
+
+    monkeypatch.setattr(queue.time, "sleep", poll)
+    queue._wait_for_creator(study)
+    assert len(polls) == 1, "it polls until the fingerprint appears, then returns"
+    queue._wait_for_creator(study)
+    assert len(polls) == 1, "a finished study needs no wait"
+
+
+def test_only_silent_or_dead_owners_trials_are_put_back_and_their_leftovers_killed(
+        study: optuna.Study) -> None:
+    from msexp.keys import TrialEnv
+
+    study.set_user_attr(StudyKey.RETRIES, 3)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    dead_owner = f"{socket.gethostname()}:{gone}"
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                env={**os.environ, TrialEnv.MARKER: f"{dead_owner}/1"})
+    try:
+        fresh = study.ask()  # no owner, started now: alive as far as anyone knows
+        silent = study.ask()
+        silent.set_user_attr(TrialKey.OWNER, "other-host:1")
+        silent.set_user_attr(TrialKey.HEARTBEAT, 0.0)
+        silent.set_user_attr(TrialKey.ATTEMPT, 1)
+        orphan = study.ask()
+        orphan.set_user_attr(TrialKey.OWNER, dead_owner)
+        study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
+            TrialKey.OWNER: "other-host:1", TrialKey.HEARTBEAT: 0.0}))  # finished: never stale
+        # mutations: `break` at the fresh trial, the attempt count or the dead owner lost
+        assert queue.fail_stale_trials(study) == [silent.number, orphan.number]
+        assert leftover.wait(timeout=120) == -9, "a dead owner's leftovers are killed"
+    finally:
+        leftover.kill()
+    states = {t.number: (t.state, t.user_attrs.get(TrialKey.ATTEMPT)) for t in study.trials}
+    assert states == {fresh.number: (TrialState.RUNNING, None),
+                      silent.number: (TrialState.WAITING, 2),
+                      orphan.number: (TrialState.WAITING, 1),
+                      3: (TrialState.COMPLETE, None)}
+
+
+def test_a_new_grid_study_queues_its_capped_points_and_says_what_it_is(workdir) -> None:
+    from msexp.spec import parse_spec
+
+    spec = parse_spec("name: g\nexperiment: mlp_digits\nbudget: {trials: 2, retries: 3}\n"
+                      "params: {lr: [0.1, 0.2, 0.3], thor.split_indices: [[0, 1]]}\n"
+                      "fixed: {optimizer: thor}\n", "g.yaml")
+    study, created = queue.open_study(spec, None)
+    assert created
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert [(t.system_attrs["fixed_params"], t.user_attrs) for t in waiting] == [
+        ({"lr": 0.1, "thor.split_indices": "[0, 1]"}, {TrialKey.GRID_POINT: 0}),
+        ({"lr": 0.2, "thor.split_indices": "[0, 1]"}, {TrialKey.GRID_POINT: 1})]
+    assert study.user_attrs == {
+        StudyKey.RETRIES: 3, StudyKey.TOTAL: 2, StudyKey.OBJECTIVES: ["eval_accuracy"],
+        StudyKey.SWEEP: "g", StudyKey.EXPERIMENT: "mlp_digits",
+        StudyKey.FINGERPRINT: queue.fingerprint(spec)}
+    again, created = queue.open_study(spec, None)
+    assert not created and len(again.trials) == 2, "a joining process queues nothing"
+    assert queue.claim_waiting(again).number == 0 and queue.claim_waiting(again).number == 1
+    assert queue.claim_waiting(again) is None
+    other = parse_spec("name: g\nexperiment: mlp_digits\nobjective: {metric: eval_loss, "
+                       "direction: minimize}\n", "h.yaml")
+    with pytest.raises(MsexpError) as caught:
+        queue.open_study(other, None, "g")
+    assert str(caught.value) == ("h.yaml: study 'g' in mlruns/optuna.journal was created from a "
+                                 "different sweep; pass --study NEW_NAME")
