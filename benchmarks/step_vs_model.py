@@ -3,14 +3,17 @@
 One optimizer update of the global batch is a step. Each cell of the table runs in its
 own fresh process, peers alternating, and reports the median time of its steps after
 the first epoch (compile excluded):
-  msexp        `msexp.training.loop.train`, the loop every msexp trial runs;
+  msexp        `msexp.training.loop.train`, the loop every msexp trial runs, with the
+               step `msexp.training.step.fuses` picks; at micro_size 1 also forced to
+               each of its two steps: fused (grad and apply in one graph) and buffered
+               (into buffers, then apply);
   model        `Model.train(dataset_sink_mode=False)`, timed per step from step begin to
                step end (what TimeMonitor brackets); with micro_size > 1, seed 001's
                `GradientAccumulation` (forward-backward, optimizer and clear cells);
   model/sink   `Model.train(dataset_sink_mode=True)`: epoch time / steps (micro_size 1);
   hand         a hand-written loop: grad and update in one `ms.jit` step (micro_size 1),
                else gradients added into buffers and a second jit for the update.
-O2 rows use dynamic loss scaling everywhere (Model's O2 default), O0 rows none.
+No loss scaling (`Model` on CPU takes none, or a fixed scale that never skips).
 
 Usage: python benchmarks/step_vs_model.py [--repeats 2] [--epochs 3]
        python benchmarks/step_vs_model.py --only lenet_digits:1:O0   (one row)
@@ -31,18 +34,14 @@ sys.path.insert(0, str(ROOT))
 
 BATCH = {"mlp_digits": 64, "lenet_digits": 32}
 ROWS = [(w, m, a) for w in BATCH for m in (1, 2, 4) for a in ("O0", "O2")]
-SCALE = (1024.0, 2, 1000)  # initial scale, factor, window of the dynamic loss scale
 
 
 def params_for(workload: str, micro: int, amp: str, epochs: int) -> dict:
     from msexp.spec import trial_params
 
-    given = {"epochs": epochs, "batch_size": BATCH[workload], "micro_size": micro,
-             "amp_level": amp, "lr": 0.01, "optimizer": "momentum"}
-    if amp != "O0":
-        given.update(loss_scale="dynamic", loss_scale_value=SCALE[0],
-                     loss_scale_factor=SCALE[1], loss_scale_window=SCALE[2])
-    return trial_params(workload, given)
+    return trial_params(workload, {"epochs": epochs, "batch_size": BATCH[workload],
+                                   "micro_size": micro, "amp_level": amp, "lr": 0.01,
+                                   "optimizer": "momentum"})
 
 
 def cell(workload: str, micro: int, amp: str, peer: str, epochs: int) -> float:
@@ -54,9 +53,12 @@ def cell(workload: str, micro: int, amp: str, peer: str, epochs: int) -> float:
     params = params_for(workload, micro, amp, epochs)
     ms.set_seed(0)
     built = load_experiment(workload).build(params)
-    if peer == "msexp":
+    if peer.startswith("msexp"):
+        from msexp.training import graphs
         from msexp.training.loop import train
 
+        if peer != "msexp":  # force one of the two steps
+            graphs.fuses = lambda params: peer == "msexp/fused"
         return train(built, params, lambda epoch: None).metrics["step_ms"]
     if peer == "hand":
         return _hand(built, params)
@@ -95,10 +97,8 @@ def _model(built, params: dict, sink: bool) -> float:
 
     network, loss_fn = built.network, built.loss_fn
     if micro == 1:
-        manager = (None if params["amp_level"] == "O0"
-                   else amp.DynamicLossScaleManager(*SCALE))
         model = Model(network, loss_fn, _optimizer(network), amp_level=params["amp_level"],
-                      loss_scale_manager=manager, keep_batchnorm_fp32=True)
+                      keep_batchnorm_fp32=True)
         model.train(epochs, data.batch(batch, drop_remainder=True), callbacks=[StepTimer()],
                     dataset_sink_mode=sink)
         per_epoch = len(x) // batch
@@ -171,30 +171,17 @@ def _hand(built, params: dict) -> float:
     level, micro = params["amp_level"], params["micro_size"]
     if level != "O0":
         network = amp.auto_mixed_precision(network, level)
-    scaler = amp.DynamicLossScaler(*SCALE) if level != "O0" else None
     optimizer = _optimizer(network)
 
     def forward(x, y):
-        loss = loss_fn(ops.cast(network(x), ms.float32), y) / micro
-        return (scaler.scale(loss) if scaler else loss), loss
+        return loss_fn(ops.cast(network(x), ms.float32), y) / micro
 
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters, has_aux=True)
-
-    def apply(grads):
-        if scaler is None:
-            optimizer(grads)
-            return True
-        grads = scaler.unscale(grads)
-        finite = amp.all_finite(grads)
-        if finite:
-            optimizer(grads)
-        scaler.adjust(finite)
-        return finite
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
 
     @ms.jit
     def fused(x, y):
-        (_, loss), grads = grad_fn(x, y)
-        apply(grads)
+        loss, grads = grad_fn(x, y)
+        optimizer(grads)
         return loss
 
     buffers = optimizer.parameters.clone(prefix="sum", init="zeros")
@@ -202,13 +189,13 @@ def _hand(built, params: dict) -> float:
 
     @ms.jit
     def accumulate(x, y):
-        (_, loss), grads = grad_fn(x, y)
+        loss, grads = grad_fn(x, y)
         hyper_map(ops.partial(ops.assign_add), buffers, grads)
         return loss
 
     @ms.jit
     def update():
-        apply(buffers)
+        optimizer(buffers)
         hyper_map(ops.partial(ops.assign), buffers, hyper_map(ops.zeros_like, buffers))
         return True
 
@@ -233,8 +220,12 @@ def _hand(built, params: dict) -> float:
     return statistics.median(times) * 1000
 
 
+COLUMNS = ["msexp", "msexp/fused", "msexp/buffered", "model", "model/sink", "hand"]
+PEERS = ("model", "model/sink", "hand")
+
+
 def peers(micro: int) -> list[str]:
-    return ["msexp", "model", "model/sink", "hand"] if micro == 1 else ["msexp", "model", "hand"]
+    return COLUMNS if micro == 1 else ["msexp", "model", "hand"]
 
 
 def main() -> None:
@@ -253,7 +244,7 @@ def main() -> None:
         w, m, a = args.only.split(":")
         rows = [(w, int(m), a)]
     print(f"{'workload':13} {'micro':>5} {'amp':>3}  " + "  ".join(
-        f"{p:>10}" for p in ["msexp", "model", "model/sink", "hand"]) + "   msexp/fastest")
+        f"{p:>14}" for p in COLUMNS) + "   msexp/fastest peer")
     for workload, micro, amp in rows:
         runs: dict[str, list[float]] = {p: [] for p in peers(micro)}
         for _ in range(args.repeats):
@@ -265,9 +256,8 @@ def main() -> None:
                     sys.exit(f"{workload} {micro} {amp} {peer} failed:\n{out.stderr[-3000:]}")
                 runs[peer].append(json.loads(out.stdout.strip().splitlines()[-1])["step_ms"])
         med = {p: statistics.median(v) for p, v in runs.items()}
-        fastest = min(v for p, v in med.items() if p != "msexp")
-        cells = "  ".join(f"{med[p]:10.2f}" if p in med else f"{'-':>10}"
-                          for p in ["msexp", "model", "model/sink", "hand"])
+        fastest = min(v for p, v in med.items() if p in PEERS)
+        cells = "  ".join(f"{med[p]:14.2f}" if p in med else f"{'-':>14}" for p in COLUMNS)
         print(f"{workload:13} {micro:5d} {amp:>3}  {cells}   {med['msexp'] / fastest:8.2f}x",
               flush=True)
 

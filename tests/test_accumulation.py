@@ -10,6 +10,8 @@ from experiments import mlp_digits
 from msexp.experiment import load_experiment
 from msexp.spec.space import parse_params
 from msexp.training import data
+from msexp.training.amp import apply_amp
+from msexp.training.loss_scale import make_scaler
 from msexp.training.optim import make_optimizer
 from msexp.training.step import TrainStep
 
@@ -21,12 +23,17 @@ def params(**overrides):
     return parse_params("test", exp.knobs, {"batch_size": BATCH, **overrides}, {}).resolve({})
 
 
-def weights_after_updates(micro_size: int, updates: int = 1, **overrides) -> list[np.ndarray]:
+def weights_after_updates(micro_size: int, updates: int = 1, fused: bool = False,
+                          **overrides) -> list[np.ndarray]:
     p = params(micro_size=micro_size, **overrides)
     ms.set_seed(p["seed"])
     workload = mlp_digits.build(p)
-    optimizer = make_optimizer(p, workload.network.trainable_params(), steps_per_epoch=10)
-    step = TrainStep(workload.network, workload.loss_fn, optimizer, micro_size)
+    network = apply_amp(workload.network, p)
+    optimizer = make_optimizer(p, network.trainable_params(), steps_per_epoch=10)
+    scaler, drop = make_scaler(p)
+    step = TrainStep(network, workload.loss_fn, optimizer, micro_size, scaler, drop,
+                     fused=fused)
+    assert (step.buffers == ()) == fused
     batches = data.updates(workload.train, BATCH, micro_size, seed=7)
     for _ in range(updates):
         micro_batches = next(batches)
@@ -44,6 +51,17 @@ def test_one_update_equals_the_full_batch_update(micro_size: int) -> None:
     for f, a, i in zip(full, accumulated, initial):
         assert not np.allclose(f, i), "the update must move the weights"
         np.testing.assert_allclose(a, f, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("settings", [{}, {"amp_level": "O2", "loss_scale": "dynamic",
+                                           "loss_scale_window": 2}], ids=["O0", "O2 dynamic"])
+def test_the_fused_step_makes_the_buffered_steps_updates(settings) -> None:
+    # micro_size 1: one graph (grad and apply) or two (into buffers, then apply) are one
+    # technique; which runs is a speed choice (step.fuses), never a numerical one
+    fused = weights_after_updates(1, updates=4, fused=True, **settings)
+    buffered = weights_after_updates(1, updates=4, **settings)
+    for f, b in zip(fused, buffered):
+        np.testing.assert_array_equal(f, b)
 
 
 def test_buffers_are_cleared_between_updates() -> None:

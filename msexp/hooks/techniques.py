@@ -63,7 +63,7 @@ class AccumulatingTrainStep(nn.Cell):
         self.micro_size = values["micro_size"]
         object.__setattr__(self, "step", TrainStep(network, loss_fn, optimizer,
                                                    self.micro_size, scaler, drop, None,
-                                                   values["clip_grad_norm"], fused=False))
+                                                   values["clip_grad_norm"]))
         self.pending: list[Any] = []
         self.overflow_steps = 0
 

@@ -31,6 +31,20 @@ def tensors_of(inputs: Any) -> Any:
     return ms.Tensor(inputs)
 
 
+def fuses(params: dict[str, Any]) -> bool:
+    """Whether the fused step is the faster one for these params, as measured.
+
+    On CPU (benchmarks/step_vs_model.py, README there), buffered beats fused at O0 (MLP
+    3.4 vs 19.8 ms, LeNet5 130 vs 156 ms per step) and fused wins or ties under O2 (17.7
+    vs 21.0, 117 vs 120 ms): an optimizer reading gradients from Parameters runs faster
+    than one fed by the backward pass, unless the cast graph dominates. On GPU and
+    Ascend, the fused step is `TrainOneStepCell`'s, the devices' usual path (unmeasured).
+    """
+    if ms.get_context("device_target") != "CPU":
+        return True
+    return params.get("amp_level") in ("O2", "O3")
+
+
 class TrainStep:
     """Callable: `step(micro_batches) -> (mean loss, grads finite)` for one update.
 
@@ -46,14 +60,13 @@ class TrainStep:
         clip_grad_norm: clip the (unscaled) update's gradients to this global norm; 0: off.
         fused: at micro_size 1 (without THOR or data parallelism), compute the gradients
             and apply them in one graph, as `TrainOneStepCell` does, with no buffers
-            (`accumulate` and `update` are then unavailable); see
-            `benchmarks/step_vs_model.py`.
+            (`accumulate` and `update` are then unavailable); see `fuses`.
     """
 
     def __init__(self, network: nn.Cell, loss_fn: Callable, optimizer: nn.Optimizer,
                  micro_size: int, scaler: amp.LossScaler | None = None,
                  drop_overflow_update: bool = False, reducer: Callable | None = None,
-                 clip_grad_norm: float = 0.0, fused: bool = True):
+                 clip_grad_norm: float = 0.0, fused: bool = False):
         self.micro_size = micro_size
         self.scaler = scaler
         self.thor = optimizer if isinstance(optimizer, Thor) else None
