@@ -96,15 +96,14 @@ def _model(built, params: dict, sink: bool) -> float:
                 times.append((time.perf_counter() - self.epoch_began) / (len(x) // batch))
 
     network, loss_fn = built.network, built.loss_fn
+    if params["amp_level"] != "O0":  # cast here: Model's own O2 adds a loss scale on CPU
+        network = amp.auto_mixed_precision(network, params["amp_level"])
     if micro == 1:
-        model = Model(network, loss_fn, _optimizer(network), amp_level=params["amp_level"],
-                      keep_batchnorm_fp32=True)
+        model = Model(network, loss_fn, _optimizer(network))
         model.train(epochs, data.batch(batch, drop_remainder=True), callbacks=[StepTimer()],
                     dataset_sink_mode=sink)
         per_epoch = len(x) // batch
         return statistics.median(times[1 if sink else per_epoch:]) * 1000
-    network = amp.auto_mixed_precision(network, params["amp_level"]) \
-        if params["amp_level"] != "O0" else network
     accumulation = _SeedAccumulation(network, loss_fn, _optimizer(network))
     data = data.batch(batch // micro, drop_remainder=True)
     return accumulation.train(epochs, data, micro) * 1000

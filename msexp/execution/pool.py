@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from msexp.execution.protocol import Epoch, EventReader, Status, TrialRequest, T
 from msexp.keys import TrialEnv
 
 POLL_S = 0.05
+READY_S = 600.0  # a worker's start-up (MindSpore's import) on a loaded machine, at most
 STOP_GRACE_S = 1.5
 FAMILY_S = 0.5  # how often a running trial's process tree is noted
 _serial = itertools.count()
@@ -60,6 +62,7 @@ class TrialProcess:
         self.threads, self.cwd, self.slot = threads, cwd, slot
         self.marker = f"{owner()}/{next(_serial)}"
         self._proc: subprocess.Popen | None = None
+        self._ready = False
         self._family: dict[int, psutil.Process] = {}  # noted while trials ran
 
     def _spawn(self) -> subprocess.Popen:
@@ -73,13 +76,24 @@ class TrialProcess:
         env.setdefault("GLOG_v", "2")
         return subprocess.Popen(
             [sys.executable, "-m", "msexp.execution.trial"], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.cwd, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.cwd, env=env,
             start_new_session=True, text=True, preexec_fn=die_with_parent)
 
     def prewarm(self) -> None:
         """Start the worker now, so it imports MindSpore before the first trial."""
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = self._spawn()
+            self._proc, self._ready = self._spawn(), False
+
+    def _wait_ready(self) -> None:
+        """Wait until the worker has imported MindSpore and says "ready" (or has died)."""
+        if self._ready or self._proc is None:
+            return
+        deadline = time.monotonic() + READY_S
+        while time.monotonic() < deadline and self._proc.poll() is None:
+            if select.select([self._proc.stdout], [], [], POLL_S)[0]:
+                self._proc.stdout.readline()  # "ready", or "" if it died
+                break
+        self._ready = True
 
     def run(self, request: TrialRequest, timeout: float, on_epoch: OnEpoch | None = None
             ) -> TrialResult:
@@ -88,8 +102,9 @@ class TrialProcess:
         events_path.parent.mkdir(parents=True, exist_ok=True)
         events_path.write_text("")
         log_path.write_text("")
-        started = time.monotonic()
         self.prewarm()
+        self._wait_ready()
+        started = time.monotonic()  # the trial's own time: a new worker's import is not
         proc = self._proc
         result = TrialResult(Status.FAILED, log_path=log_path, events_path=events_path)
         try:

@@ -64,6 +64,7 @@ def serve(requests=sys.stdin) -> None:
     global _idle
     signal.signal(signal.SIGUSR1, _request_stop)
     fork = _preload()
+    _say_ready()
     try:
         for line in requests:
             if not line.strip():
@@ -197,6 +198,16 @@ def _preload() -> bool:
     except Exception:
         return False
     return device == "CPU" and os.environ.get("MSEXP_FORK", "1") != "0"
+
+
+def _say_ready() -> None:
+    """Tell the pool the imports are done (its trial clocks start now), then send stdout
+    to /dev/null: nothing reads that pipe any more, and a full pipe would block."""
+    with contextlib.suppress(OSError):
+        os.write(1, b"ready\n")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
 
 
 def _import_once(experiment: str) -> None:
