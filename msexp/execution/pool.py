@@ -84,15 +84,16 @@ class TrialProcess:
         if self._proc is None or self._proc.poll() is not None:
             self._proc, self._ready = self._spawn(), False
 
-    def _wait_ready(self) -> None:
-        """Wait until the worker has imported MindSpore and says "ready" (or has died)."""
-        if self._ready or self._proc is None:
+    def _wait_ready(self, proc: subprocess.Popen) -> None:
+        """Wait until the worker `proc` has imported MindSpore and says "ready" (or died)."""
+        if self._ready:
             return
         deadline = time.monotonic() + READY_S
-        while time.monotonic() < deadline and self._proc.poll() is None:
-            if select.select([self._proc.stdout], [], [], POLL_S)[0]:
-                self._proc.stdout.readline()  # "ready", or "" if it died
-                break
+        with contextlib.suppress(ValueError, OSError):  # its pipe closed: it is gone
+            while time.monotonic() < deadline and proc.poll() is None:
+                if select.select([proc.stdout], [], [], POLL_S)[0]:
+                    proc.stdout.readline()  # "ready", or "" if it died
+                    break
         self._ready = True
 
     def run(self, request: TrialRequest, timeout: float, on_epoch: OnEpoch | None = None
@@ -103,9 +104,9 @@ class TrialProcess:
         events_path.write_text("")
         log_path.write_text("")
         self.prewarm()
-        self._wait_ready()
+        proc = self._proc  # a stop may kill the worker (and clear _proc) at any moment
+        self._wait_ready(proc)
         started = time.monotonic()  # the trial's own time: a new worker's import is not
-        proc = self._proc
         result = TrialResult(Status.FAILED, log_path=log_path, events_path=events_path)
         try:
             proc.stdin.write(request.to_json() + "\n")
