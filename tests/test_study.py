@@ -566,10 +566,12 @@ def test_one_sweep_with_two_workers_runs_every_point_once(workdir: Path) -> None
     study = load("two")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
     assert sorted(t.params["lr"] for t in study.trials) == [0.01, 0.02, 0.03, 0.04]
-    pids = {next(e for e in read_events(Path(
-        f"mlruns/trials/two/trial-{t.number:04d}/events.jsonl")) if isinstance(e, Start)).pid
-        for t in study.trials}
-    assert len(pids) == 4, "every trial in its own forked process"
+    starts = [next(e for e in read_events(Path(
+        f"mlruns/trials/two/trial-{t.number:04d}/events.jsonl")) if isinstance(e, Start))
+        for t in study.trials]
+    pids, warm = {s.pid for s in starts}, sum(s.warm for s in starts)
+    # one forked trial process per worker, kept warm: its later trials reuse its graphs
+    assert len(pids) <= 2 and warm == 4 - len(pids), (pids, warm)
     spans = sorted((t.datetime_start, t.datetime_complete) for t in study.trials)
     assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), \
         "two trials ran at once"

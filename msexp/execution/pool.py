@@ -32,6 +32,7 @@ from msexp.execution.protocol import Epoch, EventReader, Status, TrialRequest, T
 from msexp.keys import TrialEnv
 
 POLL_S = 0.05
+CLOSE_S = 10.0  # for a worker to end its warm trial process and exit
 READY_S = 600.0  # a worker's start-up (MindSpore's import) on a loaded machine, at most
 STOP_GRACE_S = 1.5
 FAMILY_S = 0.5  # how often a running trial's process tree is noted
@@ -181,6 +182,17 @@ class TrialProcess:
         found.pop(trial_pid, None)
         self._family.clear()
         kill_processes(found.values())
+
+    def close(self) -> None:
+        """End the worker after its last trial: told by the end of its input, it ends the
+        trial process it kept warm and exits; killed if it has not within CLOSE_S."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(CLOSE_S)
+        self.kill()
 
     def kill(self) -> None:
         """Kill the worker's process group, its trial and everything they started (found

@@ -169,7 +169,7 @@ class Sweep:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             for p in self.processes:
-                p.kill()
+                p.close()  # a stop has killed them already
         if self.error is not None:
             self._release_held()
         if failed is not None:
