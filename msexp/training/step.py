@@ -34,11 +34,13 @@ def tensors_of(inputs: Any) -> Any:
 def fuses(params: dict[str, Any]) -> bool:
     """Whether the fused step is the faster one for these params, as measured.
 
-    On CPU (benchmarks/step_vs_model.py, README there), buffered beats fused at O0 (MLP
-    3.4 vs 19.8 ms, LeNet5 130 vs 156 ms per step) and fused wins or ties under O2 (17.7
-    vs 21.0, 117 vs 120 ms): an optimizer reading gradients from Parameters runs faster
-    than one fed by the backward pass, unless the cast graph dominates. On GPU and
-    Ascend, the fused step is `TrainOneStepCell`'s, the devices' usual path (unmeasured).
+    On CPU (benchmarks/step_vs_model.py, 2026-11-22), buffered beats fused at O0 (MLP 3.35
+    vs 19.7 ms, LeNet5 152 vs 165 ms per step): an optimizer reading gradients from
+    Parameters runs faster than one fed by the backward pass. Under O2 fused wins on the
+    MLP (12.6 vs 27.9 ms); on LeNet5 the two were equal in one run (117 vs 120 ms) and
+    buffered faster in another (104 vs 120 ms), so this rule is right on three of the
+    four rows measured. On GPU and Ascend, the fused step is `TrainOneStepCell`'s, the
+    devices' usual path (unmeasured).
     """
     if ms.get_context("device_target") != "CPU":
         return True
