@@ -1,0 +1,159 @@
+"""The trial protocol: requests, the event stream and what the orchestrator makes of it."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from msexp.execution.process import exit_reason, tail
+from msexp.execution.protocol import (
+    Checkpointing,
+    Command,
+    End,
+    Error,
+    EventReader,
+    EventWriter,
+    Launch,
+    Result,
+    Start,
+    Status,
+    TrialRequest,
+    TrialResult,
+    decode,
+    encode,
+    read_events,
+)
+from msexp.training.records import Epoch, Target
+
+PARAMS = {"micro_size": 2, "lr": 0.1, "amp_level": "O2", "epochs": 3, "seed": 1}
+
+
+def full_request(tmp_path: Path) -> TrialRequest:
+    command = Command(["python", "t.py"], "/w", "hydra", ["x=(?P<x>1)"])
+    return TrialRequest("mlp", dict(PARAMS), tmp_path / "t", Target("eval_accuracy", 0.9, True),
+                        {"name": "digits"}, command,
+                        Checkpointing(2, "best", "eval_loss", False), "/ckpt/a.ckpt", cold=True)
+
+
+def test_a_request_survives_its_json_line_field_for_field(tmp_path: Path) -> None:
+    request = full_request(tmp_path)
+    line = request.to_json()
+    assert "\n" not in line
+    assert TrialRequest.from_json(line) == request
+    bare = TrialRequest("mlp", {"lr": 0.5})
+    assert TrialRequest.from_json(bare.to_json()) == bare
+    assert json.loads(bare.to_json())["folder"] is None
+
+
+def test_a_request_names_its_files_in_its_folder(tmp_path: Path) -> None:
+    request = TrialRequest("mlp", {}, tmp_path)
+    assert request.events_path == tmp_path / "events.jsonl"
+    assert request.log_path == tmp_path / "trial.log"
+    assert request.checkpoint_dir == tmp_path / "checkpoints"
+    command = TrialRequest("script", {}, tmp_path, command=Command(["x"], "."))
+    assert command.checkpoint_dir == tmp_path / "outputs"
+
+
+def test_the_graph_signature_separates_what_shapes_graphs_and_nothing_else() -> None:
+    base = TrialRequest("mlp", dict(PARAMS), data={"name": "digits"})
+    assert base.graph_signature is not None
+    assert TrialRequest("mlp", {**PARAMS, "lr": 0.5, "seed": 9},
+                        data={"name": "digits"}).graph_signature == base.graph_signature
+    for other in (TrialRequest("lenet", dict(PARAMS), data={"name": "digits"}),
+                  TrialRequest("mlp", {**PARAMS, "micro_size": 4}, data={"name": "digits"}),
+                  TrialRequest("mlp", dict(PARAMS), data={"name": "mnist"})):
+        assert other.graph_signature not in (None, base.graph_signature)
+    never = (TrialRequest("mlp", dict(PARAMS), cold=True),
+             TrialRequest("mlp", {**PARAMS, "devices": 2}),
+             TrialRequest("s", dict(PARAMS), command=Command(["x"], ".")))
+    assert [r.graph_signature for r in never] == [None, None, None]
+    assert TrialRequest("mlp", {**PARAMS, "devices": 1}).graph_signature is not None
+
+
+EVENTS = [Launch(2, "/r/logs", 7), Start("digits (folder)", 8, {"thor": "msexp"}, 3, True),
+          Epoch(epoch=1, step=4, elapsed_s=0.5, metrics={"train_loss": 0.5},
+                series={"train_loss": [0.6, 0.5]}),
+          Result({"eval_accuracy": 0.75}, "/c/best.ckpt"), Error("diverged", "loss nan"), End()]
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: type(e).__name__)
+def test_each_event_is_one_line_that_decodes_to_itself(event) -> None:
+    line = encode(event)
+    assert "\n" not in line and "t" in json.loads(line)
+    assert decode(line) == event
+
+
+def test_the_reader_returns_complete_lines_once_and_keeps_a_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    reader = EventReader(path)
+    assert reader.read() == []  # not written yet
+    with EventWriter.open(path) as emit:
+        emit(EVENTS[1])
+        emit(EVENTS[2])
+    line = encode(End())
+    with path.open("a") as f:
+        f.write(line[:10])
+    assert reader.read() == EVENTS[1:3]
+    assert reader.read() == []
+    with path.open("a") as f:
+        f.write(line[10:] + "\n\n")
+    assert reader.read() == [End()]
+    assert read_events(path) == [EVENTS[1], EVENTS[2], End()]
+
+
+def stream_result(*events) -> tuple[TrialResult, list[bool]]:
+    result = TrialResult(Status.FAILED)
+    return result, [result.absorb(event) for event in events]
+
+
+def test_a_complete_stream_fills_every_field_and_ends_at_end() -> None:
+    result, ends = stream_result(*EVENTS[:4], End())
+    assert ends == [False, False, False, False, True]
+    assert result.status is Status.COMPLETE
+    assert result.rank_logs == Path("/r/logs")
+    assert (result.data_source, result.impl, result.resumed_from, result.warm, result.pid) == (
+        "digits (folder)", {"thor": "msexp"}, 3, True, 8)
+    assert result.epochs == [EVENTS[2]]
+    assert result.metrics == {"eval_accuracy": 0.75}
+    assert result.checkpoint == Path("/c/best.ckpt")
+    assert result.last_epoch_metrics() == {"train_loss": 0.5}
+
+
+def test_an_error_fails_a_trial_but_not_a_pruned_one() -> None:
+    result, _ = stream_result(Start("d", 1), Error("exception", "ValueError: x"))
+    assert (result.status, result.error) == (Status.FAILED, "ValueError: x")
+    pruned = TrialResult(Status.PRUNED)
+    pruned.absorb(Error("stopped", "Stopped: pruned"))
+    assert (pruned.status, pruned.error) == (Status.PRUNED, "")
+    nothing, _ = stream_result(Result({}))
+    assert nothing.checkpoint is None and nothing.last_epoch_metrics() == {}
+
+
+def test_a_result_survives_json_with_its_paths_and_epochs(tmp_path: Path) -> None:
+    result, _ = stream_result(*EVENTS[:4])
+    result.log_path, result.events_path, result.wall_s = tmp_path / "l", tmp_path / "e", 1.5
+    data = json.loads(json.dumps(result.to_json()))
+    assert data["status"] == "COMPLETE" and data["log_path"] == str(tmp_path / "l")
+    assert TrialResult.from_json(data) == result
+    empty = TrialResult(Status.TIMEOUT)
+    assert TrialResult.from_json(json.loads(json.dumps(empty.to_json()))) == empty
+
+
+def test_the_log_tail_is_the_last_lines(tmp_path: Path) -> None:
+    log = tmp_path / "trial.log"
+    log.write_text("".join(f"line {i}\n" for i in range(50)))
+    result = TrialResult(Status.FAILED, log_path=log)
+    assert result.log_tail(3) == "line 47\nline 48\nline 49"
+    assert result.log_tail().splitlines()[0] == "line 10"
+    assert TrialResult(Status.FAILED, log_path=tmp_path / "none").log_tail() == ""
+    assert tail(log, 2) == "line 48\nline 49"
+    assert tail(tmp_path / "none", 2) == "(no log)"
+
+
+def test_an_exit_code_reads_as_how_the_process_ended() -> None:
+    assert exit_reason(3) == "trial process exited with code 3"
+    assert exit_reason(-signal.SIGKILL) == "trial process was killed by SIGKILL"
+    assert exit_reason(-200, "rank 1") == "rank 1 was killed by signal 200"

@@ -1,0 +1,191 @@
+"""MLflow recording in-process, on a real embedded store: parent and child runs, metrics on
+the update axis, tags, the spool while the store refuses a trial, and redaction."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from msexp.execution.protocol import Status, TrialResult
+from msexp.keys import RunTag
+from msexp.paths import DEFAULT_TRACKING_URI
+from msexp.tracking.runs import Tracker, tracking_uri
+from msexp.tracking.spool import Spool, store_key
+from msexp.training.records import Epoch
+
+SECRET = "hunter2"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Iterator[Tracker]:
+    """One embedded store for the module (creating its tables takes seconds)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path_factory.mktemp("store"))
+        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        yield Tracker()
+
+
+@pytest.fixture
+def tracker(store: Tracker) -> Tracker:
+    return store
+
+
+@pytest.fixture
+def experiment(store: Tracker, request) -> str:
+    """An MLflow experiment of this test's own."""
+    return store.experiment_id(request.node.name)
+
+
+@pytest.fixture
+def workdir(store: Tracker) -> Path:
+    return Path.cwd()
+
+
+def finished(**fields) -> TrialResult:
+    epochs = [Epoch(1, 2, 1.0, {"eval_accuracy": 0.5, "train_loss": 0.7},
+                    {"train_loss": [0.9, 0.7]}),
+              Epoch(2, 4, 2.0, {"eval_accuracy": 0.75, "train_loss": float("nan")},
+                    {"train_loss": [0.6, 0.4]})]
+    return TrialResult(**{"status": Status.COMPLETE, "epochs": epochs, "wall_s": 3.0,
+                          "metrics": {"eval_accuracy": 0.75, "samples_per_s": 100.0},
+                          **fields})
+
+
+def history(tracker: Tracker, run_id: str, key: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in tracker.client.get_metric_history(run_id, key)]
+
+
+def test_the_tracking_uri_is_the_option_then_the_environment_then_the_embedded_store(
+        monkeypatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking_uri() == DEFAULT_TRACKING_URI
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://env:5000")
+    assert tracking_uri() == "http://env:5000"
+    assert tracking_uri("http://option:5000") == "http://option:5000"
+
+
+def test_a_parent_run_carries_every_param_the_sweep_file_and_redacted_tags(
+        tracker: Tracker, experiment: str, workdir: Path) -> None:
+    assert tracker.experiment_id(tracker.client.get_experiment(experiment).name) == experiment
+    sweep = workdir / "sweep.yaml"
+    sweep.write_text("name: exp\n")
+    params = {f"knob{i:03d}": i for i in range(150)} | {"lr": [0.1, 0.2]}
+    parent = tracker.parent_run(experiment, "study-1",
+                                {"storage": f"postgresql://u:{SECRET}@db/x"}, sweep, params)
+    run = tracker.client.get_run(parent)
+    assert run.info.run_name == "study-1"
+    assert run.data.tags[RunTag.ROLE] == "sweep" and run.data.tags[RunTag.STUDY] == "study-1"
+    assert SECRET not in run.data.tags["storage"] and "***" in run.data.tags["storage"]
+    assert len(run.data.params) == 151 and run.data.params["lr"] == "[0.1, 0.2]"
+    assert [a.path for a in tracker.client.list_artifacts(parent)] == ["sweep.yaml"]
+    assert tracker.has_run(parent) and not tracker.has_run("0" * 32)
+    assert tracker.client.get_experiment(experiment).tags["mlflow.experimentKind"] == (
+        "custom_model_development")
+
+
+def test_a_trial_run_logs_series_epochs_and_final_metrics_on_the_update_axis(
+        tracker: Tracker, experiment: str, workdir: Path) -> None:
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    log = workdir / "trial.log"
+    log.write_text(f"password={SECRET}\n")
+    started = time.time() - 10
+    run_id = tracker.record_trial(experiment, parent, 3, {"lr": 0.1, "split": [0, 2]},
+                                  finished(log_path=log, impl={"thor": "msexp"},
+                                           data_source="digits", pid=7, warm=True,
+                                           resumed_from=1), started,
+                                  name="#3 lr=0.1", tags={"extra": "x"})
+    run = tracker.client.get_run(run_id)
+    assert run.info.run_name == "#3 lr=0.1" and run.info.status == "FINISHED"
+    assert run.info.end_time - run.info.start_time == 3000
+    assert run.data.tags[RunTag.PARENT] == parent and run.data.tags[RunTag.TRIAL] == "3"
+    assert run.data.tags[RunTag.STATUS] == "COMPLETE" and run.data.tags["extra"] == "x"
+    assert run.data.tags[RunTag.WARM] == "true" and run.data.tags[RunTag.RESUMED_FROM] == "1"
+    assert RunTag.ERROR not in run.data.tags
+    assert run.data.params == {"lr": "0.1", "split": "[0, 2]", "thor": "msexp",
+                               "data_source": "digits"}
+    assert history(tracker, run_id, "train_loss") == [(1, 0.9), (2, 0.7), (3, 0.6), (4, 0.4)]
+    assert history(tracker, run_id, "eval_accuracy") == [(2, 0.5), (4, 0.75)]
+    assert history(tracker, run_id, "epoch") == [(2, 1.0), (4, 2.0)]
+    assert history(tracker, run_id, "samples_per_s") == [(4, 100.0)]
+    assert history(tracker, run_id, "wall_s") == [(4, 3.0)]
+    assert [a.path for a in tracker.client.list_artifacts(run_id)] == ["trial.log"]
+
+
+@pytest.mark.parametrize(("status", "run_status"), [(Status.PRUNED, "KILLED"),
+                                                    (Status.FAILED, "FAILED"),
+                                                    (Status.TIMEOUT, "FAILED")])
+def test_an_unfinished_trial_keeps_its_error_and_last_epoch(
+        tracker: Tracker, experiment: str, workdir: Path, status: Status, run_status: str
+) -> None:
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    result = finished(status=status, metrics={}, error=f"boom url=http://u:{SECRET}@h")
+    run_id = tracker.record_trial(experiment, parent, 0, {}, result, time.time())
+    run = tracker.client.get_run(run_id)
+    assert run.info.status == run_status and run.info.run_name == "trial-0000"
+    assert run.data.tags[RunTag.STATUS] == status.value
+    assert "boom" in run.data.tags[RunTag.ERROR] and SECRET not in run.data.tags[RunTag.ERROR]
+    assert RunTag.WARM not in run.data.tags  # it never started (pid 0)
+    assert run.data.metrics["eval_accuracy"] == 0.75 and run.data.metrics["wall_s"] == 3.0
+
+
+def test_replace_leaves_one_run_per_trial(tracker: Tracker, experiment: str, workdir: Path
+                                          ) -> None:
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    first = tracker.record_trial(experiment, parent, 0, {}, finished(), time.time())
+    other = tracker.record_trial(experiment, parent, 1, {}, finished(), time.time())
+    again = tracker.record_trial(experiment, parent, 0, {}, finished(), time.time(),
+                                 replace=True)
+    alive = {r.info.run_id for r in tracker.client.search_runs([experiment])}
+    assert alive == {parent, other, again} and first not in alive
+
+
+def test_a_refused_trial_waits_in_the_spool_and_is_delivered_first_next_time(
+        tracker: Tracker, experiment: str, workdir: Path) -> None:
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    tracker.client.delete_experiment(experiment)  # the store now refuses new runs in it
+    assert tracker.record_trial(experiment, parent, 0, {"lr": 0.1, "url": f"postgresql://u:{SECRET}@h/db"},
+                                finished(), time.time()) is None
+    assert tracker.record_trial(experiment, parent, 1, {"lr": 0.2}, finished(),
+                                time.time()) is None
+    files = tracker.spool.files()
+    assert [f.name for f in files] == [f"{parent}-00000.json", f"{parent}-00001.json"]
+    assert all(SECRET not in f.read_text() for f in files)
+    assert tracker.flush_spool() == 0 and len(tracker.spool.files()) == 2
+    tracker.client.restore_experiment(experiment)
+    run_id = tracker.record_trial(experiment, parent, 2, {"lr": 0.3}, finished(), time.time())
+    assert run_id is not None and tracker.spool.files() == []
+    runs = tracker.client.search_runs([experiment], f"tags.`{RunTag.PARENT}` = '{parent}'")
+    assert sorted(r.data.tags[RunTag.TRIAL] for r in runs) == ["0", "1", "2"]
+    spooled = next(r for r in runs if r.data.tags[RunTag.TRIAL] == "1")
+    assert spooled.data.params["lr"] == "0.2" and spooled.data.metrics["eval_accuracy"] == 0.75
+
+
+def test_a_spool_record_names_its_store_without_credentials(tmp_path: Path) -> None:
+    assert store_key(f"http://user:{SECRET}@host:5000/?a=1") == "http://host:5000"
+    assert store_key("http://host:5000/") == "http://host:5000"
+    assert store_key("sqlite:///mlruns/mlflow.db") == "sqlite:///mlruns/mlflow.db"
+    spool = Spool(tmp_path / "spool")
+    assert spool.files() == []
+    spool.keep(f"http://user:{SECRET}@host:5000", "1", "p", 4, {"lr": 0.1},
+               finished(), 12.0)
+    spool.keep("http://other:5000", "1", "p", 5, {}, finished(), 13.0)
+    (path, record), = spool.pending("http://host:5000")
+    assert path.name == "p-00004.json" and SECRET not in path.read_text()
+    assert (record.number, record.params, record.started) == (4, {"lr": 0.1}, 12.0)
+    assert json.dumps(record.trial_result.to_json()) == json.dumps(finished().to_json())  # NaN
+    legacy = tmp_path / "spool" / "p-00006.json"  # 0.1 wrote the URI itself
+    data = json.loads(path.read_text())
+    del data["store"]
+    legacy.write_text(json.dumps({**data, "uri": "http://host:5000/", "number": 6}))
+    assert [r.number for _, r in spool.pending("http://u:p@host:5000")] == [4, 6]
+
+
+def test_ui_links_open_the_training_view(tracker: Tracker) -> None:
+    runs, parent, command = tracker.ui_links("1", "abc")
+    assert runs == "http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning"
+    assert parent.endswith("/experiments/1/runs/abc?workflowType=machine_learning")
+    assert command == f"mlflow ui --backend-store-uri {DEFAULT_TRACKING_URI} --port 5000"
