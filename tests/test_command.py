@@ -251,3 +251,11 @@ def test_the_scaffolded_script_sweeps_as_written(workdir: Path) -> None:
     assert accumulated and accumulated[0].data.metrics["eval_accuracy"] > 0.5
     history = mlflow_client().get_metric_history(runs[0].info.run_id, "train_loss")
     assert len(history) >= 1, "epochs reported by MsexpCallback are logged"
+
+
+def test_the_last_output_line_and_only_numeric_groups_are_kept() -> None:
+    reader = MetricReader([r"mode=(?P<mode>\w+)"])
+    assert reader.last_line == ""
+    assert reader.feed("mode=fast x") == {} and reader.last_line == "mode=fast x"
+    assert reader.feed("   \n") == {} and reader.last_line == "mode=fast x"
+    assert reader.feed("mode=3") == {"mode": 3.0}

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import numpy as np
+import psutil
 import pytest
 
-from msexp.execution.process import exit_reason, tail
+from msexp.execution.process import alive, exit_reason, tail
 from msexp.execution.protocol import (
     Checkpointing,
     Command,
@@ -155,5 +160,39 @@ def test_the_log_tail_is_the_last_lines(tmp_path: Path) -> None:
 
 def test_an_exit_code_reads_as_how_the_process_ended() -> None:
     assert exit_reason(3) == "trial process exited with code 3"
+    assert exit_reason(0) == "trial process exited with code 0"
     assert exit_reason(-signal.SIGKILL) == "trial process was killed by SIGKILL"
     assert exit_reason(-200, "rank 1") == "rank 1 was killed by signal 200"
+
+
+def test_older_records_without_newer_fields_still_load() -> None:
+    request = json.loads(TrialRequest("mlp", {"lr": 0.1}).to_json())
+    del request["cold"]
+    assert TrialRequest.from_json(json.dumps(request)).cold is False
+    result = TrialResult(Status.COMPLETE).to_json()
+    del result["epochs"]
+    assert TrialResult.from_json(result).epochs == []
+
+
+def test_numpy_numbers_in_an_event_are_written_as_numbers() -> None:
+    event = Result({"eval_accuracy": np.float32(0.5), "samples": np.int64(3)})
+    assert decode(encode(event)) == Result({"eval_accuracy": 0.5, "samples": 3.0})
+
+
+def test_a_log_with_bytes_that_are_not_utf8_still_shows_its_tail(tmp_path: Path) -> None:
+    log = tmp_path / "trial.log"
+    log.write_bytes(b"start\n\xff\xfe garbled\nlast\n")
+    assert TrialResult(Status.FAILED, log_path=log).log_tail(2) == "\ufffd\ufffd garbled\nlast"
+    assert tail(log, 1) == "last"
+
+
+def test_a_zombie_or_a_reaped_process_is_not_alive() -> None:
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    handle = psutil.Process(child.pid)
+    assert alive(psutil.Process()) and handle.is_running()
+    deadline = time.monotonic() + 240  # a hang's deadline: it exits at once
+    while handle.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(handle), "exited, not yet reaped"
+    child.wait()
+    assert not alive(handle), "reaped"

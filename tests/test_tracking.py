@@ -168,16 +168,16 @@ def test_a_spool_record_names_its_store_without_credentials(tmp_path: Path) -> N
     assert store_key(f"http://user:{SECRET}@host:5000/?a=1") == "http://host:5000"
     assert store_key("http://host:5000/") == "http://host:5000"
     assert store_key("sqlite:///mlruns/mlflow.db") == "sqlite:///mlruns/mlflow.db"
-    spool = Spool(tmp_path / "spool")
+    spool = Spool(tmp_path / "mlruns" / "spool")  # neither folder exists yet
     assert spool.files() == []
-    spool.keep(f"http://user:{SECRET}@host:5000", "1", "p", 4, {"lr": 0.1},
+    spool.keep(f"http://user:{SECRET}@host:5000", "1", "p", 4, {"lr": 0.1, "dir": Path("d")},
                finished(), 12.0)
     spool.keep("http://other:5000", "1", "p", 5, {}, finished(), 13.0)
     (path, record), = spool.pending("http://host:5000")
     assert path.name == "p-00004.json" and SECRET not in path.read_text()
-    assert (record.number, record.params, record.started) == (4, {"lr": 0.1}, 12.0)
+    assert (record.number, record.params, record.started) == (4, {"lr": 0.1, "dir": "d"}, 12.0)
     assert json.dumps(record.trial_result.to_json()) == json.dumps(finished().to_json())  # NaN
-    legacy = tmp_path / "spool" / "p-00006.json"  # 0.1 wrote the URI itself
+    legacy = tmp_path / "mlruns" / "spool" / "p-00006.json"  # 0.1 wrote the URI itself
     data = json.loads(path.read_text())
     del data["store"]
     legacy.write_text(json.dumps({**data, "uri": "http://host:5000/", "number": 6}))

@@ -1,0 +1,87 @@
+"""The sweep loop's own rules, in-process: the value told to Optuna, experiment references,
+and what an aborted sweep does with the trials it took."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from msexp.keys import TrialKey
+from msexp.search import loop
+from msexp.search.study import open_study
+from msexp.spec import load_spec
+from msexp.spec.file import Objective
+from msexp.training.records import Epoch
+from tests.conftest import write
+
+
+def epochs(*values: float | None) -> list[Epoch]:
+    return [Epoch(i + 1, i + 1, 0.0, {} if v is None else {"acc": v, "loss": 1.0})
+            for i, v in enumerate(values)]
+
+
+@pytest.mark.parametrize(("objective", "expected"), [
+    (Objective(metric="acc"), 0.4),
+    (Objective(metric="acc", reduce="best"), 0.9),
+    (Objective(metric="acc", reduce="best", direction="minimize"), 0.2),
+    (Objective(metric="loss", reduce="best"), 1.0),
+])
+def test_the_told_value_is_the_final_one_or_the_best_epochs(objective: Objective,
+                                                            expected: float) -> None:
+    history = epochs(0.2, None, math.nan, 0.9, 0.4)
+    assert loop.objective_value(objective, {"acc": 0.4, "loss": 3.0}, history) == expected
+
+
+def test_without_a_finite_epoch_value_best_falls_back_to_the_final_one() -> None:
+    best = Objective(metric="acc", reduce="best")
+    assert loop.objective_value(best, {"acc": 0.7}, epochs(None, math.nan)) == 0.7
+    assert math.isnan(loop.objective_value(best, {}, []))
+    assert math.isnan(loop.objective_value(Objective(metric="acc"), {"x": 1.0}, []))
+
+
+def test_file_references_become_absolute_and_module_references_stay(workdir: Path) -> None:
+    assert loop._experiment_ref("mlp_digits") == "mlp_digits"
+    assert loop._experiment_ref("pkg.models:build") == "pkg.models:build"
+    assert loop._experiment_ref("exp.py") == str(workdir / "exp.py")
+    assert loop._experiment_ref("exp.py:build") == f"{workdir / 'exp.py'}:build"
+    assert loop._experiment_ref("sub/exp") == str(workdir / "sub" / "exp")
+
+
+class Silent:
+    """A progress display that shows nothing."""
+
+    def start(self, total: int, done: int) -> None: ...
+    def trial_started(self, number: int, name: str, epochs: int | None) -> None: ...
+    def trial_epoch(self, number: int, epoch: Epoch) -> None: ...
+    def trial_done(self, number: int, result, best: str) -> None: ...
+
+
+def test_an_aborted_sweep_queues_the_trials_it_took_again_without_an_attempt(
+        workdir: Path) -> None:
+    spec = load_spec(write(workdir / "s.yaml", """
+        name: aborted
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2, 0.3]}
+        budget: {retries: 1}
+    """))
+    study, created = open_study(spec, None)
+    sweep = loop.Sweep(spec, None, study, created, None, [], Silent())
+    first, second = sweep._next_trial(), sweep._next_trial()
+    assert sorted(sweep.held) == [first.number, second.number]
+    sweep._abort(RuntimeError("storage lost   postgresql://u:pw@h/db"))
+    sweep._abort(ValueError("a later error"))
+    assert sweep._next_trial() is None, "a stopped sweep takes no more trials"
+    sweep._release_held()
+    sweep.mlflow.exception()  # the background MLflow opening is done
+    study = optuna.load_study(study_name=study.study_name, storage=study._storage)
+    states = {t.number: t.state for t in study.trials}
+    assert states == {0: TrialState.WAITING, 1: TrialState.WAITING, 2: TrialState.WAITING}
+    for number in (first.number, second.number):
+        attrs = study.trials[number].user_attrs
+        assert attrs[TrialKey.ATTEMPT] == 0, "an abort is not the trial's fault"
+        assert attrs[TrialKey.ERROR] == (
+            "sweep stopped: RuntimeError: storage lost postgresql://u:***@h/db")

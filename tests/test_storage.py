@@ -1,0 +1,124 @@
+"""The Optuna storage in-process: a journal's torn tail, its first bad line, RDB URLs that
+fail fast, and errors as one line."""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from msexp.errors import MsexpError
+from msexp.search import storage
+from msexp.search.storage import open_storage, storage_label
+
+RECORD = json.dumps({"op_code": 0, "worker_id": "w"})
+
+
+@pytest.mark.parametrize(("content", "ends"), [(b"", True), (b"a\n", True), (b"a", False),
+                                               (b"a\nb", False), (b"\n", True)])
+def test_a_file_ends_a_line_only_after_a_newline(tmp_path: Path, content: bytes,
+                                                  ends: bool) -> None:
+    path = tmp_path / "j"
+    path.write_bytes(content)
+    assert storage._ends_a_line(path) is ends
+
+
+@pytest.mark.parametrize(("content", "keep"), [
+    (b"abc\ndef", 4), (b"abc", 0), (b"\nabc", 1), (b"a\nb\ncd", 4),
+    (b"x\n" + b"y" * (3 * storage._TAIL_CHUNK), 2),  # the newline is chunks back
+    (b"z" * (storage._TAIL_CHUNK + 5), 0),
+])
+def test_the_torn_tail_starts_after_the_last_newline(tmp_path: Path, content: bytes,
+                                                     keep: int) -> None:
+    path = tmp_path / "j"
+    path.write_bytes(content)
+    with path.open("rb") as f:
+        assert storage._after_last_newline(f, len(content)) == keep
+
+
+def test_opening_a_journal_cuts_only_a_torn_last_record(tmp_path: Path) -> None:
+    journal = tmp_path / "deep" / "s.journal"  # its folder is made
+    open_storage(str(journal))
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"op_code": 5, "trunc')
+    open_storage(str(journal))
+    assert journal.read_bytes() == whole
+    open_storage(str(journal))
+    assert journal.read_bytes() == whole
+
+
+@pytest.mark.parametrize(("lines", "bad"), [([RECORD, "not json"], 2),
+                                            (["[1, 2]", RECORD], 1),
+                                            ([RECORD, '{"worker_id": 1}'], 2),
+                                            ([RECORD, RECORD], 2), ([], 0)])
+def test_the_first_bad_line_is_named_by_its_number(tmp_path: Path, lines: list[str],
+                                                   bad: int) -> None:
+    path = tmp_path / "j"
+    path.write_text("".join(f"{line}\n" for line in lines))
+    assert storage._first_bad_line(path) == bad
+
+
+def test_a_journal_with_a_foreign_line_is_one_line_naming_it(tmp_path: Path) -> None:
+    journal = tmp_path / "s.journal"
+    journal.write_text(f"{RECORD}\n" + '{"not": "optuna"}\n')
+    with pytest.raises(MsexpError) as error:
+        open_storage(str(journal))
+    assert str(error.value).startswith(f"{journal}: line 2 is not an Optuna journal record")
+
+
+@pytest.mark.parametrize(("url", "folder"), [
+    ("sqlite:///a/b/c.db", Path("a/b")), ("sqlite:////abs/c.db", Path("/abs")),
+    ("sqlite:///", None), ("sqlite:///:memory:", None), ("postgresql://h/db", None)])
+def test_the_folder_of_a_sqlite_url(url: str, folder: Path | None) -> None:
+    assert storage._sqlite_folder(url) == folder
+
+
+def test_an_in_memory_sqlite_url_opens(tmp_path: Path) -> None:
+    assert open_storage("sqlite:///:memory:") is not None
+
+
+def test_a_database_of_another_application_is_refused(tmp_path: Path) -> None:
+    import sqlalchemy
+
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("create table alembic_version (v text)"))
+    engine.dispose()
+    with pytest.raises(MsexpError, match="is not an Optuna database"):
+        open_storage(url)
+    open_storage(f"sqlite:///{tmp_path / 'new.db'}")  # no tables yet: Optuna's to make
+
+
+def test_a_postgresql_server_that_never_answers_fails_in_seconds() -> None:
+    """The probe has a connection timeout: a server that takes the connection and says
+    nothing (hung, or behind a firewall that drops packets) fails it, instead of hanging."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel accepts; nobody answers
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(MsexpError, match=r"^cannot open the Optuna storage postgresql://u:\*\*\*@"):
+            open_storage(f"postgresql://u:pw@127.0.0.1:{port}/x")
+        assert time.monotonic() - started < 60  # a hang's deadline; the timeout is 5 s
+
+
+def test_an_error_reads_as_its_first_line_with_the_file_it_names() -> None:
+    with_file = FileNotFoundError(errno.ENOENT, "No such file or directory", "/x/y")
+    assert storage._reason(with_file) == "FileNotFoundError: No such file or directory: /x/y"
+    without = PermissionError(errno.EACCES, "Permission denied")
+    assert storage._reason(without) == "PermissionError: Permission denied"
+    assert storage._reason(RuntimeError("")) == "RuntimeError: "
+    assert storage._reason(RuntimeError("first\nsecond")) == "RuntimeError: first"
+    assert storage._reason(RuntimeError("x" * 400)) == "RuntimeError: " + "x" * 286
+    assert storage._reason(RuntimeError("postgresql://u:pw@h/db")) == (
+        "RuntimeError: postgresql://u:***@h/db")
+
+
+def test_the_storage_label_is_the_journal_or_the_redacted_url() -> None:
+    assert storage_label(None) == "mlruns/optuna.journal"
+    assert storage_label("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
