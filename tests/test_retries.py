@@ -161,3 +161,46 @@ def test_a_new_grid_study_queues_its_capped_points_and_says_what_it_is(workdir) 
         queue.open_study(other, None, "g")
     assert str(caught.value) == ("h.yaml: study 'g' in mlruns/optuna.journal was created from a "
                                  "different sweep; pass --study NEW_NAME")
+
+
+def test_the_creator_samples_with_the_sweep_seed_and_a_joiner_with_its_own(
+        workdir, monkeypatch: pytest.MonkeyPatch) -> None:
+    from msexp.execution.process import owner
+    from msexp.spec import parse_spec
+
+    spec = parse_spec("name: r\nexperiment: mlp_digits\nmethod: random\nbudget: {trials: 4}\n"
+                      "fixed: {seed: 5}\nparams: {lr: {low: 0.001, high: 1.0, log: true}}\n",
+                      "r.yaml")
+    slept = []
+    monkeypatch.setattr(queue.time, "sleep", slept.append)
+    created, made = queue.open_study(spec, None)
+    assert made and slept == [], "the creator does not wait for itself"
+    joined, made = queue.open_study(spec, None)
+    assert not made
+
+    def first_lr(study: optuna.Study) -> float:
+        return study.ask({"lr": FloatDistribution(0.001, 1.0, log=True)}).params["lr"]
+
+    def alone(seed: int) -> float:
+        return first_lr(optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed)))
+
+    assert first_lr(created) == alone(5)
+    assert first_lr(joined) == alone(queue.sampler_seed(5, owner())) != alone(5)
+
+
+def test_a_study_of_other_directions_or_another_sweep_is_refused_naming_the_storage(
+        workdir) -> None:
+    from msexp.spec import parse_spec
+
+    url = f"sqlite:///{workdir / 'o.db'}"
+    optuna.create_study(study_name="d", storage=url, direction="minimize")  # not msexp's
+    spec = parse_spec("name: d\nexperiment: mlp_digits\n", "d.yaml")
+    with pytest.raises(MsexpError) as caught:
+        queue.open_study(spec, url)
+    assert str(caught.value) == "d.yaml: study 'd' has other objective directions"
+    queue.open_study(spec, url, "e")
+    other = parse_spec("name: d\nexperiment: lenet_digits\n", "f.yaml")
+    with pytest.raises(MsexpError) as caught:
+        queue.open_study(other, url, "e")
+    assert str(caught.value) == (f"f.yaml: study 'e' in {url} was created from a different "
+                                 "sweep; pass --study NEW_NAME")
