@@ -121,3 +121,13 @@ def test_mlflow_outage_loses_no_result_and_secrets_stay_out(cluster, workdir: Pa
     for log in (workdir / "mlruns" / "trials" / "outage").glob("*/trial.log"):
         assert password not in log.read_text()
     assert password not in output
+
+
+def test_the_database_has_connections_for_many_workers(cluster) -> None:
+    import sqlalchemy
+
+    os.environ["PGPASSFILE"] = str(cluster.pgpass)
+    engine = sqlalchemy.create_engine(cluster.storage_url, poolclass=sqlalchemy.pool.NullPool)
+    with engine.connect() as connection:
+        limit = connection.execute(sqlalchemy.text("show max_connections")).scalar()
+    assert int(limit) >= 400, "PostgreSQL's default of 100 runs out at a few dozen workers"

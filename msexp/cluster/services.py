@@ -28,6 +28,9 @@ from msexp.execution.process import free_port
 from msexp.paths import SERVICES_DIR
 
 USER = "msexp"
+# every worker holds a few connections of its own (Optuna pool, heartbeat), the MLflow server
+# more: PostgreSQL's default of 100 runs out at a few dozen workers
+MAX_CONNECTIONS = 400
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,8 @@ def _start_postgres(s: Services) -> None:
     if _run_quiet(_as_db_owner([pg_bin("pg_ctl"), "-D", str(data), "status"], data)):
         return
     _run(_as_db_owner([pg_bin("pg_ctl"), "-D", str(data), "-l", str(data / "postgres.log"),
-                       "-w", "-o", f"-p {s.pg_port} -k {data} -c listen_addresses=127.0.0.1",
+                       "-w", "-o", f"-p {s.pg_port} -k {data} -c listen_addresses=127.0.0.1 "
+                       f"-c max_connections={MAX_CONNECTIONS}",
                        "start"], data), "pg_ctl start")
     for db in ("optuna", "mlflow"):
         _run_quiet([pg_bin("createdb"), "-w", "-h", "127.0.0.1", "-p", str(s.pg_port), "-U",
