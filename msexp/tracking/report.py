@@ -49,9 +49,23 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
     if not complete:
         return []
     if len(study.directions) > 1:
-        return [t for t in study.best_trials if t.user_attrs.get(TrialKey.FEASIBLE, True)]
+        return _pareto_front(complete, study.directions)
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     return [(max if maximize else min)(complete, key=lambda t: t.value)]
+
+
+def _pareto_front(trials: list[FrozenTrial], directions: list[optuna.study.StudyDirection]
+                  ) -> list[FrozenTrial]:
+    """The trials no other trial dominates. (Optuna's `best_trials` ranks every trial, so an
+    infeasible one could hide the feasible front; its own filter is private.)"""
+    signs = [1 if d == optuna.study.StudyDirection.MAXIMIZE else -1 for d in directions]
+    scored = [(t, [s * v for s, v in zip(signs, t.values)]) for t in trials]
+
+    def dominated(values: list[float]) -> bool:
+        return any(all(o >= v for o, v in zip(other, values)) and other != values
+                   for _, other in scored)
+
+    return [t for t, values in scored if not dominated(values)]
 
 
 def build_report(study: optuna.Study, plots_dir: Path | None = None,

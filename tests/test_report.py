@@ -1,0 +1,161 @@
+"""What a study found, in-process: the best trial or Pareto set, state counts, and what
+lands on the MLflow parent run (best metrics, best params, the best checkpoint)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from msexp.execution.protocol import Status, TrialResult
+from msexp.keys import StudyKey, TrialKey
+from msexp.tracking.report import (
+    best_trials,
+    build_report,
+    log_best,
+    log_best_checkpoint,
+    log_report,
+    state_counts,
+)
+from msexp.tracking.runs import Tracker
+
+LR = {"lr": FloatDistribution(0.001, 1.0)}
+
+
+def trial(value, lr: float, state=TrialState.COMPLETE, **attrs) -> optuna.trial.FrozenTrial:
+    values = value if isinstance(value, list) or value is None else [value]
+    return create_trial(state=state, values=values, params={"lr": lr}, distributions=LR,
+                        user_attrs=attrs)
+
+
+def study_of(*trials, directions=("maximize",)) -> optuna.Study:
+    study = optuna.create_study(directions=list(directions))
+    for t in trials:
+        study.add_trial(t)
+    return study
+
+
+@pytest.mark.parametrize(("direction", "best"), [("maximize", 0.9), ("minimize", 0.1)])
+def test_the_best_trial_follows_the_direction_among_feasible_complete_trials(
+        direction: str, best: float) -> None:
+    study = study_of(trial(0.5, 0.1), trial(0.9, 0.2), trial(0.1, 0.3),
+                     trial(0.95 if direction == "maximize" else 0.05, 0.4,
+                           **{TrialKey.FEASIBLE: False}),
+                     trial(None, 0.5, TrialState.FAIL), directions=(direction,))
+    (chosen,) = best_trials(study)
+    assert chosen.value == best
+    assert best_trials(study_of(trial(None, 0.5, TrialState.FAIL))) == []
+
+
+def test_the_pareto_set_is_that_of_the_feasible_trials() -> None:
+    study = study_of(trial([0.9, 5.0], 0.1), trial([0.8, 1.0], 0.2), trial([0.7, 6.0], 0.3),
+                     trial([0.95, 0.5], 0.4, **{TrialKey.FEASIBLE: False}),  # dominates all
+                     trial([0.8, 1.0], 0.5), directions=("maximize", "minimize"))
+    assert sorted(t.number for t in best_trials(study)) == [0, 1, 4]
+
+
+def test_state_counts_use_msexps_status_for_finished_trials() -> None:
+    study = study_of(trial(0.5, 0.1), trial(None, 0.2, TrialState.FAIL),
+                     trial(None, 0.3, TrialState.FAIL, **{TrialKey.STATUS: "TIMEOUT"}),
+                     trial(None, 0.4, TrialState.PRUNED, **{TrialKey.STATUS: "PRUNED"}))
+    study.enqueue_trial({"lr": 0.5}, user_attrs={TrialKey.STATUS: "TIMEOUT"})  # not finished
+    assert state_counts(study) == {"COMPLETE": 1, "FAIL": 1, "TIMEOUT": 1, "PRUNED": 1,
+                                   "WAITING": 1}
+
+
+@pytest.fixture(scope="module")
+def tracker(tmp_path_factory) -> Iterator[Tracker]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path_factory.mktemp("report"))
+        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        yield Tracker()
+
+
+def with_parent(study: optuna.Study, tracker: Tracker, name: str) -> str:
+    experiment = tracker.experiment_id(name)
+    parent = tracker.parent_run(experiment, name, {}, Path("none.yaml"))
+    study.set_user_attr(StudyKey.PARENT_RUN, parent)
+    return parent
+
+
+def test_the_parent_run_gets_the_best_trials_metrics_and_params(tracker: Tracker) -> None:
+    study = study_of(
+        trial(0.5, 0.1, **{TrialKey.METRICS: {"eval_accuracy": 0.5}}),
+        trial(0.9, 0.2, **{TrialKey.METRICS: {"eval_accuracy": 0.9, "wall_s": 2.0,
+                                              "note": "x", "bad": float("nan")},
+                           TrialKey.PARAMS: {"lr": 0.2, "storage": "postgresql://u:pw@h/d"}}))
+    assert log_best(study, tracker) is None, "no parent run yet"
+    parent = with_parent(study, tracker, "best")
+    assert log_best(study, tracker) == parent
+    run = tracker.client.get_run(parent)
+    assert run.data.metrics == {"best_eval_accuracy": 0.9, "best_wall_s": 2.0}
+    assert run.data.tags["best_trial"] == "1" and run.data.tags["best.lr"] == "0.2"
+    assert run.data.tags["best.storage"] == "postgresql://u:***@h/d"
+
+
+def test_a_multi_objective_study_logs_no_single_best(tracker: Tracker) -> None:
+    study = study_of(trial([0.9, 5.0], 0.1, **{TrialKey.METRICS: {"a": 1.0}}),
+                     directions=("maximize", "minimize"))
+    parent = with_parent(study, tracker, "pareto")
+    assert log_best(study, tracker) == parent
+    assert log_best_checkpoint(study, tracker) is None
+    assert tracker.client.get_run(parent).data.metrics == {}
+
+
+def test_the_best_checkpoint_is_attached_once_and_linked_from_the_parent(
+        tracker: Tracker, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "best.ckpt"
+    checkpoint.write_bytes(b"weights")
+    study = study_of(trial(0.5, 0.1), trial(0.9, 0.2))
+    parent = with_parent(study, tracker, "ckpt")
+    experiment = tracker.client.get_run(parent).info.experiment_id
+    child = tracker.log_trial(experiment, parent, 1, {}, TrialResult(Status.COMPLETE),
+                              time.time())
+    assert log_best_checkpoint(study, tracker) is None, "the best trial kept no model"
+    study = study_of(trial(0.5, 0.1, **{TrialKey.CHECKPOINT: str(checkpoint),
+                                        TrialKey.RUN_ID: "x"}),
+                     trial(0.9, 0.2, **{TrialKey.CHECKPOINT: str(checkpoint),
+                                        TrialKey.RUN_ID: child}))
+    study.set_user_attr(StudyKey.PARENT_RUN, parent)
+    uri = log_best_checkpoint(study, tracker)
+    assert uri == f"runs:/{child}/checkpoint/best.ckpt"
+    assert log_best_checkpoint(study, tracker) == uri
+    assert [a.path for a in tracker.client.list_artifacts(child, "checkpoint")] == [
+        "checkpoint/best.ckpt"], "attached once"
+    assert tracker.client.get_run(parent).data.tags["best_checkpoint"] == uri
+    spooled = study_of(trial(0.9, 0.2, **{TrialKey.CHECKPOINT: str(checkpoint),
+                                          TrialKey.RUN_ID: "spooled"}))
+    spooled.set_user_attr(StudyKey.PARENT_RUN, parent)
+    assert log_best_checkpoint(spooled, tracker) is None
+    gone = study_of(trial(0.9, 0.2, **{TrialKey.CHECKPOINT: str(tmp_path / "gone.ckpt"),
+                                       TrialKey.RUN_ID: child}))
+    gone.set_user_attr(StudyKey.PARENT_RUN, parent)
+    assert log_best_checkpoint(gone, tracker) is None
+
+
+def test_a_report_logs_its_files_under_report_on_the_parent_run(
+        tracker: Tracker, tmp_path: Path) -> None:
+    study = study_of(*(trial(v, lr) for v, lr in ((0.5, 0.1), (0.7, 0.4), (0.9, 0.8))))
+    study.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
+    report = build_report(study, tmp_path / "plots")
+    assert [t.number for t in report.best] == [2]
+    assert set(report.importances) == {"lr"}
+    names = {p.name for p in report.plots}
+    assert {"optimization_history.html", "param_importances.html",
+            "parallel_coordinate.html"} <= names
+    parent = with_parent(study, tracker, "report")
+    assert log_report(report, tracker) == parent
+    logged = {a.path for a in tracker.client.list_artifacts(parent, "report")}
+    assert logged == {f"report/{p.name}" for p in report.plots}
+
+
+def test_a_study_of_one_point_has_no_importances_and_unnamed_objectives_get_names() -> None:
+    study = study_of(trial(0.5, 0.1), trial(0.6, 0.1))
+    report = build_report(study)
+    assert report.importances == {} and report.plots == []
+    assert report.objective_names() == ["value0"] and not report.multi_objective
