@@ -160,3 +160,8 @@ METRICS = (
 
 EPOCH_METRICS = ("eval_loss", "eval_accuracy", "train_loss")
 """Metrics reported once per epoch, so they can drive pruning."""
+
+
+def value_text(value: Any) -> str:
+    """A value as tables and run names show it: floats to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -17,12 +17,8 @@ from rich.table import Table
 
 from msexp.cli.options import console
 from msexp.keys import StudyKey, TrialKey
+from msexp.knobs import value_text as cell
 from msexp.urls import redact
-
-
-def cell(value: Any) -> str:
-    """A value as a table cell: floats to 4 significant digits."""
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def kv(values: dict[str, Any], exclude: Any = ()) -> str:

@@ -26,6 +26,7 @@ from msexp.execution.protocol import (
     TrialResult,
 )
 from msexp.keys import StudyKey, TrialKey
+from msexp.knobs import value_text
 from msexp.paths import TRIALS_DIR
 from msexp.search.storage import storage_label
 from msexp.search.study import (
@@ -298,7 +299,8 @@ class Sweep:
         folder = (TRIALS_DIR / self.study.study_name / f"trial-{trial.number:04d}").resolve()
         request = trial_request(spec, params, folder)
         rerun = TrialKey.ATTEMPT in trial.user_attrs  # an earlier attempt may have logged
-        name = " ".join([f"#{trial.number}", *(f"{k}={_short(v)}" for k, v in assigned.items())])
+        name = " ".join([f"#{trial.number}",
+                         *(f"{k}={value_text(v)}" for k, v in assigned.items())])
         started = time.time()
         self.progress.trial_started(trial.number, name, params.get("epochs"))
         result = process.run(request, spec.budget.trial_timeout, self._epoch_hook(trial))
@@ -423,11 +425,6 @@ def objective_value(objective: Objective, metrics: dict[str, float], epochs: lis
         if values:
             return max(values) if objective.direction == "maximize" else min(values)
     return metrics.get(objective.metric, math.nan)
-
-
-def _short(value: Any) -> str:
-    """A param value in a run name: floats to 4 significant digits."""
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _describe(exc: Exception) -> str:
