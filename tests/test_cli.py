@@ -101,3 +101,31 @@ def test_an_unforeseen_error_is_printed_verbatim_and_cut_at_300_characters(
     result = invoke("status", str(write(workdir / "s.yaml", "name: s\n")))
     text = "[bold]x[/bold] " + "y" * (300 - len("[bold]x[/bold] "))
     assert one_line(result) == f"msexp: RuntimeError: {text} (--debug shows the traceback)"
+
+
+def test_each_command_group_has_the_boundary_help_without_arguments_and_no_completion(
+) -> None:
+    """Mutations of `_typer` (it runs at import, so its groups are rebuilt here)."""
+    from msexp.cli.app import _typer
+
+    group = _typer("Tools for a test.\n\nExample: msexp tools boom")
+
+    @group.command()
+    def boom() -> None:
+        """Fail with a two-line error."""
+        raise RuntimeError("first\nsecond")
+
+    @group.command()
+    def fine() -> None:
+        """Do nothing."""
+
+    failed = CliRunner().invoke(group, ["boom"])
+    assert failed.exit_code == 1 and failed.exception.__class__ is SystemExit
+    assert one_line(failed) == ("msexp: RuntimeError: first second "
+                                "(--debug shows the traceback)")
+    bare = CliRunner().invoke(group, [], env={"COLUMNS": "200"})
+    assert "Tools for a test." in bare.output and "boom" in bare.output, bare.output
+    assert "Usage:" in bare.output and "--install-completion" not in bare.output
+    assert not group.pretty_exceptions_enable, "a traceback only with --debug, and plain"
+    services = invoke("services")
+    assert "up" in services.output and "down" in services.output, services.output
