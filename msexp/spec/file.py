@@ -175,7 +175,7 @@ def _first_error(source: str, exc: ValidationError, data: dict[str, Any]) -> Spe
         return SpecError(source, key, "must be one of " + ", ".join(m.value for m in Method),
                          err["input"])
     rule = err["msg"].removeprefix("Value error, ")
-    for prefix in ("Input should be ", "Value should be ", "String should "):
+    for prefix in ("Input should be ", "String should "):  # pydantic 2 wording
         if rule.startswith(prefix):
             rule = ("must " if prefix == "String should " else "must be ") + rule[len(prefix):]
     return SpecError(source, key, rule[0].lower() + rule[1:], err.get("input"))
