@@ -65,23 +65,25 @@ def test_an_aborted_sweep_queues_the_trials_it_took_again_without_an_attempt(
     spec = load_spec(write(workdir / "s.yaml", """
         name: aborted
         experiment: mlp_digits
-        params: {lr: [0.1, 0.2, 0.3]}
+        params: {lr: [0.1, 0.2, 0.3, 0.4]}
         budget: {retries: 1}
     """))
     study, created = open_study(spec, None)
     sweep = loop.Sweep(spec, None, study, created, None, [], Silent())
-    first, second = sweep._next_trial(), sweep._next_trial()
-    assert sorted(sweep.held) == [first.number, second.number]
-    sweep._abort(RuntimeError("storage lost   postgresql://u:pw@h/db"))
+    told, first, second = (sweep._next_trial() for _ in range(3))
+    assert sorted(sweep.held) == [told.number, first.number, second.number]
+    study.tell(told, 0.5)  # recorded, not yet let go: putting it back fails, the rest go on
+    sweep._abort(RuntimeError("storage lost   postgresql://u:pw@h/db " + "x" * 400))
     sweep._abort(ValueError("a later error"))
     assert sweep._next_trial() is None, "a stopped sweep takes no more trials"
     sweep._release_held()
     sweep.mlflow.exception()  # the background MLflow opening is done
     study = optuna.load_study(study_name=study.study_name, storage=study._storage)
     states = {t.number: t.state for t in study.trials}
-    assert states == {0: TrialState.WAITING, 1: TrialState.WAITING, 2: TrialState.WAITING}
+    assert states == {0: TrialState.COMPLETE, 1: TrialState.WAITING, 2: TrialState.WAITING,
+                      3: TrialState.WAITING}
+    text = "storage lost postgresql://u:***@h/db " + "x" * 400
     for number in (first.number, second.number):
         attrs = study.trials[number].user_attrs
         assert attrs[TrialKey.ATTEMPT] == 0, "an abort is not the trial's fault"
-        assert attrs[TrialKey.ERROR] == (
-            "sweep stopped: RuntimeError: storage lost postgresql://u:***@h/db")
+        assert attrs[TrialKey.ERROR] == f"sweep stopped: RuntimeError: {text[:300]}"

@@ -55,16 +55,17 @@ def test_the_best_trial_follows_the_direction_among_feasible_complete_trials(
 def test_the_pareto_set_is_that_of_the_feasible_trials() -> None:
     study = study_of(trial([0.9, 5.0], 0.1), trial([0.8, 1.0], 0.2), trial([0.7, 6.0], 0.3),
                      trial([0.95, 0.5], 0.4, **{TrialKey.FEASIBLE: False}),  # dominates all
-                     trial([0.8, 1.0], 0.5), directions=("maximize", "minimize"))
+                     trial([0.8, 1.0], 0.5), trial([0.7, 1.0], 0.6),  # a tie, but worse
+                     directions=("maximize", "minimize"))
     assert sorted(t.number for t in best_trials(study)) == [0, 1, 4]
 
 
 def test_state_counts_use_msexps_status_for_finished_trials() -> None:
-    study = study_of(trial(0.5, 0.1), trial(None, 0.2, TrialState.FAIL),
+    study = study_of(trial(0.5, 0.1), trial(0.6, 0.1), trial(None, 0.2, TrialState.FAIL),
                      trial(None, 0.3, TrialState.FAIL, **{TrialKey.STATUS: "TIMEOUT"}),
                      trial(None, 0.4, TrialState.PRUNED, **{TrialKey.STATUS: "PRUNED"}))
     study.enqueue_trial({"lr": 0.5}, user_attrs={TrialKey.STATUS: "TIMEOUT"})  # not finished
-    assert state_counts(study) == {"COMPLETE": 1, "FAIL": 1, "TIMEOUT": 1, "PRUNED": 1,
+    assert state_counts(study) == {"COMPLETE": 2, "FAIL": 1, "TIMEOUT": 1, "PRUNED": 1,
                                    "WAITING": 1}
 
 

@@ -31,6 +31,7 @@ def test_a_file_ends_a_line_only_after_a_newline(tmp_path: Path, content: bytes,
     (b"abc\ndef", 4), (b"abc", 0), (b"\nabc", 1), (b"a\nb\ncd", 4),
     (b"x\n" + b"y" * (3 * storage._TAIL_CHUNK), 2),  # the newline is chunks back
     (b"z" * (storage._TAIL_CHUNK + 5), 0),
+    (b"\n" + b"w" * (2 * storage._TAIL_CHUNK), 1),  # the last chunk is the first byte
 ])
 def test_the_torn_tail_starts_after_the_last_newline(tmp_path: Path, content: bytes,
                                                      keep: int) -> None:
@@ -53,7 +54,7 @@ def test_opening_a_journal_cuts_only_a_torn_last_record(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("lines", "bad"), [([RECORD, "not json"], 2),
                                             (["[1, 2]", RECORD], 1),
-                                            ([RECORD, '{"worker_id": 1}'], 2),
+                                            ([RECORD, '{"worker_id": 1}', RECORD], 2),
                                             ([RECORD, RECORD], 2), ([], 0)])
 def test_the_first_bad_line_is_named_by_its_number(tmp_path: Path, lines: list[str],
                                                    bad: int) -> None:

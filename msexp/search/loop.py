@@ -230,7 +230,7 @@ class Sweep:
             try:
                 with self.lock:
                     self._put_back(trial, error)
-            except Exception:  # the storage itself failed: the next run finds it stale
+            except Exception:  # told meanwhile, or the storage failed (the next run finds it stale)
                 continue
 
     def _put_back(self, trial: optuna.Trial, reason: str) -> None:
