@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.execution.command import MetricReader, arguments
+from msexp.execution.command import CommandFailed, MetricReader, arguments
 from msexp.execution.pool import TrialProcess
-from msexp.execution.protocol import Command, Status, TrialRequest
+from msexp.execution.protocol import Command, Start, Status, TrialRequest
 from msexp.search.storage import open_storage
+from msexp.training.records import Stopped
 from tests.conftest import ASSETS, ROOT, child_runs, mlflow_client, write
 
 SCRIPTS = ASSETS / "scripts"
@@ -259,3 +262,97 @@ def test_the_last_output_line_and_only_numeric_groups_are_kept() -> None:
     assert reader.feed("mode=fast x") == {} and reader.last_line == "mode=fast x"
     assert reader.feed("   \n") == {} and reader.last_line == "mode=fast x"
     assert reader.feed("mode=3") == {"mode": 3.0}
+
+
+# run_command in-process: a trial of a script, as the trial process runs it
+SCRIPT = r"""
+import json, os, sys, time
+from pathlib import Path
+params = json.loads(Path(os.environ["MSEXP_TRIAL"]).read_text())
+out = Path(os.environ["MSEXP_OUTPUT_DIR"])
+seen = {"args": sys.argv[1:], "resume": os.environ.get("MSEXP_RESUME")}
+(out.parent / "seen.json").write_text(json.dumps(seen))
+mode = params.get("mode")
+if mode == "fail":
+    print("something broke")
+    sys.exit(3)
+if mode == "quiet":
+    sys.exit(0)
+from msexp.hooks import report, should_stop
+for epoch in (1, 2):
+    report(epoch, eval_accuracy=0.25 * (epoch + 1))
+    (out / f"e{epoch}.ckpt").write_text(str(epoch))
+    time.sleep(0.05)
+if mode == "wait":
+    deadline = time.monotonic() + 240
+    while not should_stop() and time.monotonic() < deadline:
+        time.sleep(0.01)
+print("score: 0.9")
+"""
+
+
+def run_script(folder: Path, stop_after: int | None = None, **params):
+    """(metrics or the exception, checkpoint, events); with `stop_after`, msexp asks the
+    script to stop once it has reported that many epochs."""
+    from msexp.execution.command import run_command
+
+    request = TrialRequest("script", params, folder,
+                           command=Command([sys.executable, "-c", SCRIPT], str(folder)))
+    events: list = []
+
+    def stop() -> bool:
+        return stop_after is not None and len(events) > stop_after
+
+    try:
+        metrics, checkpoint = run_command(request, events.append, stop)
+    except Exception as exc:
+        return exc, None, events
+    return metrics, checkpoint, events
+
+
+def seen(folder: Path) -> dict:
+    return json.loads((folder / "seen.json").read_text())
+
+
+def test_a_command_trial_reads_metrics_and_epochs_and_keeps_the_newest_checkpoint(
+        workdir: Path) -> None:
+    metrics, checkpoint, events = run_script(workdir / "t", lr=0.1, devices=1)
+    assert metrics == {"score": 0.9, "eval_accuracy": 0.75}
+    assert checkpoint == workdir / "t" / "outputs" / "e2.ckpt"
+    start, *epochs = events
+    assert isinstance(start, Start) and start.data_source == f"{sys.executable} -c {SCRIPT}"
+    assert [(e.epoch, e.metrics) for e in epochs] == [(1, {"eval_accuracy": 0.5}),
+                                                      (2, {"eval_accuracy": 0.75})]
+    assert seen(workdir / "t") == {"args": ["--lr=0.1"], "resume": None}, "devices: msexp's"
+    assert json.loads((workdir / "t" / "params.json").read_text()) == {"lr": 0.1, "devices": 1}
+    again, _, _ = run_script(workdir / "t", lr=0.1)
+    assert again == metrics
+    assert seen(workdir / "t")["resume"] == str(workdir / "t" / "outputs")
+
+
+def test_a_command_that_fails_or_reports_nothing_fails_its_trial(workdir: Path) -> None:
+    failed, _, _ = run_script(workdir / "f", mode="fail")
+    assert isinstance(failed, CommandFailed)
+    assert str(failed) == "the command exited with code 3: something broke"
+    quiet, _, _ = run_script(workdir / "q", mode="quiet")
+    assert isinstance(quiet, RuntimeError) and not isinstance(quiet, CommandFailed)
+    assert str(quiet).startswith("the command reported no metric")
+
+
+def test_a_stop_request_stops_the_command_after_its_epochs(workdir: Path) -> None:
+    stopped, _, events = run_script(workdir / "s", stop_after=2, mode="wait")
+    assert isinstance(stopped, Stopped) and str(stopped) == "stopped after epoch 2"
+    assert [e.epoch for e in events[1:]] == [1, 2]
+
+
+def test_the_plan_check_says_how_a_command_fails(tmp_path: Path) -> None:
+    from msexp.execution.command import check_command
+
+    python = [sys.executable, "-c"]
+    assert check_command([*python, "import sys"], tmp_path, ["--help"]) is None
+    assert check_command([*python, "import sys; sys.exit('no such flag')"], tmp_path,
+                         ["--help"]) == "it exited with code 1 with --help: no such flag"
+    assert check_command([*python, "import time; time.sleep(30)"], tmp_path, ["--help"],
+                         timeout=0.5) == "`--help` did not finish within 0.5 s"
+    assert check_command(["no-such-program-xyz"], tmp_path, ["--help"]) == (
+        "cannot start it (No such file or directory)")
