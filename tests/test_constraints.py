@@ -86,3 +86,6 @@ def test_optuna_gets_each_constraints_violation_of_a_trial() -> None:
         "metrics": {"peak_mem_mb": 150.0, "eval_accuracy": 0.75}})
     assert _violations(spec)(trial) == [50.0, -0.25]
     assert _violations(spec)(optuna.trial.create_trial(value=1.0)) == [1.0, 1.0]
+    assert not spec.feasible({"peak_mem_mb": 150.0, "eval_accuracy": 0.75})
+    assert spec.feasible({"peak_mem_mb": 100.0, "eval_accuracy": 0.5}), "bounds are kept"
+    assert not spec.feasible({"eval_accuracy": 0.75}), "a missing metric is not kept"

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from msexp.errors import SpecError
 from msexp.spec import parse_spec
-from msexp.tracking.replicates import configurations, effects
+from msexp.tracking.replicates import configurations, effects, markdown
 from tests.conftest import mlflow_client, write
 
 
@@ -118,3 +118,17 @@ def test_one_seed_has_no_spread_and_a_knob_needs_two_values() -> None:
     assert Effect("micro_size", "m", 0.3, 0.1).line() == (
         "micro_size: m moves by 0.3 across its values, larger than the seed-to-seed "
         "spread (0.1)")
+
+
+def test_the_replicates_table_is_markdown_with_mean_spread_and_seeds() -> None:
+    groups = configurations(study_of({(1, 0): 0.90, (1, 1): 0.92, (8, 0): 0.70}),
+                            ["eval_accuracy"])
+    found = effects(groups, "eval_accuracy")
+    assert markdown(groups, ["eval_accuracy"], found) == (
+        "| micro_size | eval_accuracy | seeds |\n"
+        "|---|---|---|\n"
+        "| 1 | 0.91 ± 0.014 | 2 |\n"
+        "| 8 | 0.7 ± nan | 1 |\n"
+        "\n"
+        "- micro_size: eval_accuracy moves by 0.21 across its values, larger than the "
+        "seed-to-seed spread (0.01414)\n")

@@ -204,3 +204,13 @@ def test_a_study_of_other_directions_or_another_sweep_is_refused_naming_the_stor
         queue.open_study(other, url, "e")
     assert str(caught.value) == (f"f.yaml: study 'e' in {url} was created from a different "
                                  "sweep; pass --study NEW_NAME")
+
+
+def test_the_budget_counts_started_trials_but_not_queued_retries(study: optuna.Study) -> None:
+    study.add_trial(optuna.trial.create_trial(value=1.0))
+    study.ask()
+    study.enqueue_trial({}, user_attrs={TrialKey.RETRY_OF: 0})
+    study.enqueue_trial({})
+    assert queue.started_count(study) == 2
+    queue.claim_waiting(study)  # the retry starts: still not a trial of its own
+    assert queue.started_count(study) == 2

@@ -297,3 +297,18 @@ def test_a_build_that_raises_at_validate_is_one_line(workdir: Path) -> None:
         'b.yaml: experiment: build() raised RuntimeError: the experiment is broken on purpose '
         'at broken.py:19 `raise RuntimeError("the experiment is broken on purpose")`, '
         'got broken:build')
+
+
+def test_the_params_of_one_trial_are_complete_and_checked() -> None:
+    """`msexp run --set`: the experiment's defaults, the values set, each knob's rule."""
+    from msexp.spec.load import trial_params
+
+    params = trial_params("mlp_digits", {"lr": 0.5, "micro_size": 2})
+    assert params["lr"] == 0.5 and params["micro_size"] == 2
+    assert params["optimizer"] == "momentum" and params["amp_level"] == "O0"
+    with pytest.raises(SpecError) as caught:
+        trial_params("mlp_digits", {"micro_size": 0})
+    assert str(caught.value) == "--set: fixed.micro_size: must be >= 1, got 0"
+    with pytest.raises(SpecError) as caught:
+        trial_params("mlp_digits", {"no_such_knob": 1}, "cli")
+    assert str(caught.value).startswith("cli: ")
