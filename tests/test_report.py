@@ -9,7 +9,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from optuna.distributions import FloatDistribution
+from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from msexp.execution.protocol import Status, TrialResult
@@ -145,6 +145,8 @@ def test_a_report_logs_its_files_under_report_on_the_parent_run(
     study.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
     report = build_report(study, tmp_path / "plots")
     assert [t.number for t in report.best] == [2]
+    assert report.objective_names() == ["eval_accuracy"]
+    assert '"eval_accuracy"' in html(tmp_path / "plots" / "optimization_history.html")
     assert set(report.importances) == {"lr"}
     names = {p.name for p in report.plots}
     assert {"optimization_history.html", "param_importances.html",
@@ -160,3 +162,51 @@ def test_a_study_of_one_point_has_no_importances_and_unnamed_objectives_get_name
     report = build_report(study)
     assert report.importances == {} and report.plots == []
     assert report.objective_names() == ["value0"] and not report.multi_objective
+
+
+def html(path: Path) -> str:
+    text = path.read_text(encoding="utf-8")
+    assert '<script src="https://cdn.plot.ly' not in text and len(text) > 1_000_000, "offline"
+    return text
+
+
+def test_a_multi_objective_report_plots_the_front_and_each_objectives_history(
+        tmp_path: Path) -> None:
+    study = study_of(trial([0.9137, 123.57], 0.1), trial([0.8219, 456.53], 0.2),
+                     trial([0.7351, 789.51], 0.3), directions=("maximize", "minimize"))
+    study.set_user_attr(StudyKey.OBJECTIVES, ["acc", "mem"])
+    report = build_report(study, tmp_path / "deep" / "plots")  # folders are made
+    assert report.multi_objective and report.objective_names() == ["acc", "mem"]
+    files = {p.name: p for p in report.plots}
+    assert {"pareto_front.html", "history_acc.html", "history_mem.html",
+            "parallel_coordinate.html"} <= set(files)
+    front = html(files["pareto_front.html"])
+    assert '"acc"' in front and '"mem"' in front
+    memory, accuracy = html(files["history_mem.html"]), html(files["history_acc.html"])
+    assert '"mem"' in memory and '"acc"' not in memory
+    assert '"acc"' in accuracy and '"mem"' not in accuracy
+    assert '"acc"' in html(files["parallel_coordinate.html"]), "coloured by the first"
+
+
+def test_a_repeated_study_reports_replicates_and_effects(tmp_path: Path) -> None:
+    dists = {"micro_size": CategoricalDistribution([1, 8]),
+             "seed": CategoricalDistribution([0, 1])}
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
+    for (micro, seed), value in {(1, 0): 0.90, (1, 1): 0.92, (8, 0): 0.70,
+                                 (8, 1): 0.74}.items():
+        study.add_trial(create_trial(params={"micro_size": micro, "seed": seed},
+                                     distributions=dists, value=value,
+                                     user_attrs={TrialKey.METRICS: {"eval_accuracy": value}}))
+    report = build_report(study, tmp_path)
+    assert [c.params for c in report.configurations] == [{"micro_size": 1}, {"micro_size": 8}]
+    assert [(e.knob, e.metric, e.real) for e in report.effects] == [
+        ("micro_size", "eval_accuracy", True)]
+    table = tmp_path / "replicates.md"
+    assert table in report.plots
+    assert "| 1 | 0.91 ± 0.014 | 2 |" in table.read_text(encoding="utf-8")
+    assert "micro_size: eval_accuracy moves by 0.19" in table.read_text(encoding="utf-8")
+    single = study_of(trial(0.5, 0.1, **{TrialKey.METRICS: {"value0": 0.5}}),
+                      trial(0.6, 0.2, **{TrialKey.METRICS: {"value0": 0.6}}))
+    assert build_report(single).configurations == [], "one seed each: no replicates"
+    assert set(build_report(single).importances) == {"lr"}, "two varied trials suffice"

@@ -312,3 +312,20 @@ def test_the_params_of_one_trial_are_complete_and_checked() -> None:
     with pytest.raises(SpecError) as caught:
         trial_params("mlp_digits", {"no_such_knob": 1}, "cli")
     assert str(caught.value).startswith("cli: ")
+
+
+@pytest.mark.parametrize(("extra", "line"), [
+    ("data: {format: mnist, path: d}\n",
+     "c.yaml: data: a command reads its own data; pass its folder as an argument in fixed, "
+     'got {"format": "mnist", "path": "d"}'),
+    ("pruner: {type: hyperband}\n",
+     "c.yaml: pruner.type: hyperband with a command needs fixed.epochs, got hyperband"),
+])
+def test_what_a_command_sweep_cannot_use(tmp_path: Path, extra: str, line: str) -> None:
+    (tmp_path / "t.py").write_text("print('x: 1')\n")
+    head = "name: c\nexperiment: {command: python t.py}\nparams: {lr: [0.1]}\n"
+    with pytest.raises(SpecError) as caught:
+        parse_spec(head + extra, "c.yaml", tmp_path / "c.yaml")
+    assert str(caught.value) == line
+    parse_spec(head + "fixed: {epochs: 3}\npruner: {type: hyperband}\n", "c.yaml",
+               tmp_path / "c.yaml")
