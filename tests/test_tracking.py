@@ -189,3 +189,27 @@ def test_ui_links_open_the_training_view(tracker: Tracker) -> None:
     assert runs == "http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning"
     assert parent.endswith("/experiments/1/runs/abc?workflowType=machine_learning")
     assert command == f"mlflow ui --backend-store-uri {DEFAULT_TRACKING_URI} --port 5000"
+
+
+def test_msexp_sync_delivers_what_waits_and_says_what_is_left(
+        tracker: Tracker, experiment: str, workdir: Path) -> None:
+    from typer.testing import CliRunner
+
+    from msexp.cli import app
+
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    tracker.client.delete_experiment(experiment)
+    for number in (0, 1):
+        assert tracker.record_trial(experiment, parent, number, {}, finished(),
+                                    time.time()) is None
+    waiting = CliRunner().invoke(app, ["sync"])
+    assert waiting.exit_code == 1
+    assert waiting.output.strip() == (f"delivered 0 trial(s) to {DEFAULT_TRACKING_URI}; "
+                                      "2 still waiting")
+    tracker.client.restore_experiment(experiment)
+    done = CliRunner().invoke(app, ["sync"])
+    assert done.exit_code == 0, done.output
+    assert done.output.strip() == (f"delivered 2 trial(s) to {DEFAULT_TRACKING_URI}; "
+                                   "0 still waiting")
+    runs = tracker.client.search_runs([experiment], f"tags.`{RunTag.PARENT}` = '{parent}'")
+    assert sorted(r.data.tags[RunTag.TRIAL] for r in runs) == ["0", "1"]
