@@ -132,6 +132,19 @@ def test_a_hydra_style_script_gets_overrides(scripts: Path) -> None:
               for r in runs}
     assert scores == {("0.1", "0.5"): pytest.approx(0.4), ("0.1", "0.9"): pytest.approx(0.8),
                       ("0.3", "0.5"): pytest.approx(0.6), ("0.3", "0.9"): pytest.approx(1.0)}
+    # what Optuna keeps of each trial: the resume, the report and `msexp best` read it
+    run_ids = {r.data.tags["msexp.trial"]: r.info.run_id for r in runs}
+    study = __import__("optuna").load_study(study_name="hydra", storage=open_storage(None))
+    for trial in study.trials:
+        attrs = trial.user_attrs
+        assert trial.state.name == "COMPLETE" and attrs["status"] == "COMPLETE"
+        assert trial.value == pytest.approx(1.0 - abs(trial.params["lr"] - 0.3)
+                                            - abs(trial.params["optim.momentum"] - 0.9))
+        assert attrs["metrics"]["score"] == trial.value and attrs["metrics"]["wall_s"] > 0
+        assert attrs["mlflow_run_id"] == run_ids[str(trial.number)]
+        assert attrs["params"] == {"lr": trial.params["lr"], "epochs": 1,
+                                   "optim.momentum": trial.params["optim.momentum"]}
+        assert "error" not in attrs and "epoch_metrics" in attrs
 
 
 def test_failing_commands_are_recorded_and_the_sweep_goes_on(scripts: Path) -> None:
@@ -151,6 +164,10 @@ def test_failing_commands_are_recorded_and_the_sweep_goes_on(scripts: Path) -> N
     assert run.data.tags["error"].endswith("unrecognized arguments: --no_such_flag=1")
     log = Path(mlflow_client().download_artifacts(run.info.run_id, "trial.log")).read_text()
     assert "unrecognized arguments: --no_such_flag=1" in log
+    (trial,) = __import__("optuna").load_study(study_name="bad-flag",
+                                               storage=open_storage(None)).trials
+    assert trial.state.name == "FAIL" and trial.user_attrs["status"] == "FAILED"
+    assert trial.user_attrs["error"] == run.data.tags["error"]
 
     quiet = write(scripts / "quiet.yaml", """
         name: quiet
@@ -350,6 +367,8 @@ def test_the_plan_check_says_how_a_command_fails(tmp_path: Path) -> None:
 
     python = [sys.executable, "-c"]
     assert check_command([*python, "import sys"], tmp_path, ["--help"]) is None
+    (tmp_path / "t.py").write_text("import sys; sys.stdin.read()\n")  # stdin: nothing to read
+    assert check_command(["python", "t.py"], tmp_path, ["--help"]) is None, "in its folder"
     assert check_command([*python, "import sys; sys.exit('no such flag')"], tmp_path,
                          ["--help"]) == "it exited with code 1 with --help: no such flag"
     assert check_command([*python, "import time; time.sleep(30)"], tmp_path, ["--help"],

@@ -12,6 +12,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
+from msexp.errors import MsexpError
 from msexp.execution.protocol import Status, TrialResult
 from msexp.keys import StudyKey, TrialKey
 from msexp.tracking.report import (
@@ -157,10 +158,16 @@ def test_a_report_logs_its_files_under_report_on_the_parent_run(
     assert logged == {f"report/{p.name}" for p in report.plots}
 
 
-def test_a_study_of_one_point_has_no_importances_and_unnamed_objectives_get_names() -> None:
+def test_a_study_of_one_point_has_no_importances_and_unnamed_objectives_get_names(
+        tmp_path: Path) -> None:
     study = study_of(trial(0.5, 0.1), trial(0.6, 0.1))
     report = build_report(study)
     assert report.importances == {} and report.plots == []
+    plotted = {p.name for p in build_report(study, tmp_path / "two").plots}
+    assert {"optimization_history.html", "parallel_coordinate.html"} <= plotted
+    assert "param_importances.html" not in plotted
+    alone = {p.name for p in build_report(study_of(trial(0.5, 0.1)), tmp_path / "one").plots}
+    assert "optimization_history.html" in alone and "parallel_coordinate.html" not in alone
     assert report.objective_names() == ["value0"] and not report.multi_objective
 
 
@@ -198,7 +205,9 @@ def test_a_repeated_study_reports_replicates_and_effects(tmp_path: Path) -> None
         study.add_trial(create_trial(params={"micro_size": micro, "seed": seed},
                                      distributions=dists, value=value,
                                      user_attrs={TrialKey.METRICS: {"eval_accuracy": value}}))
-    report = build_report(study, tmp_path)
+    report = build_report(study, tmp_path, baselines={"micro_size": "8"})
+    (knob,) = [k for k in report.knob_effects.knobs if k.name == "micro_size"]
+    assert knob.baseline == 1, "the baseline asked for: the second level"
     assert [c.params for c in report.configurations] == [{"micro_size": 1}, {"micro_size": 8}]
     assert [(e.knob, e.metric, e.real) for e in report.effects] == [
         ("micro_size", "eval_accuracy", True)]
@@ -210,3 +219,7 @@ def test_a_repeated_study_reports_replicates_and_effects(tmp_path: Path) -> None
                       trial(0.6, 0.2, **{TrialKey.METRICS: {"value0": 0.6}}))
     assert build_report(single).configurations == [], "one seed each: no replicates"
     assert set(build_report(single).importances) == {"lr"}, "two varied trials suffice"
+    with pytest.raises(MsexpError) as caught:
+        build_report(single, color_by="seed")
+    assert str(caught.value) == (f"--color-by seed: not a swept knob of {single.study_name}; "
+                                 "swept: lr")
