@@ -87,3 +87,30 @@ def test_an_aborted_sweep_queues_the_trials_it_took_again_without_an_attempt(
         attrs = study.trials[number].user_attrs
         assert attrs[TrialKey.ATTEMPT] == 0, "an abort is not the trial's fault"
         assert attrs[TrialKey.ERROR] == f"sweep stopped: RuntimeError: {text[:300]}"
+
+
+def test_the_progress_shows_the_best_trial_so_far_or_the_pareto_size(workdir: Path) -> None:
+    spec = load_spec(write(workdir / "b.yaml", """
+        name: best
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2, 0.3]}
+        objective: {metric: eval_loss, direction: minimize}
+    """))
+    study, created = open_study(spec, None)
+    sweep = loop.Sweep(spec, None, study, created, None, [], Silent())
+    assert sweep._best_text() == "-"
+    for value in (0.5, 0.123456, 0.9):
+        study.tell(sweep._next_trial(), value)
+    assert sweep._best_text() == "eval_loss=0.1235 (#1)"
+    pareto = load_spec(write(workdir / "p.yaml", """
+        name: pareto
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2, 0.3]}
+        objective: [{metric: eval_accuracy}, {metric: samples_per_s}]
+    """))
+    study, created = open_study(pareto, None)
+    two = loop.Sweep(pareto, None, study, created, None, [], Silent())
+    for values in ([0.9, 10.0], [0.8, 20.0], [0.7, 5.0]):
+        study.tell(two._next_trial(), values)
+    assert two._best_text() == "pareto 2"
+    sweep.mlflow.exception(), two.mlflow.exception()  # the background MLflow opening is done
