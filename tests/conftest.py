@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import optuna
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,13 +71,21 @@ def child_runs(experiment: str) -> list:
             if r.data.tags.get("msexp.role") == "trial"]
 
 
+@functools.cache
+def rdb_storage(url: str) -> optuna.storages.RDBStorage:
+    """One Optuna storage per database URL for the session: a new one per poll would hold
+    a new pool of PostgreSQL connections each time."""
+    return optuna.storages.RDBStorage(url)
+
+
 def _postgres_installed() -> bool:
     return any(Path(p).exists() for p in ("/usr/lib/postgresql", "/usr/local/bin/initdb"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shared_services(tmp_path_factory):
-    """A PostgreSQL and an MLflow server (`msexp.cluster.services`) for one test module."""
+    """A PostgreSQL and an MLflow server (`msexp.cluster.services`) for the whole session
+    (starting them takes seconds); tests keep apart by study and experiment names."""
     from msexp.cluster import services
 
     if not _postgres_installed():

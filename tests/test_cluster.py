@@ -15,24 +15,21 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.cluster import services
-from tests.conftest import msexp_cmd, write
+from tests.conftest import msexp_cmd, rdb_storage, write
 
 pytestmark = pytest.mark.skipif(
     not any(Path(p).exists() for p in ("/usr/lib/postgresql", "/usr/local/bin/initdb")),
     reason="PostgreSQL server binaries are not installed (.ci/run installs them)")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("services") / "services"
-    running = services.up(root)
-    yield running
-    services.down(root)
+@pytest.fixture
+def cluster(shared_services: services.Services) -> services.Services:
+    return shared_services
 
 
 def study_of(cluster: services.Services, name: str) -> optuna.Study:
     os.environ["PGPASSFILE"] = str(cluster.pgpass)
-    return optuna.load_study(study_name=name, storage=cluster.storage_url)
+    return optuna.load_study(study_name=name, storage=rdb_storage(cluster.storage_url))
 
 
 def trial_runs(cluster: services.Services, experiment: str) -> list:

@@ -16,7 +16,7 @@ import psutil
 from mlflow import MlflowClient
 
 from msexp.cluster.services import Services
-from tests.conftest import msexp_cmd, write
+from tests.conftest import msexp_cmd, rdb_storage, write
 from tests.local_slurm import Slurm
 
 DEADLINE_S = 300  # for a hang, on a loaded 2-core machine
@@ -30,7 +30,7 @@ def shared(services: Services) -> list[str]:
 def study_trials(services: Services, name: str) -> list:
     os.environ["PGPASSFILE"] = str(services.pgpass)
     try:
-        return optuna.load_study(study_name=name, storage=services.storage_url).trials
+        return optuna.load_study(study_name=name, storage=rdb_storage(services.storage_url)).trials
     except KeyError:
         return []
 

@@ -24,7 +24,7 @@ from msexp.cli import app
 from msexp.cli.options import RedactingConsole
 from msexp.cluster import services
 from msexp.urls import redact, redact_logs
-from tests.conftest import msexp_cmd, write
+from tests.conftest import msexp_cmd, rdb_storage, write
 
 SECRET = "S3CRET"
 SCHEMES = ["http", "https", "postgresql", "postgresql+psycopg", "mysql+pymysql", "redis"]
@@ -134,11 +134,9 @@ needs_postgres = pytest.mark.skipif(
     reason="PostgreSQL server binaries are not installed (.ci/run installs them)")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[services.Services]:
-    root = tmp_path_factory.mktemp("secrets") / "services"
-    yield services.up(root)
-    services.down(root)
+@pytest.fixture
+def cluster(shared_services: services.Services) -> services.Services:
+    return shared_services
 
 
 def texts_of(client: MlflowClient, experiment: str) -> list[str]:
@@ -171,7 +169,7 @@ def test_a_sweep_with_passwords_in_both_urls_leaves_them_nowhere(cluster, workdi
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            study = optuna.load_study(study_name="secret", storage=storage)
+            study = optuna.load_study(study_name="secret", storage=rdb_storage(storage))
         except KeyError:
             study = None
         if study and any(t.state.name == "COMPLETE" for t in study.trials):
