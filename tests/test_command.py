@@ -135,6 +135,16 @@ def test_a_hydra_style_script_gets_overrides(scripts: Path) -> None:
     # what Optuna keeps of each trial: the resume, the report and `msexp best` read it
     run_ids = {r.data.tags["msexp.trial"]: r.info.run_id for r in runs}
     study = __import__("optuna").load_study(study_name="hydra", storage=open_storage(None))
+    client = mlflow_client()
+    parent = client.get_run(runs[0].data.tags["mlflow.parentRunId"])
+    assert study.user_attrs["mlflow_parent_run_id"] == parent.info.run_id
+    assert parent.info.status == "FINISHED" and parent.data.tags["msexp.role"] == "sweep"
+    assert {k: parent.data.tags[k] for k in ("msexp.sweep", "msexp.method", "msexp.experiment",
+                                             "msexp.storage")} == {
+        "msexp.sweep": "hydra", "msexp.method": "grid",
+        "msexp.experiment": "python train_hydra.py", "msexp.storage": "mlruns/optuna.journal"}
+    assert parent.data.params == {"epochs": "1", "lr": "0.1, 0.3", "optim.momentum": "0.5, 0.9"}
+    assert parent.data.tags["best_trial"] == "3" and parent.data.metrics["best_score"] == 1.0
     for trial in study.trials:
         attrs = trial.user_attrs
         assert trial.state.name == "COMPLETE" and attrs["status"] == "COMPLETE"

@@ -44,11 +44,11 @@ def study_of(*trials, directions=("maximize",)) -> optuna.Study:
 @pytest.mark.parametrize(("direction", "best"), [("maximize", 0.9), ("minimize", 0.1)])
 def test_the_best_trial_follows_the_direction_among_feasible_complete_trials(
         direction: str, best: float) -> None:
-    study = study_of(trial(0.5, 0.1), trial(0.9, 0.2), trial(0.1, 0.3),
+    study = study_of(trial(0.5, 0.1), trial(0.9, 0.2), trial(0.1, 0.3), trial(best, 0.6),
                      trial(0.95 if direction == "maximize" else 0.05, 0.4,
                            **{TrialKey.FEASIBLE: False}),
                      trial(None, 0.5, TrialState.FAIL), directions=(direction,))
-    (chosen,) = best_trials(study)
+    (chosen,) = best_trials(study)  # one, even when two tie
     assert chosen.value == best
     assert best_trials(study_of(trial(None, 0.5, TrialState.FAIL))) == []
 
@@ -96,6 +96,7 @@ def test_the_parent_run_gets_the_best_trials_metrics_and_params(tracker: Tracker
     assert log_best(study, tracker) == parent
     run = tracker.client.get_run(parent)
     assert run.data.metrics == {"best_eval_accuracy": 0.9, "best_wall_s": 2.0}
+    assert [m.step for m in tracker.client.get_metric_history(parent, "best_wall_s")] == [0]
     assert run.data.tags["best_trial"] == "1" and run.data.tags["best.lr"] == "0.2"
     assert run.data.tags["best.storage"] == "postgresql://u:***@h/d"
 

@@ -213,3 +213,20 @@ def test_msexp_sync_delivers_what_waits_and_says_what_is_left(
                                    "0 still waiting")
     runs = tracker.client.search_runs([experiment], f"tags.`{RunTag.PARENT}` = '{parent}'")
     assert sorted(r.data.tags[RunTag.TRIAL] for r in runs) == ["0", "1"]
+
+
+def test_a_trials_model_is_attached_only_when_asked(tracker: Tracker, experiment: str,
+                                                    workdir: Path) -> None:
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    model = workdir / "model.ckpt"
+    model.write_bytes(b"weights")
+    kept = finished(checkpoint=model)
+    plain = tracker.record_trial(experiment, parent, 0, {}, kept, time.time())
+    attached = tracker.record_trial(experiment, parent, 1, {}, kept, time.time(),
+                                    log_checkpoint=True)
+    assert tracker.client.list_artifacts(plain, "checkpoint") == []
+    assert [a.path for a in tracker.client.list_artifacts(attached, "checkpoint")] == [
+        "checkpoint/model.ckpt"]
+    gone = tracker.record_trial(experiment, parent, 2, {}, finished(checkpoint=workdir / "x"),
+                                time.time(), log_checkpoint=True)
+    assert tracker.client.list_artifacts(gone, "checkpoint") == []
