@@ -114,3 +114,35 @@ def test_the_progress_shows_the_best_trial_so_far_or_the_pareto_size(workdir: Pa
         study.tell(two._next_trial(), values)
     assert two._best_text() == "pareto 2"
     sweep.mlflow.exception(), two.mlflow.exception()  # the background MLflow opening is done
+
+
+@pytest.mark.parametrize("pruner", ["none", "median"])
+def test_each_epoch_goes_to_the_progress_and_only_a_pruner_gets_its_value(
+        workdir: Path, pruner: str) -> None:
+    spec = load_spec(write(workdir / f"{pruner}.yaml", f"""
+        name: epochs-{pruner}
+        experiment: mlp_digits
+        params: {{lr: [0.1, 0.2]}}
+        pruner: {{type: {pruner}, warmup_epochs: 0, startup_trials: 1}}
+    """))
+    study, created = open_study(spec, None)
+    shown = []
+
+    class Shown(Silent):
+        def trial_epoch(self, number: int, epoch: Epoch) -> None:
+            shown.append((number, epoch.epoch))
+
+    sweep = loop.Sweep(spec, None, study, created, None, [], Shown())
+    first = sweep._next_trial()
+    on_epoch = sweep._epoch_hook(first)
+    assert not on_epoch(Epoch(1, 5, 0.1, {"eval_accuracy": 0.9}))
+    assert not on_epoch(Epoch(2, 10, 0.2, {"train_loss": 0.5})), "no objective: no report"
+    assert not on_epoch(Epoch(3, 15, 0.3, {"eval_accuracy": float("nan")}))
+    assert shown == [(0, 1), (0, 2), (0, 3)]
+    reported = study.trials[0].intermediate_values
+    assert reported == ({} if pruner == "none" else {1: 0.9})
+    if pruner == "median":
+        study.tell(first, 0.9)
+        second = sweep._next_trial()
+        assert sweep._epoch_hook(second)(Epoch(1, 5, 0.1, {"eval_accuracy": 0.1})), "pruned"
+    sweep.mlflow.exception()  # the background MLflow opening is done
