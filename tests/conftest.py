@@ -40,6 +40,18 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def module_tracker(tmp_path_factory):
+    """An embedded MLflow store of the test module's own, in a current directory of its own
+    (creating its tables takes seconds, so a module shares one)."""
+    from msexp.tracking.runs import Tracker
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path_factory.mktemp("store"))
+        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        yield Tracker()
+
+
 def write(path: Path, text: str) -> Path:
     """Write dedented text to `path` and return it."""
     path.parent.mkdir(parents=True, exist_ok=True)

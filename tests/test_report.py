@@ -4,7 +4,6 @@ lands on the MLflow parent run (best metrics, best params, the best checkpoint).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -70,12 +69,9 @@ def test_state_counts_use_msexps_status_for_finished_trials() -> None:
                                    "WAITING": 1}
 
 
-@pytest.fixture(scope="module")
-def tracker(tmp_path_factory) -> Iterator[Tracker]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(tmp_path_factory.mktemp("report"))
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
-        yield Tracker()
+@pytest.fixture
+def tracker(module_tracker: Tracker) -> Tracker:
+    return module_tracker
 
 
 def with_parent(study: optuna.Study, tracker: Tracker, name: str) -> str:

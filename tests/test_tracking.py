@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,28 +19,19 @@ from msexp.training.records import Epoch
 SECRET = "hunter2"
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Iterator[Tracker]:
-    """One embedded store for the module (creating its tables takes seconds)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(tmp_path_factory.mktemp("store"))
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
-        yield Tracker()
+@pytest.fixture
+def tracker(module_tracker: Tracker) -> Tracker:
+    return module_tracker
 
 
 @pytest.fixture
-def tracker(store: Tracker) -> Tracker:
-    return store
-
-
-@pytest.fixture
-def experiment(store: Tracker, request) -> str:
+def experiment(module_tracker: Tracker, request) -> str:
     """An MLflow experiment of this test's own."""
-    return store.experiment_id(request.node.name)
+    return module_tracker.experiment_id(request.node.name)
 
 
 @pytest.fixture
-def workdir(store: Tracker) -> Path:
+def workdir(module_tracker: Tracker) -> Path:
     return Path.cwd()
 
 
