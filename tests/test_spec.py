@@ -329,3 +329,44 @@ def test_what_a_command_sweep_cannot_use(tmp_path: Path, extra: str, line: str) 
     assert str(caught.value) == line
     parse_spec(head + "fixed: {epochs: 3}\npruner: {type: hyperband}\n", "c.yaml",
                tmp_path / "c.yaml")
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("params: {lr: {values: []}}\n", "params.lr.values: must be a non-empty list, got []"),
+    ("params: {lr: {values: [0.1], low: 0.01}}\n",
+     "params.lr.low: use either values or low/high, got 0.01"),
+    ("params: {lr: {values: [0.1], bogus: 1}}\n",
+     "params.lr.bogus: unknown key (allowed: values, when, low, high, log, step), got 1"),
+    ("params: {lr: {values: [0.1], when: {lr: [0.1]}}}\n",
+     "params.lr.when.lr: a param cannot depend on itself, got [0.1]"),
+    ("params: {lr: {values: [0.1], when: {optimizer: [nope]}}}\n",
+     "params.lr.when.optimizer: must be one of sgd, momentum, adam, adamw, thor, got nope"),
+    ("params: {lr: {values: [0.1], when: {weight_decay: [0.1]}}, "
+     "weight_decay: {values: [0.1], when: {lr: [0.1]}}}\n",
+     'params.lr.when: conditions must not form a cycle, got {"weight_decay": [0.1]}'),
+    ("budget: {repeats: 2}\nparams: {seed: [1, 2], lr: [0.1]}\n",
+     "params.seed: budget.repeats sweeps the seed itself; drop seed from params, got [1, 2]"),
+    ("method: tpe\nbudget: {repeats: 2}\nparams: {lr: {low: 0.01, high: 0.1}}\n",
+     "budget.repeats: repeats need method grid (a sampler would sample the seed); sweep seed "
+     "as a param instead, got 2"),
+    ("constraints: [{metric: nope, max: 1}]\nparams: {lr: [0.1]}\n",
+     "constraints.0.metric: must be one of train_loss, eval_loss, eval_accuracy, "
+     "samples_per_s, step_ms, compile_s, peak_mem_mb, train_mem_mb, wall_s, overflow_steps, "
+     "skipped_updates, loss_scale, epochs_to_target, time_to_target_s, thor_inverse_s, "
+     "got nope"),
+    ("objective: [{metric: eval_loss, direction: minimize}, {metric: eval_loss, "
+     "direction: minimize}]\nparams: {lr: [0.1]}\n",
+     "objective.1.metric: is listed twice, got eval_loss"),
+    ("objective: [{metric: eval_loss, direction: minimize}, {metric: wall_s, "
+     "direction: minimize}]\npruner: {type: median}\nparams: {lr: [0.1]}\n",
+     "pruner.type: pruning needs a single objective, got median"),
+    ("objective: {metric: samples_per_s}\npruner: {type: median}\nparams: {lr: [0.1]}\n",
+     "pruner.type: pruning needs a per-epoch objective (eval_loss, eval_accuracy, "
+     "train_loss), got samples_per_s"),
+], ids=["empty values", "values and low", "unknown param key", "self condition",
+        "condition value", "condition cycle", "repeats and seed", "repeats need grid",
+        "constraint metric", "objective twice", "pruned pareto", "pruned final metric"])
+def test_each_rule_of_params_and_objectives_is_one_exact_line(text: str, line: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec("name: s\nexperiment: mlp_digits\n" + text, "s.yaml")
+    assert str(caught.value) == f"s.yaml: {line}"
