@@ -127,4 +127,4 @@ def test_the_database_has_connections_for_many_workers(cluster) -> None:
     engine = sqlalchemy.create_engine(cluster.storage_url, poolclass=sqlalchemy.pool.NullPool)
     with engine.connect() as connection:
         limit = connection.execute(sqlalchemy.text("show max_connections")).scalar()
-    assert int(limit) >= 400, "PostgreSQL's default of 100 runs out at a few dozen workers"
+    assert int(limit) >= 400, "PostgreSQL's default of 100 can run out at a few dozen workers"

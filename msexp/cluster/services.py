@@ -29,7 +29,7 @@ from msexp.paths import SERVICES_DIR
 
 USER = "msexp"
 # every worker holds a few connections of its own (Optuna pool, heartbeat), the MLflow server
-# more: PostgreSQL's default of 100 runs out at a few dozen workers
+# more: PostgreSQL's default of 100 can run out at a few dozen workers
 MAX_CONNECTIONS = 400
 
 
