@@ -41,7 +41,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(scope="module")
-def module_tracker(tmp_path_factory):
+def tracker(tmp_path_factory):
     """An embedded MLflow store of the test module's own, in a current directory of its own
     (creating its tables takes seconds, so a module shares one)."""
     from msexp.tracking.runs import Tracker

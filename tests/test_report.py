@@ -69,11 +69,6 @@ def test_state_counts_use_msexps_status_for_finished_trials() -> None:
                                    "WAITING": 1}
 
 
-@pytest.fixture
-def tracker(module_tracker: Tracker) -> Tracker:
-    return module_tracker
-
-
 def with_parent(study: optuna.Study, tracker: Tracker, name: str) -> str:
     experiment = tracker.experiment_id(name)
     parent = tracker.parent_run(experiment, name, {}, Path("none.yaml"))

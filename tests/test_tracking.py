@@ -20,18 +20,13 @@ SECRET = "hunter2"
 
 
 @pytest.fixture
-def tracker(module_tracker: Tracker) -> Tracker:
-    return module_tracker
-
-
-@pytest.fixture
-def experiment(module_tracker: Tracker, request) -> str:
+def experiment(tracker: Tracker, request) -> str:
     """An MLflow experiment of this test's own."""
-    return module_tracker.experiment_id(request.node.name)
+    return tracker.experiment_id(request.node.name)
 
 
 @pytest.fixture
-def workdir(module_tracker: Tracker) -> Path:
+def workdir(tracker: Tracker) -> Path:
     return Path.cwd()
 
 
