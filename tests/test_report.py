@@ -8,7 +8,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from msexp.errors import MsexpError
@@ -23,6 +23,7 @@ from msexp.tracking.report import (
     state_counts,
 )
 from msexp.tracking.runs import Tracker
+from tests.test_replicates import study_of as repeated_study
 
 LR = {"lr": FloatDistribution(0.001, 1.0)}
 
@@ -188,15 +189,8 @@ def test_a_multi_objective_report_plots_the_front_and_each_objectives_history(
 
 
 def test_a_repeated_study_reports_replicates_and_effects(tmp_path: Path) -> None:
-    dists = {"micro_size": CategoricalDistribution([1, 8]),
-             "seed": CategoricalDistribution([0, 1])}
-    study = optuna.create_study(direction="maximize")
+    study = repeated_study({(1, 0): 0.90, (1, 1): 0.92, (8, 0): 0.70, (8, 1): 0.74})
     study.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
-    for (micro, seed), value in {(1, 0): 0.90, (1, 1): 0.92, (8, 0): 0.70,
-                                 (8, 1): 0.74}.items():
-        study.add_trial(create_trial(params={"micro_size": micro, "seed": seed},
-                                     distributions=dists, value=value,
-                                     user_attrs={TrialKey.METRICS: {"eval_accuracy": value}}))
     report = build_report(study, tmp_path, baselines={"micro_size": "8"})
     (knob,) = [k for k in report.knob_effects.knobs if k.name == "micro_size"]
     assert knob.baseline == 1, "the baseline asked for: the second level"
