@@ -9,18 +9,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from msexp.execution.pool import TrialProcess  # noqa: E402
+from msexp.execution.host import Host  # noqa: E402
 from msexp.execution.protocol import Status, TrialRequest, TrialResult  # noqa: E402
 from msexp.spec import trial_params  # noqa: E402
 from msexp.training.records import Target  # noqa: E402
 
 
 def run_trial(experiment: str, fixed: dict[str, Any], folder: Path, name: str,
-              target: Target | None = None, runner: TrialProcess | None = None,
+              target: Target | None = None, runner: Host | None = None,
               ) -> TrialResult:
     """One trial through msexp's runner; raises SystemExit unless it completes."""
     own = runner is None
-    runner = runner or TrialProcess(cwd=ROOT)
+    runner = runner or Host(cwd=ROOT)
     request = TrialRequest(experiment, trial_params(experiment, fixed, "benchmark"),
                            folder / name, target)
     try:

@@ -1,6 +1,6 @@
 """O0 vs O2 on one workload: throughput and peak memory side by side, and their ratios.
 
-Each run is one trial through msexp's runner (`TrialProcess`: a fresh process, so peak
+Each run is one trial through msexp's runner (`Host`: a fresh process, so peak
 memory is the trial's own), O0 and O2 alternating, everything else equal. Peak memory is
 the device allocator's peak where MindSpore reports one, else the process's peak RSS.
 

@@ -19,12 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from msexp.execution.pool import TrialProcess  # noqa: E402
+from msexp.execution.host import Host  # noqa: E402
 from msexp.execution.protocol import Checkpointing, Status, TrialRequest  # noqa: E402
 from msexp.spec import trial_params  # noqa: E402
 
 
-def train_s(runner: TrialProcess, experiment: str, epochs: int, folder: Path,
+def train_s(runner: Host, experiment: str, epochs: int, folder: Path,
             checkpoint: Checkpointing | None) -> float:
     params = trial_params(experiment, {"epochs": epochs}, "benchmark")
     result = runner.run(TrialRequest(experiment, params, folder, checkpoint=checkpoint), 3600)
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    runner = TrialProcess(cwd=ROOT)
+    runner = Host(cwd=ROOT)
     rows = []
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -36,7 +36,8 @@ def trial(folder: Path, name: str, epochs: int, batch: int, devices: int) -> tup
 def storage_ms_per_trial(url: str | None, folder: Path, points: int = 40) -> float:
     """Median milliseconds of msexp's storage work for one trial (no training)."""
     from msexp.keys import TrialKey
-    from msexp.search.study import claim_waiting, open_study
+    from msexp.search.optuna_private import pop_waiting
+    from msexp.search.study import open_study
     from msexp.spec import parse_spec
 
     text = (f"name: cost-{'pg' if url else 'journal'}\nexperiment: mlp_digits\n"
@@ -46,7 +47,7 @@ def storage_ms_per_trial(url: str | None, folder: Path, points: int = 40) -> flo
     costs = []
     while True:
         began = time.perf_counter()
-        trial = claim_waiting(study)
+        trial = pop_waiting(study)
         if trial is None:
             break
         params = spec.space.resolve(spec.space.suggest(trial))

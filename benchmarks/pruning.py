@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from msexp.search.loop import run_sweep  # noqa: E402
+from msexp.search.sweep import run_sweep  # noqa: E402
 from msexp.spec import load_spec  # noqa: E402
 
 SWEEP = """

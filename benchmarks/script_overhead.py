@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from msexp.execution.pool import TrialProcess  # noqa: E402
+from msexp.execution.host import Host  # noqa: E402
 from msexp.execution.protocol import Command, Status, TrialRequest  # noqa: E402
 
 SCRIPTS = ROOT / "tests" / "assets" / "scripts"
@@ -42,7 +42,7 @@ def by_hand(epochs: int) -> float:
 
 def through_msexp(epochs: int, folder: Path) -> tuple[float, float]:
     """(trial wall seconds, eval accuracy) of one msexp trial of the script."""
-    runner = TrialProcess(cwd=ROOT)
+    runner = Host(cwd=ROOT)
     runner.prewarm()  # a sweep starts its workers while it opens the stores
     time.sleep(3)
     command = Command(["python", SCRIPT], str(SCRIPTS), "flags",

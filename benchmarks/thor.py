@@ -23,14 +23,14 @@ from typing import Any
 import yaml
 from _trials import run_trial
 
-from msexp.execution.pool import TrialProcess
+from msexp.execution.host import Host
 from msexp.training.records import Target
 
 EXPERIMENT = "lenet_digits"
 RATIO_GOAL = 0.7
 
 
-def run(runner: TrialProcess, folder: Path, name: str, fixed: dict[str, Any],
+def run(runner: Host, folder: Path, name: str, fixed: dict[str, Any],
         target: float) -> dict[str, float]:
     """One trial to the end; its final metrics plus the eval accuracy of each epoch."""
     result = run_trial(EXPERIMENT, fixed, folder, name, runner=runner,
@@ -73,7 +73,7 @@ def main() -> None:
     for item in args.sets:
         key, _, text = item.partition("=")
         common[key] = yaml.safe_load(text)
-    runner = TrialProcess()
+    runner = Host()
     results: dict[str, dict[str, Any]] = {}
     header = (f"{'run':<14} {'epochs→':>8} {'s→':>8} {'train_s':>8} {'step_ms':>8} "
               f"{'inverse_s':>9} {'load':>5}   eval_accuracy per epoch")

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from msexp.execution.pool import TrialProcess  # noqa: E402
+from msexp.execution.host import Host  # noqa: E402
 from msexp.execution.protocol import TrialRequest  # noqa: E402
 from msexp.spec import trial_params  # noqa: E402
 from msexp.spec.space import derived  # noqa: E402
@@ -37,7 +37,7 @@ def msexp_trial(epochs: int, batch: int, folder: Path, tracker: Tracker, exp_id:
                 parent: str, number: int) -> tuple[float, float]:
     params = trial_params("mlp_digits", {"epochs": epochs, "batch_size": batch})
     request = TrialRequest("mlp_digits", params, folder / str(number))
-    runner = TrialProcess(cwd=ROOT)
+    runner = Host(cwd=ROOT)
     began = time.perf_counter()
     result = runner.run(request, timeout=600)
     tracker.log_trial(exp_id, parent, number, {**params, **derived(params)}, result, time.time())

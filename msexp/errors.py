@@ -6,6 +6,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from msexp.urls import redact
+
 _SHOWN = 80
 
 
@@ -76,3 +78,9 @@ def _json_pieces(value: Any, depth: int) -> Iterator[str]:
         yield "]"
     else:
         yield json.dumps(value[:2 * _SHOWN] if isinstance(value, str) else value, default=str)
+
+
+def describe(exc: BaseException) -> str:
+    """An error as one line, redacted: an MsexpError's own text, else its type and text."""
+    text = redact(" ".join(str(exc).split()))[:300]
+    return text if isinstance(exc, MsexpError) else f"{type(exc).__name__}: {text}"

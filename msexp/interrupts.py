@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 received: list[int] = []
@@ -54,3 +54,22 @@ def import_mindspore() -> None:
     """Import MindSpore with stop signals held (see `deferred`)."""
     with deferred():
         import mindspore  # noqa: F401  # lazy: seconds to import; only own experiments need it
+
+
+@contextmanager
+def handled(signals: tuple[int, ...], on_signal: Callable[[int], None]) -> Iterator[None]:
+    """Call `on_signal(signum)` for `signals` while the block runs (main thread only).
+
+    A sweep stops its trials this way instead of by KeyboardInterrupt: one raised inside
+    `Thread.join` can leave CPython reporting a running thread as dead.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda signum, frame: on_signal(signum))
+                for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -106,7 +106,7 @@ def test_o1_casts_white_listed_ops_and_writes_nothing_here(tmp_path, monkeypatch
 
 def test_an_o1_trial_leaves_no_scratch_folder(tmp_path, monkeypatch) -> None:
     """O1's rewritten source lives in a temp folder that the forked trial removes itself."""
-    from msexp.execution.pool import TrialProcess
+    from msexp.execution.host import Host
     from msexp.execution.protocol import Status, TrialRequest
     from msexp.spec import trial_params
     from tests.conftest import ROOT
@@ -115,7 +115,7 @@ def test_an_o1_trial_leaves_no_scratch_folder(tmp_path, monkeypatch) -> None:
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))
     params = trial_params("mlp_digits", {"amp_level": "O1", "epochs": 1, "hidden": 16})
-    runner = TrialProcess(cwd=ROOT)
+    runner = Host(cwd=ROOT)
     try:
         result = runner.run(TrialRequest("mlp_digits", params, tmp_path / "trial"), 300)
     finally:

@@ -129,3 +129,26 @@ def test_every_lazy_import_says_why() -> None:
                 else:
                     explained_until = sub.end_lineno
     assert silent == []
+
+
+ENGINE = ("search", "execution")
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_DRIVER_IMPORTS = 300, 50, 8
+
+
+@pytest.mark.parametrize("folder", ENGINE)
+def test_the_engine_has_small_modules_and_small_functions(folder: str) -> None:
+    too_big = []
+    for path in sorted((PACKAGE / folder).glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_big.append(f"{path.name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_big.append(f"{path.name}:{node.name}: {length} lines")
+    assert too_big == []
+
+
+def test_the_search_driver_imports_few_msexp_modules() -> None:
+    assert len(graph()["msexp.search.driver"]) <= MAX_DRIVER_IMPORTS

@@ -10,7 +10,8 @@ from optuna.trial import TrialState
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.search.study import claim_waiting, open_study, retry_failed
+from msexp.search.optuna_private import pop_waiting
+from msexp.search.study import open_study, retry_failed
 from msexp.spec import load_spec
 from tests.conftest import msexp_cmd, write
 
@@ -72,11 +73,11 @@ def test_an_unforeseen_error_is_one_line_and_debug_shows_the_traceback(
 def test_status_counts_a_retried_trial_once(sweep: Path) -> None:
     """A failed trial run again is not a finished trial of its own."""
     study, _ = open_study(load_spec(sweep), None)
-    first = claim_waiting(study)
+    first = pop_waiting(study)
     study.tell(first, state=TrialState.FAIL)
     assert retry_failed(study) == 1
     for _ in range(2):
-        trial = claim_waiting(study)
+        trial = pop_waiting(study)
         study.tell(trial, [0.5])
     result = invoke("status", str(sweep))
     assert result.exit_code == 0, result.output

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.execution.command import CommandFailed, MetricReader, arguments
-from msexp.execution.pool import TrialProcess
+from msexp.execution.host import Host
 from msexp.execution.protocol import Command, Start, Status, TrialRequest
 from msexp.search.storage import open_storage
 from msexp.training.records import Stopped
@@ -191,7 +191,7 @@ def test_failing_commands_are_recorded_and_the_sweep_goes_on(scripts: Path) -> N
 
 
 def test_a_command_that_cannot_start_fails_its_trial(tmp_path: Path) -> None:
-    runner = TrialProcess(cwd=ROOT)
+    runner = Host(cwd=ROOT)
     command = Command(["no-such-program-xyz"], str(tmp_path))
     try:
         result = runner.run(TrialRequest("no-such-program-xyz", {"lr": 0.1}, tmp_path / "t",

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from msexp.errors import SpecError
+from msexp.execution.host import Host
 from msexp.execution.msrun import rank_log_dir
-from msexp.execution.pool import TrialProcess
 from msexp.execution.process import marked
 from msexp.execution.protocol import Status, TrialRequest, TrialResult, read_events
 from msexp.experiment import load_experiment
@@ -35,7 +35,7 @@ def make_request(folder: Path, name: str, **fixed: Any) -> TrialRequest:
 
 
 def run_trial(request: TrialRequest, timeout: float = TIMEOUT, on_epoch=None) -> TrialResult:
-    runner = TrialProcess(cwd=ROOT)
+    runner = Host(cwd=ROOT)
     try:
         return runner.run(request, timeout, on_epoch)
     finally:
@@ -75,7 +75,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def started_in_background(request: TrialRequest, runner: TrialProcess
+def started_in_background(request: TrialRequest, runner: Host
                           ) -> tuple[threading.Thread, dict[str, TrialResult]]:
     out: dict[str, TrialResult] = {}
     thread = threading.Thread(target=lambda: out.update(result=runner.run(request, TIMEOUT)))
@@ -132,7 +132,7 @@ def test_accumulation_with_two_ranks(single: TrialResult, tmp_path: Path) -> Non
 
 def test_a_killed_rank_fails_the_trial_and_leaves_no_process(tmp_path: Path) -> None:
     request = make_request(tmp_path, "kill", devices=2, epochs=200)
-    runner = TrialProcess(cwd=ROOT)
+    runner = Host(cwd=ROOT)
     thread, out = started_in_background(request, runner)
     try:
         pids = wait_for_ranks(request, thread)
@@ -151,7 +151,7 @@ def test_a_killed_rank_fails_the_trial_and_leaves_no_process(tmp_path: Path) -> 
 
 def test_a_pruned_data_parallel_trial_stops_after_its_first_epoch(tmp_path: Path) -> None:
     request = make_request(tmp_path, "prune", devices=2, epochs=200)
-    runner = TrialProcess(cwd=ROOT)
+    runner = Host(cwd=ROOT)
     try:
         result = runner.run(request, TIMEOUT, on_epoch=lambda epoch: True)  # the pruner's no
     finally:
@@ -174,7 +174,7 @@ def test_a_pruned_data_parallel_trial_stops_after_its_first_epoch(tmp_path: Path
 def test_killing_the_trial_process_group_kills_every_rank(tmp_path: Path) -> None:
     """What the orchestrator does on trial_timeout: SIGKILL to the trial's process group."""
     request = make_request(tmp_path, "group", devices=2, epochs=200)
-    runner = TrialProcess(cwd=ROOT)
+    runner = Host(cwd=ROOT)
     thread, out = started_in_background(request, runner)
     try:
         pids = wait_for_ranks(request, thread)

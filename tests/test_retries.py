@@ -15,7 +15,10 @@ from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
 from msexp.keys import StudyKey, TrialKey
+from msexp.search import source
 from msexp.search import study as queue
+from msexp.search.heartbeat import owner_is_dead
+from msexp.search.optuna_private import pop_waiting
 
 
 @pytest.fixture
@@ -31,7 +34,7 @@ def running(study: optuna.Study) -> int:
 def test_a_trial_within_its_retries_goes_back_to_waiting(study: optuna.Study) -> None:
     study.set_user_attr(StudyKey.RETRIES, 1)
     trial_id = running(study)
-    assert queue.put_back(study, trial_id, 0, True, "worker lost") is True
+    assert source.put_back(study, trial_id, 0, True, "worker lost") is True
     (trial,) = study.trials
     assert trial.state is TrialState.WAITING
     assert trial.user_attrs == {TrialKey.ATTEMPT: 1, TrialKey.ERROR: "worker lost"}
@@ -40,7 +43,7 @@ def test_a_trial_within_its_retries_goes_back_to_waiting(study: optuna.Study) ->
 def test_a_trial_out_of_retries_fails_and_no_retries_means_none(study: optuna.Study) -> None:
     """A study without the retries attribute (not made by msexp) retries nothing."""
     trial_id = running(study)
-    assert queue.put_back(study, trial_id, 0, True, "worker lost") is False
+    assert source.put_back(study, trial_id, 0, True, "worker lost") is False
     (trial,) = study.trials
     assert trial.state is TrialState.FAIL
     assert trial.user_attrs[TrialKey.ERROR] == "worker lost; out of retries after 1 attempts"
@@ -48,7 +51,7 @@ def test_a_trial_out_of_retries_fails_and_no_retries_means_none(study: optuna.St
 
 def test_an_uncounted_stop_is_not_an_attempt(study: optuna.Study) -> None:
     trial_id = running(study)
-    assert queue.put_back(study, trial_id, 0, False, "stopped") is True
+    assert source.put_back(study, trial_id, 0, False, "stopped") is True
     assert study.trials[0].user_attrs[TrialKey.ATTEMPT] == 0
 
 
@@ -58,7 +61,7 @@ def test_each_failed_trial_is_retried_once_with_its_params(study: optuna.Study) 
     study.add_trial(optuna.trial.create_trial(params={"lr": 0.1}, value=1.0,
                     distributions={"lr": FloatDistribution(0.01, 1.0)}))
     study.enqueue_trial({"lr": 0.2}, user_attrs={TrialKey.GRID_POINT: 7, "other": "x"})
-    grid = queue.claim_waiting(study)
+    grid = pop_waiting(study)
     study.tell(grid, state=TrialState.FAIL)
     sampled = study.ask()
     sampled.suggest_float("lr", 0.01, 1.0)
@@ -79,11 +82,11 @@ def test_an_owner_is_dead_only_when_it_is_a_gone_process_of_this_host() -> None:
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     host = socket.gethostname()
-    assert queue._owner_is_dead(f"{host}:{done.stdout.strip()}")
-    assert not queue._owner_is_dead(f"{host}:{os.getpid()}")
-    assert not queue._owner_is_dead(f"other-{host}:{done.stdout.strip()}")
-    assert not queue._owner_is_dead(f"{host}:worker")
-    assert not queue._owner_is_dead("")
+    assert owner_is_dead(f"{host}:{done.stdout.strip()}")
+    assert not owner_is_dead(f"{host}:{os.getpid()}")
+    assert not owner_is_dead(f"other-{host}:{done.stdout.strip()}")
+    assert not owner_is_dead(f"{host}:worker")
+    assert not owner_is_dead("")
 
 
 def test_a_second_process_waits_for_the_creator_to_finish_the_study(
@@ -124,7 +127,7 @@ def test_only_silent_or_dead_owners_trials_are_put_back_and_their_leftovers_kill
         study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
             TrialKey.OWNER: "other-host:1", TrialKey.HEARTBEAT: 0.0}))  # finished: never stale
         # mutations: `break` at the fresh trial, the attempt count or the dead owner lost
-        assert queue.fail_stale_trials(study) == [silent.number, orphan.number]
+        assert source.requeue_stale_trials(study) == [silent.number, orphan.number]
         assert leftover.wait(timeout=120) == -9, "a dead owner's leftovers are killed"
     finally:
         leftover.kill()
@@ -153,8 +156,8 @@ def test_a_new_grid_study_queues_its_capped_points_and_says_what_it_is(workdir) 
         StudyKey.FINGERPRINT: queue.fingerprint(spec)}
     again, created = queue.open_study(spec, None)
     assert not created and len(again.trials) == 2, "a joining process queues nothing"
-    assert queue.claim_waiting(again).number == 0 and queue.claim_waiting(again).number == 1
-    assert queue.claim_waiting(again) is None
+    assert pop_waiting(again).number == 0 and pop_waiting(again).number == 1
+    assert pop_waiting(again) is None
     other = parse_spec("name: g\nexperiment: mlp_digits\nobjective: {metric: eval_loss, "
                        "direction: minimize}\n", "h.yaml")
     with pytest.raises(MsexpError) as caught:
@@ -212,5 +215,5 @@ def test_the_budget_counts_started_trials_but_not_queued_retries(study: optuna.S
     study.enqueue_trial({}, user_attrs={TrialKey.RETRY_OF: 0})
     study.enqueue_trial({})
     assert queue.started_count(study) == 2
-    queue.claim_waiting(study)  # the retry starts: still not a trial of its own
+    pop_waiting(study)  # the retry starts: still not a trial of its own
     assert queue.started_count(study) == 2

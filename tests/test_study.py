@@ -22,11 +22,12 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.execution.pool import start_workers
+from msexp.execution.host import start_hosts
 from msexp.execution.protocol import Start, read_events
-from msexp.search.loop import run_sweep
+from msexp.search.optuna_private import pop_waiting
 from msexp.search.storage import open_storage
-from msexp.search.study import claim_waiting, make_sampler, open_study
+from msexp.search.study import make_sampler, open_study
+from msexp.search.sweep import run_sweep
 from msexp.spec import load_spec
 from tests.conftest import child_runs, mlflow_client, msexp_cmd, write
 from tests.fault.conftest import DEADLINE_S, wait_for
@@ -288,7 +289,7 @@ def dashboard_trials(storage: str, study: str) -> list[tuple[int, str]]:
 
 
 def test_workers_split_the_cores_and_get_a_device_slot_each(workdir: Path) -> None:
-    workers = start_workers(2)
+    workers = start_hosts(2)
     try:
         assert [w.threads for w in workers] == [max(1, (os.cpu_count() or 1) // 2)] * 2
         environs = [psutil.Process(w._proc.pid).environ() for w in workers]
@@ -426,9 +427,9 @@ def test_more_workers_than_trials_start_only_as_many_as_trials(
 
     def counted(count: int, cwd: Path | None = None) -> list:
         started.append(count)
-        return start_workers(count, cwd)
+        return start_hosts(count, cwd)
 
-    monkeypatch.setattr("msexp.cli.sweeps.start_workers", counted)
+    monkeypatch.setattr("msexp.cli.sweeps.start_hosts", counted)
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     result = CliRunner().invoke(app, ["sweep", str(sweep), "--workers", "8"],
                                 env={"COLUMNS": "300"})
@@ -447,8 +448,8 @@ def test_a_resumed_sweep_stops_the_workers_it_has_no_trials_for(workdir: Path) -
         params: {micro_size: [1, 2]}
     """))
     study, _ = open_study(spec, None)
-    study.tell(claim_waiting(study), [0.5])
-    processes = start_workers(2)
+    study.tell(pop_waiting(study), [0.5])
+    processes = start_hosts(2)
     events: list[str] = []
 
     def spy(process: Any, name: str, label: str) -> None:
@@ -524,7 +525,7 @@ def stale_trial(workdir: Path, name: str, owner: str, heartbeat: float,
         params: {{lr: [0.1]}}
     """))
     study, _ = open_study(spec, None)
-    trial = claim_waiting(study)
+    trial = pop_waiting(study)
     trial.set_user_attr("owner", owner)
     trial.set_user_attr("heartbeat", heartbeat)
     return study
@@ -532,21 +533,21 @@ def stale_trial(workdir: Path, name: str, owner: str, heartbeat: float,
 
 def test_a_stale_trial_of_another_host_is_queued_again_only_when_silent(
         workdir: Path) -> None:
-    from msexp.search.study import fail_stale_trials
+    from msexp.search.source import requeue_stale_trials
 
     alive = stale_trial(workdir, "fresh", "other-host:1", time.time())
-    assert fail_stale_trials(alive) == [] and alive.trials[0].state.name == "RUNNING"
+    assert requeue_stale_trials(alive) == [] and alive.trials[0].state.name == "RUNNING"
     silent = stale_trial(workdir, "silent", "other-host:1", time.time() - 3600)
-    assert fail_stale_trials(silent) == [0]
+    assert requeue_stale_trials(silent) == [0]
     (trial,) = silent.trials
     assert trial.state.name == "WAITING" and trial.user_attrs["attempt"] == 1
 
 
 def test_a_trial_out_of_retries_fails(workdir: Path) -> None:
-    from msexp.search.study import fail_stale_trials
+    from msexp.search.source import requeue_stale_trials
 
     study = stale_trial(workdir, "spent", "other-host:1", time.time() - 3600, retries=0)
-    assert fail_stale_trials(study) == [0]
+    assert requeue_stale_trials(study) == [0]
     (trial,) = study.trials
     assert trial.state.name == "FAIL"
     assert trial.user_attrs["error"] == ("orchestrator stopped (no heartbeat); out of retries "
@@ -589,13 +590,13 @@ def test_msexp_run_trains_one_trial_in_the_foreground(workdir: Path) -> None:
 
 def test_trials_run_in_the_worker_itself_without_fork(workdir: Path, monkeypatch) -> None:
     """The GPU and Ascend path: no fork, each trial in the worker process."""
-    from msexp.execution.pool import TrialProcess
+    from msexp.execution.host import Host
     from msexp.execution.protocol import TrialRequest
     from msexp.spec import trial_params
     from tests.conftest import ROOT
 
     monkeypatch.setenv("MSEXP_FORK", "0")
-    runner = TrialProcess(cwd=ROOT)
+    runner = Host(cwd=ROOT)
     try:
         params = trial_params("mlp_digits", {"epochs": 1, "hidden": 8})
         results = [runner.run(TrialRequest("mlp_digits", params, workdir / f"t{i}"), 300)

@@ -12,7 +12,7 @@ import psutil
 import pytest
 import yaml
 
-from msexp.execution.pool import TrialProcess
+from msexp.execution.host import Host
 from msexp.execution.protocol import Status, TrialRequest
 from msexp.experiment import load_experiment
 from msexp.knobs import graph_params
@@ -51,7 +51,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_a_warm_trial_equals_the_same_trial_run_cold(case, tmp_path):
     given = {"epochs": 2, "batch_size": 64, **CASES[case]}
-    worker = TrialProcess(cwd=ROOT)
+    worker = Host(cwd=ROOT)
     try:
         first = worker.run(request(tmp_path, "a", lr=0.05, seed=1, **given), TIMEOUT_S)
         warm = worker.run(request(tmp_path, "b", lr=0.02, seed=2, momentum=0.8, **given),
@@ -68,7 +68,7 @@ def test_a_warm_trial_equals_the_same_trial_run_cold(case, tmp_path):
 
 
 def test_another_signature_compiles_anew_and_stays_identical(tmp_path):
-    worker, reference = TrialProcess(cwd=ROOT), TrialProcess(cwd=ROOT)
+    worker, reference = Host(cwd=ROOT), Host(cwd=ROOT)
     try:
         worker.run(request(tmp_path, "a", epochs=1, lr=0.05), TIMEOUT_S)
         other = worker.run(request(tmp_path, "b", epochs=1, micro_size=2), TIMEOUT_S)
@@ -85,7 +85,7 @@ def test_another_signature_compiles_anew_and_stays_identical(tmp_path):
 def test_a_crash_in_a_warm_worker_leaves_the_next_trial_cold_and_correct(tmp_path):
     experiment = str(ASSETS / "broken.py")
     given = dict(experiment=experiment, epochs=2, pause_s=0.5)
-    worker, reference = TrialProcess(cwd=ROOT), TrialProcess(cwd=ROOT)
+    worker, reference = Host(cwd=ROOT), Host(cwd=ROOT)
     kills = []
 
     def kill_the_trial(epoch) -> bool:  # mid-trial, after its first epoch
@@ -148,7 +148,7 @@ def test_a_grid_runs_each_point_once_grouped_by_graph_with_two_workers(workdir):
 
 
 def test_a_pruned_trial_leaves_its_graphs_warm_for_the_next(tmp_path):
-    worker, reference = TrialProcess(cwd=ROOT), TrialProcess(cwd=ROOT)
+    worker, reference = Host(cwd=ROOT), Host(cwd=ROOT)
     try:
         pruned = worker.run(request(tmp_path, "a", epochs=3), TIMEOUT_S, lambda epoch: True)
         warm = worker.run(request(tmp_path, "b", epochs=2, lr=0.03), TIMEOUT_S)
@@ -163,7 +163,7 @@ def test_a_pruned_trial_leaves_its_graphs_warm_for_the_next(tmp_path):
 
 def test_without_fork_the_worker_itself_keeps_the_graphs(tmp_path, monkeypatch):
     monkeypatch.setenv("MSEXP_FORK", "0")  # the GPU and Ascend path
-    worker = TrialProcess(cwd=ROOT)
+    worker = Host(cwd=ROOT)
     try:
         first = worker.run(request(tmp_path, "a", epochs=1), TIMEOUT_S)
         warm = worker.run(request(tmp_path, "b", epochs=1, lr=0.03), TIMEOUT_S)

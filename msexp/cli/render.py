@@ -16,6 +16,7 @@ from rich.progress import (
 from rich.table import Table
 
 from msexp.cli.options import console
+from msexp.execution.subscribers import Subscriber, TrialInfo
 from msexp.keys import StudyKey, TrialKey
 from msexp.knobs import value_text as cell
 from msexp.urls import redact
@@ -76,14 +77,14 @@ def summary(outcome: Any) -> None:
     missing = missing_objectives(outcome.study)
     if missing:
         console.print(missing, markup=False, highlight=False)
-    runs, parent, command = outcome.tracker.ui_links(outcome.experiment_id, outcome.parent_run_id)
+    runs, parent, command = outcome.recorder.ui_links()
     if command:
         console.print(f"serve the store:  {command}")
     console.print(f"compare trials:   {redact(runs)}")
     console.print(f"sweep run:        {redact(parent)}")
 
 
-class SweepProgress:
+class SweepProgress(Subscriber):
     """Rich progress bar: trials done out of total and the best value so far."""
 
     def __init__(self, spec: Any, screen: Any = None):
@@ -102,34 +103,35 @@ class SweepProgress:
     def __exit__(self, *exc: object) -> Any:
         return self.bar.__exit__(*exc)
 
-    def start(self, total: int, done: int) -> None:
+    def on_sweep_start(self, total: int, done: int) -> None:
         self.task = self.bar.add_task(self.spec.name, total=total, completed=done, info="best -")
 
-    def trial_started(self, number: int, name: str, epochs: int | None) -> None:
+    def on_trial_start(self, trial: TrialInfo) -> None:
         """A row per running trial: its params, epoch of epochs, last loss, ETA."""
-        self.running[number] = self.bar.add_task(f"  {escape(name)}", total=epochs or None,
-                                                 info="starting")
+        self.running[trial.number] = self.bar.add_task(
+            f"  {escape(trial.name)}", total=trial.params.get("epochs") or None,
+            info="starting")
 
-    def trial_epoch(self, number: int, epoch: Any) -> None:
-        row = self.running.get(number)
+    def on_trial_epoch(self, trial: TrialInfo, epoch: Any) -> None:
+        row = self.running.get(trial.number)
         if row is not None:
             loss = epoch.metrics.get("train_loss")
             info = f"epoch {epoch.epoch}" + (f", loss {loss:.4g}" if loss is not None else "")
             self.bar.update(row, completed=epoch.epoch, info=info)
 
-    def trial_done(self, number: int, result: Any, best: str) -> None:
-        row = self.running.pop(number, None)
+    def on_trial_end(self, trial: TrialInfo, result: Any) -> None:
+        row = self.running.pop(trial.number, None)
         if row is not None:
             self.bar.remove_task(row)
         metric = self.spec.objectives[0].metric
         value = (result.metrics or result.last_epoch_metrics()).get(metric)
-        shown = f"{metric}={value:.4g}" if value is not None else result.error
-        self.bar.console.print(f"trial {number}: {result.status.value} {shown} "
+        shown = result.error if result.error or value is None else f"{metric}={value:.4g}"
+        self.bar.console.print(f"trial {trial.number}: {result.status.value} {shown} "
                                f"({result.wall_s:.1f} s)", markup=False, highlight=False)
-        self.bar.update(self.task, advance=1, info=f"best {best}")
+        self.bar.update(self.task, advance=1, info=f"best {trial.best}")
 
 
-class LineProgress:
+class LineProgress(Subscriber):
     """One plain line per trial, for logs of workers that no one watches."""
 
     def __init__(self, spec: Any):
@@ -141,15 +143,9 @@ class LineProgress:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def start(self, total: int, done: int) -> None:
+    def on_sweep_start(self, total: int, done: int) -> None:
         console.print(f"{self.spec.name}: {done}/{total} trials done", highlight=False)
 
-    def trial_started(self, number: int, name: str, epochs: int | None) -> None:
-        return None  # one line per trial, when it ends
-
-    def trial_epoch(self, number: int, epoch: Any) -> None:
-        return None
-
-    def trial_done(self, number: int, result: Any, best: str) -> None:
-        console.print(f"trial {number}: {result.status.value} ({result.wall_s:.1f} s); "
-                      f"best {best}", markup=False, highlight=False)
+    def on_trial_end(self, trial: TrialInfo, result: Any) -> None:
+        console.print(f"trial {trial.number}: {result.status.value} ({result.wall_s:.1f} s); "
+                      f"best {trial.best}", markup=False, highlight=False)

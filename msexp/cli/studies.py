@@ -156,7 +156,7 @@ def best(
 
 def _export(spec: Any, loaded: Any, chosen: Any, folder: Path) -> None:
     from msexp.execution.export import export_model  # lazy: MindSpore
-    from msexp.search.loop import trial_request
+    from msexp.search.requests import trial_request
 
     checkpoint = chosen.user_attrs.get(TrialKey.CHECKPOINT)
     if not checkpoint or not Path(checkpoint).is_file():

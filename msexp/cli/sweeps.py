@@ -34,7 +34,7 @@ from msexp.cli.render import (
 )
 from msexp.errors import SpecError
 from msexp.execution.command import check_command
-from msexp.execution.pool import start_workers
+from msexp.execution.host import start_hosts
 from msexp.execution.protocol import Start, TrialRequest
 from msexp.spec import Method, SweepSpec, load_spec, trial_params
 from msexp.spec.command import split_command
@@ -208,11 +208,11 @@ def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
     if workers > cores:
         err_console.print(f"warning: {workers} workers on {cores} CPU cores: trials compete "
                           "for the cores and each gets one thread", highlight=False)
-    processes = start_workers(workers)  # MindSpore imports there
-    from msexp.search.loop import run_sweep  # lazy: Optuna and MLflow import meanwhile
+    hosts = start_hosts(workers)  # MindSpore imports there
+    from msexp.search.sweep import run_sweep  # lazy: Optuna and MLflow import meanwhile
 
     with progress:
-        return run_sweep(spec, progress, processes, tracking_uri, storage, study, retry)
+        return run_sweep(spec, progress, hosts, tracking_uri, storage, study, retry)
 
 
 def run_one(

@@ -1,7 +1,8 @@
 """A trial in this process: build the experiment's workload, train it, emit its events.
 
-The process keeps the graphs of its last trial (`_last`): the next trial with the same
-graph signature (`TrialRequest.graph_signature`) runs on them, reset, without compiling.
+The process keeps the graphs of its last trial (`WarmGraphs`): the next trial with the
+same graph signature (`TrialRequest.graph_signature`) runs on them, reset, without
+compiling.
 """
 
 from __future__ import annotations
@@ -11,43 +12,70 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from msexp.execution.protocol import Event, Result, Start, TrialRequest
+from msexp.execution.protocol import Event, Result, Start, TrialRequest, reusable
 from msexp.experiment import Workload, load_experiment, workload_problem
 from msexp.training.records import Diverged, Stopped
 
 Emit = Callable[[Event], None]
-_last: tuple[str, Any] | None = None  # (graph signature, Graphs) of this process's last trial
+
+
+class WarmGraphs:
+    """The compiled graphs of this process's last trial, and their signature."""
+
+    def __init__(self) -> None:
+        self.signature: str | None = None
+        self.graphs: Any = None
+
+    @property
+    def held(self) -> bool:
+        """Whether a next trial may reuse graphs held here."""
+        return self.graphs is not None
+
+    def take(self, signature: str | None) -> Any:
+        """The graphs held, if a trial of `signature` can reuse them; nothing stays held
+        (a trial that fails before training leaves no graphs)."""
+        graphs = self.graphs if reusable(self.signature, signature) else None
+        self.signature = self.graphs = None
+        return graphs
+
+    def keep(self, signature: str | None, graphs: Any) -> None:
+        if signature and graphs.reusable:
+            self.signature, self.graphs = signature, graphs
+
+    def drop(self) -> None:
+        self.signature = self.graphs = None
 
 
 def train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool],
-                  shard: tuple[int, int] = (0, 1), reducer: Callable | None = None
-                  ) -> tuple[dict[str, float], Workload]:
+                  shard: tuple[int, int] = (0, 1), reducer: Callable | None = None,
+                  warm: WarmGraphs | None = None) -> tuple[dict[str, float], Workload]:
     """Build the workload and train it in this process (or as one data-parallel rank):
-    emit start, each epoch and the result; return the metrics and the workload."""
+    emit start, each epoch and the result; return the metrics and the workload. With
+    `warm`, reuse the graphs it holds if they fit, and leave this trial's there."""
+    warm = warm or WarmGraphs()
     with tempfile.TemporaryDirectory(prefix="msexp-amp-") as scratch:  # see Graphs.build
-        return _train_request(request, emit, stop_requested, shard, reducer, Path(scratch))
+        return _train_request(request, emit, stop_requested, shard, reducer, Path(scratch),
+                              warm)
 
 
 def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool],
-                   shard: tuple[int, int], reducer: Callable | None, scratch: Path
-                   ) -> tuple[dict[str, float], Workload]:
+                   shard: tuple[int, int], reducer: Callable | None, scratch: Path,
+                   warm: WarmGraphs) -> tuple[dict[str, float], Workload]:
     from msexp.training.checkpoint import latest  # lazy: a failing MindSpore import shows
     from msexp.training.loop import prepare, train  # in the trial's log
 
-    global _last
-    last, _last = _last, None  # a trial that fails before training leaves no graphs
+    signature = request.graph_signature if reducer is None else None
+    earlier_graphs = warm.take(signature)
     workload = build_workload(request)
     impl = _implementations(request.params)
     params = {**request.params, **impl}
-    signature = request.graph_signature if reducer is None else None
-    earlier_graphs = last[1] if last and signature and last[0] == signature else None
-    graphs, warm = ((None, False) if reducer is not None
-                    else prepare(workload, params, earlier_graphs, scratch))
-    if signature and graphs.reusable:
-        _last = (signature, graphs)
+    graphs, reused = ((None, False) if reducer is not None
+                      else prepare(workload, params, earlier_graphs, scratch))
+    warm.keep(signature, graphs)
     plan = _plan(request)
     earlier = latest(plan.folder) if plan else None
-    emit(Start(workload.data_source, os.getpid(), impl, earlier.epoch if earlier else 0, warm))
+    emit(Start(workload.data_source, os.getpid(), impl, earlier.epoch if earlier else 0,
+               reused))
     if earlier:
         print(f"msexp: resuming from epoch {earlier.epoch} ({plan.folder / earlier.file})",
               flush=True)
@@ -57,16 +85,11 @@ def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[
     except (Stopped, Diverged):
         raise  # a pruned or diverged trial leaves graphs as reusable as a finished one
     except BaseException:
-        _last = None
+        warm.drop()
         raise
     checkpoint = str(outcome.checkpoint) if outcome.checkpoint else None
     emit(Result(outcome.metrics, checkpoint))
     return outcome.metrics, workload
-
-
-def keeps_graphs() -> bool:
-    """Whether this process holds graphs a next trial may reuse."""
-    return _last is not None
 
 
 def _plan(request: TrialRequest) -> Any:

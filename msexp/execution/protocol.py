@@ -26,14 +26,9 @@ PATHS = ("log_path", "events_path", "rank_logs", "checkpoint")  # TrialResult's 
 
 @dataclass(frozen=True)
 class Command:
-    """A user's own training command, run once per trial (see `execution/command.py`).
-
-    Attributes:
-        argv: the command, split as a shell would.
-        cwd: where it runs: the sweep file's folder.
-        args: how params become arguments: flags (--name=value), hydra (name=value), none.
-        metrics: regexes whose named groups are metrics, applied to every output line.
-    """
+    """A user's own training command, run once per trial (see `execution/command.py`):
+    `argv` split as a shell would, run in `cwd`; `args` says how params become arguments
+    (flags, hydra or none); `metrics` are regexes whose named groups are metrics."""
 
     argv: list[str]
     cwd: str
@@ -43,17 +38,19 @@ class Command:
 
 @dataclass(frozen=True)
 class Checkpointing:
-    """The sweep's `checkpoint` section, as a trial needs it.
-
-    Attributes:
-        every: save every this many epochs. keep: last, best, all or none.
-        metric, maximize: what `keep: best` compares (the first objective).
-    """
+    """The sweep's `checkpoint` section, as a trial needs it: save `every` this many
+    epochs, `keep` last, best, all or none; `keep: best` compares `metric`."""
 
     every: int = 1
     keep: str = "last"
     metric: str | None = None
     maximize: bool = True
+
+
+def reusable(held: str | None, wanted: str | None) -> bool:
+    """Whether graphs compiled for signature `held` can run a trial of signature
+    `wanted` (see `TrialRequest.graph_signature`): the one place reuse is decided."""
+    return held is not None and held == wanted
 
 
 @dataclass(frozen=True)
@@ -158,7 +155,6 @@ class Error:
 @dataclass
 class End:
     """Nothing follows."""
-
 
 
 Event = Union[Launch, Start, Epoch, Result, Error, End]  # Epoch: the training loop builds it

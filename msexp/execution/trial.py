@@ -19,18 +19,25 @@ import traceback
 from typing import Any, Callable
 
 from msexp.execution.command import CommandFailed, run_command
-from msexp.execution.local import Emit, keeps_graphs, train_request
+from msexp.execution.local import Emit, WarmGraphs, train_request
 from msexp.execution.process import die_with_parent, exit_reason
-from msexp.execution.protocol import End, Error, EventWriter, Result, TrialRequest, read_events
+from msexp.execution.protocol import (
+    End,
+    Error,
+    EventWriter,
+    Result,
+    TrialRequest,
+    read_events,
+    reusable,
+)
 from msexp.experiment import load_experiment
 from msexp.training.records import Diverged, Stopped
 
-_stop = False
 
-
-def run(request: TrialRequest, emit: Emit,
-        stop_requested: Callable[[], bool] = lambda: _stop) -> dict[str, float]:
-    """Run one trial (through msrun for `devices` > 1); emit its events, return its metrics."""
+def run(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool] = lambda: False,
+        warm: WarmGraphs | None = None) -> dict[str, float]:
+    """Run one trial (through msrun for `devices` > 1); emit its events, return its metrics.
+    `warm` holds the graphs of this process's last trial, for the next to reuse."""
     if request.command is not None:
         metrics, checkpoint = run_command(request, emit, stop_requested)
         emit(Result(metrics, str(checkpoint) if checkpoint else None))
@@ -39,7 +46,7 @@ def run(request: TrialRequest, emit: Emit,
         from msexp.execution.msrun import launch  # lazy: only data-parallel trials need it
 
         return launch(request, emit, stop_requested)
-    return train_request(request, emit, stop_requested)[0]
+    return train_request(request, emit, stop_requested, warm=warm)[0]
 
 
 def failure(exc: BaseException) -> Error:
@@ -50,47 +57,78 @@ def failure(exc: BaseException) -> Error:
     return Error(kind, f"{type(exc).__name__}: {exc}")
 
 
+class StopFlag:
+    """Set by SIGUSR1 (a prune): the running trial stops after its current step."""
+
+    def __init__(self) -> None:
+        self.set = False
+        signal.signal(signal.SIGUSR1, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.set = True
+
+    def __call__(self) -> bool:
+        return self.set
+
+
 def serve(requests=sys.stdin) -> None:
     """Run requests from `requests`, one JSON line each, until it closes.
 
     On CPU this process is a zygote: it imports MindSpore and msexp's training code once
-    and forks a child per trial, so every trial starts clean (own memory, own graphs)
-    without paying the import. A child whose trial left reusable graphs waits for the
-    next trial: if its graph signature is the same, that child runs it warm; otherwise
-    it is ended and a fresh child is forked. Elsewhere (GPU, Ascend: device runtimes do
-    not survive a fork), or with MSEXP_FORK=0, it runs each trial itself, and its last
-    trial's graphs stay in this process for the next (see `local`).
+    and forks a trial child per trial, so every trial starts clean (own memory, own
+    graphs) without paying the import (see `Zygote`). Elsewhere (GPU, Ascend: device
+    runtimes do not survive a fork), or with MSEXP_FORK=0, it runs each trial itself, and
+    its last trial's graphs stay in this process for the next.
     """
-    global _idle
-    signal.signal(signal.SIGUSR1, _request_stop)
+    stop = StopFlag()
     fork = _preload()
     _say_ready()
+    zygote, warm = Zygote(), WarmGraphs()
     try:
         for line in requests:
             if not line.strip():
                 continue
             request = TrialRequest.from_json(line)
-            if not fork:
-                _run_logged(request)
-                continue
-            if request.command is None:
-                _import_once(request.experiment)
-            child, _idle = _child_for(request.graph_signature), None
-            _children.append(child.pid)
-            try:
-                if child.run(line):
-                    _idle = child
-                else:
-                    _report_exit(request, child.status)
-            finally:
-                _children.remove(child.pid)
+            if fork:
+                zygote.run(request, line)
+            else:
+                _run_logged(request, stop, warm)
     finally:
-        if _idle is not None:
-            _idle.end()
+        zygote.close()
+
+
+class Zygote:
+    """Forks a trial child per trial and keeps the last one while it holds graphs a next
+    trial of the same signature can reuse (a warm trial)."""
+
+    def __init__(self) -> None:
+        self.idle: _Child | None = None
+
+    def run(self, request: TrialRequest, line: str) -> None:
+        if request.command is None:
+            _import_once(request.experiment)
+        child, self.idle = self._child_for(request.graph_signature), None
+        if child.run(line):
+            self.idle = child
+        else:
+            _report_exit(request, child.status)
+
+    def _child_for(self, signature: str | None) -> _Child:
+        """The idle child if it holds graphs of `signature`, else a freshly forked one."""
+        idle = self.idle
+        if idle is not None:
+            if reusable(idle.signature, signature) and idle.alive():
+                return idle
+            idle.end()
+        return _Child(signature)
+
+    def close(self) -> None:
+        if self.idle is not None:
+            self.idle.end()
 
 
 class _Child:
-    """A forked trial process: it runs the request lines it is sent and, after each, says
+    """A forked trial child: it runs the request lines it is sent and, after each, says
     "idle" if it keeps reusable graphs, or exits."""
 
     def __init__(self, signature: str | None):
@@ -142,26 +180,14 @@ class _Child:
             self.status = os.waitpid(self.pid, 0)[1]
 
 
-_idle: _Child | None = None  # the child that ran the last trial and kept its graphs
-
-
-def _child_for(signature: str | None) -> _Child:
-    """The idle child if it holds graphs of `signature`, else a freshly forked one."""
-    idle = _idle
-    if idle is not None:
-        if signature is not None and idle.signature == signature and idle.alive():
-            return idle
-        idle.end()
-    return _Child(signature)
-
-
 def _child_main(requests: Any, replies: Any) -> int:
     """In a forked child: run the trials sent, until one leaves no graphs to reuse or
     the zygote closes the pipe; return the exit code (sys.exit's, if the trial exits)."""
     die_with_parent()
+    stop, warm = StopFlag(), WarmGraphs()
     for line in requests:
         try:
-            _run_logged(TrialRequest.from_json(line))
+            _run_logged(TrialRequest.from_json(line), stop, warm)
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else 1
         except BaseException:
@@ -170,14 +196,11 @@ def _child_main(requests: Any, replies: Any) -> int:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-        if not keeps_graphs():
+        if not warm.held:
             return 0
         replies.write("idle\n")
         replies.flush()
     return 0
-
-
-_children: list[int] = []
 
 
 def _preload() -> bool:
@@ -227,28 +250,19 @@ def _report_exit(request: TrialRequest, status: int) -> None:
         emit(End())
 
 
-def _run_logged(request: TrialRequest) -> None:
+def _run_logged(request: TrialRequest, stop: StopFlag, warm: WarmGraphs) -> None:
     """Run one trial with its own log and events file, ending with an "end" event."""
-    global _stop
-    _stop = False
+    stop.set = False
     _redirect_output(str(request.log_path))
     with EventWriter.open(request.events_path) as emit:
         try:
-            run(request, emit)
+            run(request, emit, stop, warm)
         except Exception as exc:
             traceback.print_exc()
             emit(failure(exc))
         sys.stdout.flush()
         sys.stderr.flush()
         emit(End())
-
-
-def _request_stop(signum: int, frame: Any) -> None:
-    global _stop
-    _stop = True
-    for child in _children:  # in a zygote: pass the stop on to the running trial
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signal.SIGUSR1)
 
 
 def _redirect_output(path: str) -> None:

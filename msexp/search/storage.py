@@ -15,15 +15,16 @@ from typing import Any
 
 import optuna
 from optuna.storages.journal import JournalFileBackend
-from optuna.storages.journal._file import BaseJournalFileLock
 
 from msexp.errors import MsexpError
 from msexp.paths import JOURNAL
+from msexp.search.optuna_private import BaseJournalFileLock
 from msexp.urls import redact
 
 _log = logging.getLogger("msexp")
 _OPTUNA_TABLES = {"studies", "version_info", "trials", "study_directions"}
 _TAIL_CHUNK = 1 << 16
+_ADVISORY_KEY = 0x6D736578  # "msex": msexp's study lock in a shared PostgreSQL
 
 
 def open_storage(url: str | None) -> optuna.storages.BaseStorage:
@@ -200,6 +201,51 @@ class FlockLock(BaseJournalFileLock):
         handle = self._handles.pop(threading.get_ident())
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+@contextlib.contextmanager
+def study_lock(url: str | None) -> Iterator[None]:
+    """Hold every other process that shares the storage, on this machine or another: a
+    file lock beside a journal or SQLite file, an advisory lock in PostgreSQL.
+
+    What must not interleave across processes holds it: setting up a new study, and
+    taking a trial from the budget (check, then ask). Other databases get no lock.
+    """
+    path = _storage_file(url)
+    if path is not None:
+        with open(f"{path}.study.flock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released by close, or by the kernel on kill
+            yield
+    elif url.startswith("postgresql"):
+        with _advisory_lock(url):
+            yield
+    else:
+        yield
+
+
+def _storage_file(url: str | None) -> Path | None:
+    """The file that holds the storage: a journal or a SQLite database."""
+    if url is None or url.endswith(".journal"):
+        return Path(url or JOURNAL)
+    return Path(url[len("sqlite:///"):]) if _sqlite_folder(url) is not None else None
+
+
+@contextlib.contextmanager
+def _advisory_lock(url: str) -> Iterator[None]:
+    import sqlalchemy  # lazy: only RDB storages need it
+
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as connection:  # the lock ends with the session at the latest
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"),
+                               {"key": _ADVISORY_KEY})
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"),
+                                   {"key": _ADVISORY_KEY})
+    finally:
+        engine.dispose()
 
 
 def storage_label(url: str | None) -> str:

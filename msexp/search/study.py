@@ -5,24 +5,21 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import socket
 import time
 
 import optuna
-import psutil
 from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
-from msexp.execution.process import kill_processes, marked, owner
+from msexp.execution.process import owner
 from msexp.keys import StudyKey, TrialKey
 from msexp.knobs import graph_params
-from msexp.search.storage import open_storage, storage_errors, storage_label
+from msexp.search.storage import open_storage, storage_errors, storage_label, study_lock
 from msexp.spec import Method, SweepSpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 CREATOR_WAIT_S = 10.0
-STALE_AFTER_S = 60.0
 
 
 def make_sampler(spec: SweepSpec, worker: str | None = None) -> optuna.samplers.BaseSampler:
@@ -31,28 +28,16 @@ def make_sampler(spec: SweepSpec, worker: str | None = None) -> optuna.samplers.
     `worker` names a process other than the study's creator (see `sampler_seed`).
     """
     seed = sampler_seed(spec.space.resolve({}).get("seed", 0), worker)
-    constrained = _violations(spec) if spec.constraints else None
     samplers = {
         Method.grid: lambda: optuna.samplers.RandomSampler(seed=seed),
         Method.random: lambda: optuna.samplers.RandomSampler(seed=seed),
         Method.tpe: lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True,
-                                                       group=True,
-                                                       constraints_func=constrained),
+                                                       group=True),
         Method.cmaes: lambda: optuna.samplers.CmaEsSampler(seed=seed,
                                                            warn_independent_sampling=False),
-        Method.nsga2: lambda: optuna.samplers.NSGAIISampler(seed=seed,
-                                                            constraints_func=constrained),
+        Method.nsga2: lambda: optuna.samplers.NSGAIISampler(seed=seed),
     }
     return samplers[spec.method]()
-
-
-def _violations(spec: SweepSpec):
-    """Optuna's constraints function: each constraint's violation (<= 0: kept)."""
-    def violations(trial: optuna.trial.FrozenTrial) -> list[float]:
-        metrics = trial.user_attrs.get(TrialKey.METRICS, {})
-        return [c.violation(metrics) for c in spec.constraints]
-
-    return violations
 
 
 def sampler_seed(seed: int, worker: str | None) -> int:
@@ -127,53 +112,45 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str
                 f"{spec.path}: study {name!r} has other objective directions") from None
     if not created:
         _wait_for_creator(study)
-    if StudyKey.FINGERPRINT not in study.user_attrs:
-        if spec.method is Method.grid:
-            _enqueue_grid(study, spec)
-        study.set_user_attr(StudyKey.RETRIES, spec.budget.retries)
-        study.set_user_attr(StudyKey.TOTAL, spec.n_trials())
-        study.set_user_attr(StudyKey.OBJECTIVES, [o.metric for o in spec.objectives])
-        study.set_user_attr(StudyKey.SWEEP, spec.name)
-        study.set_user_attr(StudyKey.EXPERIMENT, spec.experiment.ref)
-        study.set_user_attr(StudyKey.FINGERPRINT, fingerprint(spec))  # last: marks it complete
+    with study_lock(storage_url):
+        if StudyKey.FINGERPRINT not in study.user_attrs:
+            _set_up(study, spec)
     return study, created
 
 
+def _set_up(study: optuna.Study, spec: SweepSpec) -> None:
+    """Queue a new study's grid and write what it is; a set-up that a kill cut short is
+    finished by the next process, without queueing a point twice."""
+    if spec.method is Method.grid:
+        _enqueue_grid(study, spec)
+    study.set_user_attr(StudyKey.RETRIES, spec.budget.retries)
+    study.set_user_attr(StudyKey.TOTAL, spec.n_trials())
+    study.set_user_attr(StudyKey.OBJECTIVES, [o.metric for o in spec.objectives])
+    study.set_user_attr(StudyKey.SWEEP, spec.name)
+    study.set_user_attr(StudyKey.EXPERIMENT, spec.experiment.ref)
+    study.set_user_attr(StudyKey.FINGERPRINT, fingerprint(spec))  # last: marks it complete
+
+
 def _enqueue_grid(study: optuna.Study, spec: SweepSpec) -> None:
-    """Enqueue the grid's points (the first `n_trials`), those that share compiled graphs
-    next to each other (in order of first appearance), so a worker's trials run warm."""
+    """Enqueue the grid's points (the first `n_trials`) not queued yet, those that share
+    compiled graphs next to each other (in order of first appearance), so a worker's
+    trials run warm."""
     by_name = {p.name: p for p in spec.space.params}
+    queued = {t.user_attrs.get(TrialKey.GRID_POINT) for t in study.get_trials(deepcopy=False)}
     groups: dict[str, int] = {}
     queue = []
     for i, point in enumerate(itertools.islice(spec.space.iter_grid(), spec.n_trials())):
         key = json.dumps(graph_params(spec.space.resolve(point)), sort_keys=True, default=str)
         queue.append((groups.setdefault(key, len(groups)), i, point))
     for _, i, point in sorted(queue, key=lambda entry: entry[:2]):
+        if i in queued:
+            continue
         study.enqueue_trial({k: by_name[k].optuna_value(v) for k, v in point.items()},
                             user_attrs={TrialKey.GRID_POINT: i})
 
 
-def _owner_is_dead(name: str) -> bool:
-    host, _, pid = name.rpartition(":")
-    return host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid))
 
 
-def put_back(study: optuna.Study, trial_id: int, attempts: int, count_attempt: bool,
-             reason: str) -> bool:
-    """Queue an unfinished trial again as it is (WAITING): same number, params, folder and
-    checkpoints, so the next attempt continues it. A stop by signal or an unreachable
-    MLflow does not count as an attempt; a dead orchestrator does. Past `budget.retries`
-    counted attempts the trial is failed instead; returns whether it was queued."""
-    storage = study._storage
-    attempts += count_attempt
-    storage.set_trial_user_attr(trial_id, TrialKey.ATTEMPT, attempts)
-    if attempts > study.user_attrs.get(StudyKey.RETRIES, 0):
-        storage.set_trial_user_attr(trial_id, TrialKey.ERROR,
-                                    f"{reason}; out of retries after {attempts} attempts")
-        storage.set_trial_state_values(trial_id, TrialState.FAIL)
-        return False
-    storage.set_trial_user_attr(trial_id, TrialKey.ERROR, reason)
-    return storage.set_trial_state_values(trial_id, TrialState.WAITING)
 
 
 def retry_failed(study: optuna.Study) -> int:
@@ -199,29 +176,6 @@ def failed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return [t for t in trials if t.state is TrialState.FAIL and t.number not in retried]
 
 
-def fail_stale_trials(study: optuna.Study) -> list[int]:
-    """Queue again the RUNNING trials whose orchestrator died (no heartbeat).
-
-    A trial's owner writes a heartbeat every few seconds; a trial is stale when its
-    owner is a dead process on this host, or its heartbeat is older than a minute. It
-    counts as an attempt (see `put_back`). What a dead owner's trial processes left
-    running (a daemon, a `setsid` helper) is killed first, found by their marker.
-    """
-    stale = []
-    now = time.time()
-    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        name = frozen.user_attrs.get(TrialKey.OWNER, "")
-        beat = frozen.user_attrs.get(TrialKey.HEARTBEAT, frozen.datetime_start.timestamp()
-                                     if frozen.datetime_start else now)
-        dead = _owner_is_dead(name)
-        if name == owner() or not (dead or now - beat > STALE_AFTER_S):
-            continue
-        if dead:
-            kill_processes(marked(name))
-        put_back(study, frozen._trial_id, frozen.user_attrs.get(TrialKey.ATTEMPT, 0), True,
-                 "orchestrator stopped (no heartbeat)")
-        stale.append(frozen.number)
-    return stale
 
 
 def _wait_for_creator(study: optuna.Study) -> None:
@@ -233,13 +187,6 @@ def _wait_for_creator(study: optuna.Study) -> None:
         time.sleep(0.2)
 
 
-def claim_waiting(study: optuna.Study) -> optuna.Trial | None:
-    """Atomically take a WAITING (enqueued) trial, as Study.ask does, without sampling anew."""
-    storage = study._storage
-    for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        if storage.set_trial_state_values(frozen._trial_id, TrialState.RUNNING):
-            return optuna.Trial(study, frozen._trial_id)
-    return None
 
 
 def finished_count(study: optuna.Study) -> int:

@@ -18,6 +18,7 @@ from msexp.execution.protocol import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.paths import DEFAULT_TRACKING_URI, STORE_DIR
 from msexp.tracking.spool import Spool
+from msexp.tracking.store import create_sqlite_store
 from msexp.urls import redact
 
 if TYPE_CHECKING:
@@ -63,7 +64,9 @@ class Tracker:
         try:  # an unreachable server, or a local store under an unwritable mlruns/
             if self.uri == DEFAULT_TRACKING_URI:
                 STORE_DIR.mkdir(exist_ok=True)
-            with self.writing():  # the first client of a new SQLite store creates its tables
+            with self.writing():
+                if self.uri.startswith("sqlite:///"):
+                    create_sqlite_store(Path(_absolute(self.uri)[len("sqlite:///"):]))
                 self.client: MlflowClient = MlflowClient(_absolute(self.uri))
                 self.client.search_experiments(max_results=1)
         except Exception as exc:

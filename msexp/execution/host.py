@@ -1,0 +1,254 @@
+"""The host of a slot: a process that imports MindSpore once and runs one trial at a
+time in a child, with timeouts and stops.
+
+A failed trial is data, not an exception: `Host.run` always returns a `TrialResult`
+whose status says what happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from msexp.execution.process import (
+    descendants,
+    die_with_parent,
+    exit_reason,
+    kill_group,
+    kill_processes,
+    marked,
+    owner,
+)
+from msexp.execution.protocol import (
+    End,
+    Epoch,
+    EventReader,
+    Status,
+    TrialRequest,
+    TrialResult,
+)
+from msexp.keys import TrialEnv
+
+POLL_S = 0.05
+CLOSE_S = 10.0  # for a host to end its warm trial child and exit
+READY_S = 600.0  # a host's start-up (MindSpore's import) on a loaded machine, at most
+STOP_GRACE_S = 1.5  # for a pruned trial to stop by itself before its child is killed
+END_S = 10.0  # for a host to write the end of a trial whose child was killed
+FAMILY_S = 0.5  # how often a running trial's process tree is noted
+_serial = itertools.count()
+
+
+OnEpoch = Callable[[Epoch], bool]
+"""Called with each epoch; returns True to stop (prune) the trial."""
+
+
+class Host:
+    """A host process (`python -m msexp.execution.trial`) that runs one trial at a time.
+
+    The host imports MindSpore once; on CPU it forks a trial child per trial, so trials
+    stay independent without paying the import each time, and keeps that child for the
+    next trial of the same graph signature (a warm trial: no compile). A host that
+    dies, or is killed for a timeout, is replaced by a new one.
+
+    Channels: requests go down the host's stdin, one JSON line each; "ready" comes up its
+    stdout once MindSpore is imported; a stop (prune) is SIGUSR1 to the trial's own
+    process; everything the trial says is in its events.jsonl, the durable record.
+
+    Every process a host starts carries its marker (`TrialEnv.MARKER`, this sweep's
+    host:pid and a serial), and the tree is noted while a trial runs: what a trial leaves
+    behind (`setsid` daemons included) is killed when the trial ends, and everything when
+    the host is killed. After a kill -9 of the sweep, the next one finds the leftovers of
+    its stale trials by the marker (`search.source`).
+    """
+
+    def __init__(self, threads: int | None = None, cwd: Path | None = None,
+                 slot: int | None = None):
+        self.threads, self.cwd, self.slot = threads, cwd, slot
+        self.marker = f"{owner()}/{next(_serial)}"
+        self._proc: subprocess.Popen | None = None
+        self._ready = False
+        self._family: dict[int, psutil.Process] = {}  # noted while trials ran
+
+    def _spawn(self) -> subprocess.Popen:
+        env = dict(os.environ)
+        env[TrialEnv.MARKER] = self.marker
+        if self.threads:
+            env["MSEXP_THREADS"] = str(self.threads)
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        if self.slot is not None:
+            env["MSEXP_SLOT"] = str(self.slot)
+        env.setdefault("GLOG_v", "2")
+        return subprocess.Popen(
+            [sys.executable, "-m", "msexp.execution.trial"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.cwd, env=env,
+            start_new_session=True, text=True, preexec_fn=die_with_parent)
+
+    def prewarm(self) -> None:
+        """Start the host now, so it imports MindSpore before the first trial."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc, self._ready = self._spawn(), False
+
+    def _wait_ready(self, proc: subprocess.Popen) -> None:
+        """Wait until the host `proc` has imported MindSpore and says "ready" (or died)."""
+        if self._ready:
+            return
+        deadline = time.monotonic() + READY_S
+        with contextlib.suppress(ValueError, OSError):  # its pipe closed: it is gone
+            while time.monotonic() < deadline and proc.poll() is None:
+                if select.select([proc.stdout], [], [], POLL_S)[0]:
+                    proc.stdout.readline()  # "ready", or "" if it died
+                    break
+        self._ready = True
+
+    def run(self, request: TrialRequest, timeout: float, on_epoch: OnEpoch | None = None
+            ) -> TrialResult:
+        """Run one trial; never raises for anything the trial does."""
+        result = TrialResult(Status.FAILED, log_path=request.log_path,
+                             events_path=request.events_path)
+        proc = self._ready_for(request)
+        started = time.monotonic()  # the trial's own time: a new host's import is not
+        try:
+            proc.stdin.write(request.to_json() + "\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the host died at start-up; reported below from its exit code
+        ended, stop_sent_at = self._follow(proc, result, on_epoch, started + timeout)
+        if ended:
+            self._kill_leftovers(result.pid)  # what the trial started and left running
+        else:
+            self.kill()  # whatever is left of this trial goes; the next trial gets a new host
+        now = time.monotonic()
+        result.wall_s = now - started
+        if not ended and result.status is Status.TIMEOUT:
+            result.error = f"exceeded trial_timeout of {timeout:g} s"
+        if stop_sent_at is not None:
+            result.stop_s = now - stop_sent_at
+        return result
+
+    def _ready_for(self, request: TrialRequest) -> subprocess.Popen:
+        """Empty the trial's log and events files; the host, started and ready."""
+        request.events_path.parent.mkdir(parents=True, exist_ok=True)
+        request.events_path.write_text("")
+        request.log_path.write_text("")
+        self.prewarm()
+        proc = self._proc  # a stop may kill the host (and clear _proc) at any moment
+        self._wait_ready(proc)
+        return proc
+
+    def _follow(self, proc: subprocess.Popen, result: TrialResult, on_epoch: OnEpoch | None,
+                deadline: float) -> tuple[bool, float | None]:
+        """Read the trial's events until its end, its host's death, its deadline or a
+        stop it ignored; returns (whether it ended, when a stop was sent)."""
+        reader = EventReader(result.events_path)
+        stop_sent_at: float | None = None
+        noted = 0.0
+        while True:
+            for event in reader.read():
+                if self._absorb(event, result, on_epoch):
+                    return True, stop_sent_at
+                if result.status is Status.PRUNED and stop_sent_at is None:
+                    stop_sent_at = time.monotonic()
+                    _signal(result.pid, signal.SIGUSR1)
+            now = time.monotonic()
+            if proc.poll() is not None:
+                if any(self._absorb(event, result, on_epoch) for event in reader.read()):
+                    return True, stop_sent_at
+                if result.status is not Status.PRUNED:
+                    result.status, result.error = Status.FAILED, exit_reason(proc.returncode)
+                return False, stop_sent_at
+            if now > deadline:
+                result.status = Status.TIMEOUT
+                return False, stop_sent_at
+            if stop_sent_at is not None and now - stop_sent_at > STOP_GRACE_S:
+                return self._end_child(result, reader), stop_sent_at
+            if now - noted > FAMILY_S:
+                noted = now
+                self._note_family(proc.pid)
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def _absorb(event, result: TrialResult, on_epoch: OnEpoch | None) -> bool:
+        ended = result.absorb(event)
+        if (isinstance(event, Epoch) and on_epoch and result.status is not Status.PRUNED
+                and on_epoch(event)):
+            result.status = Status.PRUNED
+        return ended
+
+    def _end_child(self, result: TrialResult, reader: EventReader) -> bool:
+        """Kill a trial child that ignored its stop, and wait for the host to end the
+        trial; the host stays, with its import, for the next trial. True if it ended."""
+        if not result.pid or result.pid == self._proc.pid:
+            return False  # the host runs trials itself (GPU, Ascend): it goes with the trial
+        _signal(result.pid, signal.SIGKILL)
+        deadline = time.monotonic() + END_S
+        while time.monotonic() < deadline:
+            if any(isinstance(event, End) for event in reader.read()):
+                return True
+            time.sleep(POLL_S)
+        return False
+
+    def _note_family(self, pid: int) -> None:
+        """Remember the host's descendants now: one that leaves the host's session and
+        clears its environment is still killed with the trial."""
+        for child in descendants(pid):
+            self._family.setdefault(child.pid, child)
+
+    def _kill_leftovers(self, trial_pid: int) -> None:
+        """Kill what the finished trial started, but not the host, nor the child that
+        ran the trial: both stay warm for the next trial."""
+        host = self._proc.pid if self._proc else None
+        found = {p.pid: p for p in [*self._family.values(), *marked(self.marker)]}
+        found.pop(host, None)
+        found.pop(trial_pid, None)
+        self._family.clear()
+        kill_processes(found.values())
+
+    def close(self) -> None:
+        """End the host after its last trial: told by the end of its input, it ends the
+        trial child it kept warm and exits; killed if it has not within CLOSE_S."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(CLOSE_S)
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill the host's process group, its trial and everything they started (found
+        by the marker or noted while the trial ran), `setsid` descendants included."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            self._note_family(proc.pid)
+            kill_group(proc.pid)
+        family, self._family = list(self._family.values()), {}
+        kill_processes([*family, *marked(self.marker)])
+        if proc is not None:
+            proc.wait()
+
+
+def start_hosts(count: int, cwd: Path | None = None) -> list[Host]:
+    """`count` hosts, started now so that they import MindSpore while the caller opens
+    its stores. Host i gets cores / count CPU threads and, on GPU or Ascend, device i
+    modulo the device count."""
+    threads = max(1, (os.cpu_count() or 1) // count)
+    hosts = [Host(threads, cwd or Path.cwd(), slot) for slot in range(count)]
+    for host in hosts:
+        host.prewarm()
+    return hosts
+
+
+def _signal(pid: int | None, signum: int) -> None:
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)

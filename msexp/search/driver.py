@@ -1,0 +1,151 @@
+"""The search driver: claim a trial, run it in a slot, let subscribers see it, tell Optuna.
+
+As in Optuna's `_run_trial` (ask, run, tell, callbacks) and Ray Tune's controller with
+its callbacks: the driver only asks and tells; where trials come from is the
+`TrialSource`, where they run is the `Slots`, and who watches is the subscribers.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from msexp.errors import MsexpError, describe
+from msexp.execution.protocol import Epoch, Status, TrialResult
+from msexp.execution.subscribers import Subscriber, TrialInfo
+from msexp.interrupts import handled
+from msexp.search.prepare import prepare_trial
+from msexp.search.pruning import PruningBridge
+from msexp.search.source import TrialSource
+from msexp.search.tell import best_so_far, judge, tell
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C; Slurm, Kubernetes and systemd
+
+
+@dataclass
+class SweepOutcome:
+    """What a sweep leaves behind for the summary."""
+
+    study: optuna.Study
+    recorder: Any  # tracking.recorder.MlflowRecorder: its tracker gives the UI links
+    interrupted: int = 0  # the signal that stopped the sweep (SIGINT, SIGTERM), or 0
+    results: dict[int, TrialResult] = field(default_factory=dict)
+
+
+class Sweep:
+    """Runs a study's remaining trials, one per slot at a time."""
+
+    def __init__(self, spec: Any, study: optuna.Study, source: TrialSource, slots: Any,
+                 recorder: Any, watchers: list[Subscriber]):
+        """`slots`: execution.slots.Slots; `recorder`: tracking.recorder.MlflowRecorder."""
+        self.spec, self.study, self.source, self.slots = spec, study, source, slots
+        self.recorder = recorder
+        self.pruning = PruningBridge(spec)
+        self.watchers = [self.pruning, *watchers]  # told after Optuna; the recorder before
+        self.stopping = threading.Event()
+        self.results: dict[int, TrialResult] = {}
+        self.interrupted = 0
+        self.error: Exception | None = None  # what stopped the sweep outside any trial
+
+    def run(self) -> SweepOutcome:
+        """Run until the budget is spent; a stop signal ends the trials, which the next
+        run continues.
+
+        Raises:
+            MsexpError: MLflow cannot be reached (the trials that ran meanwhile are queued
+                again), or an error outside any trial stopped the sweep.
+        """
+        self.slots.keep(self.source.pending())
+        for watcher in self.watchers:
+            watcher.on_sweep_start(self.spec.n_trials(), self.source.finished())
+        try:
+            with handled(STOP_SIGNALS, self._interrupt):
+                self.slots.run(self._work, self._stop_if_unrecordable)
+        finally:
+            self.source.close()
+        if self.error is not None:
+            self.source.release_all(f"sweep stopped: {describe(self.error)}"[:1000])
+        failure = self.recorder.failure()
+        if failure is not None:
+            raise failure
+        self.recorder.close(self._ending())
+        if self.error is not None:
+            raise MsexpError(f"sweep {self.study.study_name} stopped: {describe(self.error)}"
+                             " (finished trials are kept; run the same command to resume)")
+        return SweepOutcome(self.study, self.recorder, self.interrupted, self.results)
+
+    def _ending(self) -> str:
+        """The parent run's status: FAILED when every trial of this run failed."""
+        if self.error:
+            return "FAILED"
+        if self.interrupted:
+            return "KILLED"
+        ran = [r.status for r in self.results.values()]
+        return "FAILED" if ran and Status.COMPLETE not in ran and \
+            Status.PRUNED not in ran else "FINISHED"
+
+    def _stop_if_unrecordable(self) -> None:
+        if self.recorder.failure() is not None:
+            self._stop()
+
+    def _interrupt(self, signum: int) -> None:
+        if self.stopping.is_set():
+            raise KeyboardInterrupt  # a second Ctrl-C: leave at once
+        self.interrupted = signum
+        self._stop()
+
+    def _stop(self) -> None:
+        self.stopping.set()
+        self.slots.stop()
+
+    def _work(self, host: Any) -> None:
+        """Run trials in `host` until none are left; an error outside any trial stops
+        the sweep."""
+        try:
+            while not self.stopping.is_set() and (handle := self.source.claim()) is not None:
+                self._run_trial(handle, host)
+        except Exception as exc:
+            self.error = self.error or exc
+            self._stop()
+
+    def _run_trial(self, handle: optuna.Trial, host: Any) -> None:
+        trial, request = prepare_trial(self.spec, self.study, handle)
+        for watcher in self.watchers:
+            watcher.on_trial_start(trial)
+        try:
+            result = host.run(request, self.spec.budget.trial_timeout,
+                              lambda epoch: self._on_epoch(trial, epoch))
+        except Exception as exc:  # an error while running it fails the trial, not the sweep
+            host.kill()
+            result = TrialResult(Status.FAILED, error=describe(exc),
+                                 wall_s=time.time() - trial.started)
+        if self.stopping.is_set() or self.recorder.failure() is not None:
+            reason = "interrupted" if self.recorder.failure() is None else "MLflow unreachable"
+            self.source.put_back(handle, reason)  # not finished: the next run continues it
+            return
+        self._end(trial, result)
+
+    def _on_epoch(self, trial: TrialInfo, epoch: Epoch) -> bool:
+        """Show the epoch to every watcher; True when the trial is to stop (pruned)."""
+        for watcher in self.watchers:
+            watcher.on_trial_epoch(trial, epoch)
+        return self.pruning.should_stop(trial)
+
+    def _end(self, trial: TrialInfo, result: TrialResult) -> None:
+        """The one order of a trial's end: judged, recorded in MLflow, told to Optuna,
+        shown. A trial whose claim another process took meanwhile is left to it."""
+        judge(self.spec, trial, result)
+        if not self.source.still_held(trial.handle):
+            return
+        self.recorder.on_trial_end(trial, result)  # MLflow has it before Optuna is told
+        tell(self.study, self.spec, trial, result)
+        self.source.done(trial.handle)
+        self.results[trial.number] = result
+        trial.best = best_so_far(self.study, self.spec)
+        for watcher in self.watchers:
+            watcher.on_trial_end(trial, result)

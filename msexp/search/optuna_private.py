@@ -1,0 +1,44 @@
+"""Optuna names that are not public, each kept for a reason its public API cannot serve.
+
+`tests/test_optuna_private.py` fails the day Optuna renames or changes one of them.
+"""
+
+from __future__ import annotations
+
+import optuna
+from optuna.storages._heartbeat import (  # noqa: F401  (re-exported)
+    BaseHeartbeat,  # the heartbeat contract: not exported under a public name
+)
+from optuna.storages.journal._file import (  # noqa: F401  (re-exported)
+    BaseJournalFileLock,  # the journal's lock interface: msexp's lock dies with its holder
+)
+from optuna.trial import TrialState
+
+
+def pop_waiting(study: optuna.Study) -> optuna.Trial | None:
+    """Take a WAITING trial atomically, or None when none waits.
+
+    `Study.ask` pops one the same way but samples a new trial when none waits; a grid
+    study must run only the points it queued.
+    """
+    trial_id = study._pop_waiting_trial_id()
+    return None if trial_id is None else optuna.Trial(study, trial_id)
+
+
+def set_waiting(study: optuna.Study, trial_id: int) -> bool:
+    """RUNNING back to WAITING, so the trial runs again under its own number and folder.
+
+    Optuna has no public way back: its retry callbacks queue a copy under a new number.
+    """
+    return study._storage.set_trial_state_values(trial_id, TrialState.WAITING)
+
+
+def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
+    """The study's storage, to write a trial by id when no `Trial` object is at hand (a
+    stale trial of another process)."""
+    return study._storage
+
+
+def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
+    """A trial's id in its storage: storage methods take ids, trials show only numbers."""
+    return trial._trial_id

@@ -1,0 +1,31 @@
+"""A claimed trial made ready to run: its params sampled and resolved, its folder, its
+name, and its request."""
+
+from __future__ import annotations
+
+import time
+
+import optuna
+
+from msexp.execution.protocol import TrialRequest
+from msexp.execution.subscribers import TrialInfo
+from msexp.keys import TrialKey
+from msexp.knobs import value_text
+from msexp.paths import TRIALS_DIR
+from msexp.search.requests import trial_request
+from msexp.spec import SweepSpec
+from msexp.spec.space import derived
+
+
+def prepare_trial(spec: SweepSpec, study: optuna.Study, handle: optuna.Trial
+                  ) -> tuple[TrialInfo, TrialRequest]:
+    """Sample the trial's params and say what it runs and where."""
+    assigned = spec.space.suggest(handle)
+    params = spec.space.resolve(assigned)
+    folder = (TRIALS_DIR / study.study_name / f"trial-{handle.number:04d}").resolve()
+    name = " ".join([f"#{handle.number}",
+                     *(f"{k}={value_text(v)}" for k, v in assigned.items())])
+    logged = {**params, **derived(params), "experiment": spec.experiment.ref}
+    trial = TrialInfo(handle.number, name, params, logged, time.time(),
+                      rerun=TrialKey.ATTEMPT in handle.user_attrs, handle=handle)
+    return trial, trial_request(spec, params, folder)

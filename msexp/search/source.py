@@ -1,0 +1,132 @@
+"""Where a sweep's trials come from: claimed from the queue or asked of the sampler,
+kept alive by heartbeats, and put back when they cannot finish."""
+
+from __future__ import annotations
+
+import threading
+
+import optuna
+from optuna.trial import TrialState
+
+from msexp.execution.process import kill_processes, marked, owner
+from msexp.keys import StudyKey, TrialKey
+from msexp.search.heartbeat import Beating, TrialHeartbeat, owner_is_dead
+from msexp.search.optuna_private import pop_waiting, set_waiting, storage_of, trial_id
+from msexp.search.storage import study_lock
+from msexp.search.study import finished_count, started_count
+
+
+class TrialSource:
+    """Claims trials for one process: WAITING ones first (grid points, trials put back,
+    retries), then, when `samples`, new ones while fewer than `total` have started.
+
+    Before every claim, the trials of dead or silent processes are queued again. The
+    budget check and the ask hold the study lock, so no number of processes exceeds it.
+    """
+
+    def __init__(self, study: optuna.Study, storage_url: str | None, total: int,
+                 samples: bool):
+        self.study, self.storage_url = study, storage_url
+        self.total, self.samples = total, samples
+        self.heartbeat = TrialHeartbeat(study)
+        self.held: dict[int, optuna.Trial] = {}  # claimed and not told yet
+        self._lock = threading.Lock()  # this process's threads: one claim at a time
+        self._beating = Beating(self.heartbeat, self._held_ids)
+
+    def _held_ids(self) -> list[int]:
+        with self._lock:
+            return [trial_id(t) for t in self.held.values()]
+
+    def claim(self) -> optuna.Trial | None:
+        """The next trial for this process, or None when the study has none left."""
+        with self._lock, study_lock(self.storage_url):
+            requeue_stale_trials(self.study, self.heartbeat)
+            trial = pop_waiting(self.study)
+            if trial is None and self.samples and started_count(self.study) < self.total:
+                trial = self.study.ask()
+            if trial is None:
+                return None
+            trial.set_user_attr(TrialKey.OWNER, owner())
+            self.heartbeat.record_heartbeat(trial_id(trial))
+            self.held[trial.number] = trial
+            return trial
+
+    def pending(self) -> int:
+        """Trials no process has taken yet: queued ones, and the rest of a sampler's
+        budget."""
+        waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        return waiting + (max(0, self.total - started_count(self.study)) if self.samples else 0)
+
+    def finished(self) -> int:
+        """Trials of the study that ended (see `finished_count`)."""
+        return finished_count(self.study)
+
+    def still_held(self, trial: optuna.Trial) -> bool:
+        """Whether the trial is still this process's: RUNNING under its claim. A process
+        frozen past its heartbeat finds it queued again or claimed by another."""
+        frozen = storage_of(self.study).get_trial(trial_id(trial))
+        return frozen.state is TrialState.RUNNING and \
+            frozen.user_attrs.get(TrialKey.OWNER) == owner()
+
+    def done(self, trial: optuna.Trial) -> None:
+        """The trial was told: stop beating for it."""
+        with self._lock:
+            self.held.pop(trial.number, None)
+
+    def put_back(self, trial: optuna.Trial, reason: str) -> None:
+        """Queue a trial this process took again, as it is; no attempt is counted. A
+        trial whose claim was lost stays with its new owner."""
+        if self.still_held(trial):
+            put_back(self.study, trial_id(trial), trial.user_attrs.get(TrialKey.ATTEMPT, 0),
+                     False, reason)
+        self.done(trial)
+
+    def release_all(self, reason: str) -> None:
+        """Queue again every trial still held (an aborted sweep)."""
+        for trial in list(self.held.values()):
+            try:
+                self.put_back(trial, reason)
+            except Exception:  # told meanwhile, or the storage failed (the next run finds it stale)
+                continue
+
+    def close(self) -> None:
+        self._beating.close()
+
+
+def put_back(study: optuna.Study, trial: int, attempts: int, count_attempt: bool,
+             reason: str) -> bool:
+    """Queue the unfinished trial with id `trial` again as it is (WAITING): same number,
+    params, folder and checkpoints, so the next attempt continues it. A stop by signal or
+    an unreachable MLflow does not count as an attempt; a dead orchestrator does. Past
+    `budget.retries` counted attempts the trial is failed instead; returns whether it was
+    queued."""
+    storage = storage_of(study)
+    attempts += count_attempt
+    storage.set_trial_user_attr(trial, TrialKey.ATTEMPT, attempts)
+    if attempts > study.user_attrs.get(StudyKey.RETRIES, 0):
+        storage.set_trial_user_attr(trial, TrialKey.ERROR,
+                                    f"{reason}; out of retries after {attempts} attempts")
+        storage.set_trial_state_values(trial, TrialState.FAIL)
+        return False
+    storage.set_trial_user_attr(trial, TrialKey.ERROR, reason)
+    return set_waiting(study, trial)
+
+
+def requeue_stale_trials(study: optuna.Study, heartbeat: TrialHeartbeat | None = None
+                         ) -> list[int]:
+    """Queue again the RUNNING trials whose orchestrator died or went silent (see
+    `TrialHeartbeat.stale_trials`); returns their numbers. It counts as an attempt (see
+    `put_back`). What a dead owner's trial processes left running (a daemon, a `setsid`
+    helper) is killed first, found by their marker."""
+    stale = []
+    for frozen in (heartbeat or TrialHeartbeat(study)).stale_trials():
+        name = frozen.user_attrs.get(TrialKey.OWNER, "")
+        if owner_is_dead(name):
+            kill_processes(marked(name))
+        try:
+            put_back(study, trial_id(frozen), frozen.user_attrs.get(TrialKey.ATTEMPT, 0), True,
+                     "orchestrator stopped (no heartbeat)")
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # its owner told it meanwhile: it was slow, not dead
+        stale.append(frozen.number)
+    return stale

@@ -1,0 +1,87 @@
+"""How a trial ended, told to Optuna: its state, its objectives' values, what it kept."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+from optuna.trial import TrialState
+
+from msexp.execution.protocol import Epoch, Status, TrialResult
+from msexp.execution.subscribers import TrialInfo
+from msexp.keys import TrialKey
+from msexp.spec import Objective, SweepSpec
+from msexp.tracking.curves import epoch_table
+from msexp.tracking.report import best_trials
+from msexp.urls import redact
+
+_OPTUNA_STATE = {Status.COMPLETE: TrialState.COMPLETE, Status.PRUNED: TrialState.PRUNED,
+                 Status.FAILED: TrialState.FAIL, Status.TIMEOUT: TrialState.FAIL}
+
+
+def judge(spec: SweepSpec, trial: TrialInfo, result: TrialResult) -> None:
+    """A trial that ran to the end without reporting its objectives is FAILED, with the
+    reason, before anyone records it. Its error is redacted."""
+    result.error = redact(result.error) if result.error else result.error
+    if result.status is not Status.COMPLETE:
+        return
+    values = objective_values(spec, result)
+    missing = [o.metric for o, v in zip(spec.objectives, values) if not math.isfinite(v)]
+    if missing:
+        result.status = Status.FAILED
+        result.error = f"objective not available: {', '.join(missing)}"
+        trial.attrs[TrialKey.MISSING] = missing
+
+
+def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialResult) -> None:
+    """Write what the trial kept as user attributes and its constraints, then tell it."""
+    metrics = final_metrics(result)
+    attrs = {TrialKey.PARAMS: trial.params, TrialKey.STATUS: result.status.value,
+             TrialKey.METRICS: {k: v for k, v in metrics.items() if math.isfinite(v)},
+             TrialKey.EPOCHS: epoch_table(result.epochs), **trial.attrs}
+    if result.error:
+        attrs[TrialKey.ERROR] = result.error[:1000]
+    if result.checkpoint:
+        attrs[TrialKey.CHECKPOINT] = str(result.checkpoint)
+    if spec.constraints:
+        attrs[TrialKey.FEASIBLE] = spec.feasible(result.metrics)
+        for i, constraint in enumerate(spec.constraints):
+            trial.handle.set_constraint(f"{i}:{constraint.metric}", constraint.violation(metrics))
+    for key, value in attrs.items():
+        trial.handle.set_user_attr(key, value)
+    if result.status is Status.COMPLETE:
+        study.tell(trial.handle, objective_values(spec, result))
+    else:
+        study.tell(trial.handle, state=_OPTUNA_STATE[result.status])
+
+
+def final_metrics(result: TrialResult) -> dict[str, float]:
+    """The trial's final metrics (its last epoch's, if it reported none) and its wall time."""
+    return {**(result.metrics or result.last_epoch_metrics()), "wall_s": result.wall_s}
+
+
+def objective_values(spec: SweepSpec, result: TrialResult) -> list[float]:
+    metrics = final_metrics(result)
+    return [objective_value(o, metrics, result.epochs) for o in spec.objectives]
+
+
+def objective_value(objective: Objective, metrics: dict[str, float], epochs: list[Epoch]
+                    ) -> float:
+    """The value told to Optuna: the final one, or with `reduce: best` the best epoch's."""
+    if objective.reduce == "best":
+        values = [e.metrics[objective.metric] for e in epochs
+                  if math.isfinite(e.metrics.get(objective.metric, math.nan))]
+        if values:
+            return max(values) if objective.direction == "maximize" else min(values)
+    return metrics.get(objective.metric, math.nan)
+
+
+def best_so_far(study: optuna.Study, spec: SweepSpec) -> str:
+    """The study's best trial as one short text (the size of the Pareto set for several
+    objectives)."""
+    chosen = best_trials(study)
+    if len(spec.objectives) > 1:
+        return f"pareto {len(chosen)}"
+    if not chosen:
+        return "-"
+    return f"{spec.objectives[0].metric}={chosen[0].value:.4g} (#{chosen[0].number})"

@@ -1,0 +1,246 @@
+"""The search's own rules, in-process: the value told to Optuna, experiment references,
+what an aborted sweep does with the trials it took, the best so far, the pruning bridge,
+and claims that race across processes."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from msexp.errors import describe
+from msexp.execution.subscribers import TrialInfo
+from msexp.keys import TrialKey
+from msexp.search import requests, tell
+from msexp.search.pruning import PruningBridge
+from msexp.search.source import TrialSource
+from msexp.search.study import open_study
+from msexp.spec import load_spec
+from msexp.spec.file import Objective
+from msexp.training.records import Epoch
+from tests.conftest import write
+from tests.fault.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def epochs(*values: float | None) -> list[Epoch]:
+    return [Epoch(i + 1, i + 1, 0.0, {} if v is None else {"acc": v, "loss": 1.0})
+            for i, v in enumerate(values)]
+
+
+@pytest.mark.parametrize(("objective", "expected"), [
+    (Objective(metric="acc"), 0.4),
+    (Objective(metric="acc", reduce="best"), 0.9),
+    (Objective(metric="acc", reduce="best", direction="minimize"), 0.2),
+    (Objective(metric="loss", reduce="best"), 1.0),
+])
+def test_the_told_value_is_the_final_one_or_the_best_epochs(objective: Objective,
+                                                            expected: float) -> None:
+    history = epochs(0.2, None, math.nan, 0.9, 0.4)
+    assert tell.objective_value(objective, {"acc": 0.4, "loss": 3.0}, history) == expected
+
+
+def test_without_a_finite_epoch_value_best_falls_back_to_the_final_one() -> None:
+    best = Objective(metric="acc", reduce="best")
+    assert tell.objective_value(best, {"acc": 0.7}, epochs(None, math.nan)) == 0.7
+    assert math.isnan(tell.objective_value(best, {}, []))
+    assert math.isnan(tell.objective_value(Objective(metric="acc"), {"x": 1.0}, []))
+
+
+def test_file_references_become_absolute_and_module_references_stay(workdir: Path) -> None:
+    assert requests._experiment_ref("mlp_digits") == "mlp_digits"
+    assert requests._experiment_ref("pkg.models:build") == "pkg.models:build"
+    assert requests._experiment_ref("exp.py") == str(workdir / "exp.py")
+    assert requests._experiment_ref("exp.py:build") == f"{workdir / 'exp.py'}:build"
+    assert requests._experiment_ref("sub/exp") == str(workdir / "sub" / "exp")
+
+
+def source_of(spec, study) -> TrialSource:
+    return TrialSource(study, None, spec.n_trials(), spec.method.value != "grid")
+
+
+def test_an_aborted_sweep_queues_the_trials_it_took_again_without_an_attempt(
+        workdir: Path) -> None:
+    spec = load_spec(write(workdir / "s.yaml", """
+        name: aborted
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2, 0.3, 0.4]}
+        budget: {retries: 1}
+    """))
+    study, _ = open_study(spec, None)
+    source = source_of(spec, study)
+    told, first, second = (source.claim() for _ in range(3))
+    assert sorted(source.held) == [told.number, first.number, second.number]
+    study.tell(told, 0.5)  # recorded, not yet let go: putting it back fails, the rest go on
+    error = RuntimeError("storage lost   postgresql://u:pw@h/db " + "x" * 400)
+    source.release_all(f"sweep stopped: {describe(error)}"[:1000])
+    source.close()
+    study = optuna.load_study(study_name=study.study_name, storage=study._storage)
+    states = {t.number: t.state for t in study.trials}
+    assert states == {0: TrialState.COMPLETE, 1: TrialState.WAITING, 2: TrialState.WAITING,
+                      3: TrialState.WAITING}
+    text = "storage lost postgresql://u:***@h/db " + "x" * 400
+    for number in (first.number, second.number):
+        attrs = study.trials[number].user_attrs
+        assert attrs[TrialKey.ATTEMPT] == 0, "an abort is not the trial's fault"
+        assert attrs[TrialKey.ERROR] == f"sweep stopped: RuntimeError: {text[:300]}"
+
+
+def test_the_progress_shows_the_best_trial_so_far_or_the_pareto_size(workdir: Path) -> None:
+    spec = load_spec(write(workdir / "b.yaml", """
+        name: best
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2, 0.3]}
+        objective: {metric: eval_loss, direction: minimize}
+    """))
+    study, _ = open_study(spec, None)
+    source = source_of(spec, study)
+    assert tell.best_so_far(study, spec) == "-"
+    for value in (0.5, 0.123456, 0.9):
+        study.tell(source.claim(), value)
+    assert tell.best_so_far(study, spec) == "eval_loss=0.1235 (#1)"
+    pareto = load_spec(write(workdir / "p.yaml", """
+        name: pareto
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2, 0.3]}
+        objective: [{metric: eval_accuracy}, {metric: samples_per_s}]
+    """))
+    study, _ = open_study(pareto, None)
+    two = source_of(pareto, study)
+    for values in ([0.9, 10.0], [0.8, 20.0], [0.7, 5.0]):
+        study.tell(two.claim(), values)
+    assert tell.best_so_far(study, pareto) == "pareto 2"
+    source.close(), two.close()
+
+
+@pytest.mark.parametrize("pruner", ["none", "median"])
+def test_only_a_pruner_gets_each_epochs_finite_objective_and_may_stop_the_trial(
+        workdir: Path, pruner: str) -> None:
+    spec = load_spec(write(workdir / f"{pruner}.yaml", f"""
+        name: epochs-{pruner}
+        experiment: mlp_digits
+        params: {{lr: [0.1, 0.2]}}
+        pruner: {{type: {pruner}, warmup_epochs: 0, startup_trials: 1}}
+    """))
+    study, _ = open_study(spec, None)
+    source, bridge = source_of(spec, study), PruningBridge(spec)
+    first = TrialInfo(0, "#0", {}, {}, 0.0, handle=source.claim())
+    for epoch in (Epoch(1, 5, 0.1, {"eval_accuracy": 0.9}),
+                  Epoch(2, 10, 0.2, {"train_loss": 0.5}),  # no objective: no report
+                  Epoch(3, 15, 0.3, {"eval_accuracy": float("nan")})):
+        bridge.on_trial_epoch(first, epoch)
+        assert not bridge.should_stop(first)
+    reported = study.trials[0].intermediate_values
+    assert reported == ({} if pruner == "none" else {1: 0.9})
+    if pruner == "median":
+        study.tell(first.handle, 0.9)
+        second = TrialInfo(1, "#1", {}, {}, 0.0, handle=source.claim())
+        bridge.on_trial_epoch(second, Epoch(1, 5, 0.1, {"eval_accuracy": 0.1}))
+        assert bridge.should_stop(second), "pruned"
+        bridge.on_trial_end(second, None)
+        assert not bridge.should_stop(second), "a trial's end clears its prune"
+    source.close()
+
+
+_CLAIM_AND_FAIL_FIRST = """
+import optuna
+from msexp.search.optuna_private import pop_waiting
+from msexp.search.storage import open_storage
+study = optuna.load_study(study_name="race", storage=open_storage(None))
+trial = pop_waiting(study)
+assert trial.number == 0
+study.tell(trial, state=__import__("optuna").trial.TrialState.FAIL)
+"""
+
+
+def test_a_claim_from_a_listing_another_process_outdated_takes_the_next_trial(
+        workdir: Path, monkeypatch) -> None:
+    """Two journal clients in two processes. This one lists trials 0 and 1 as WAITING;
+    before it claims 0, the other process claims trial 0 and fails it. The claim must
+    go on to trial 1, not raise (mutation: no UpdateFinishedTrialError guard) nor take
+    trial 0 (mutation: the claim's result ignored)."""
+    spec = load_spec(write(workdir / "race.yaml", """
+        name: race
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2]}
+    """))
+    study, _ = open_study(spec, None)
+    storage = study._storage
+    original = storage.set_trial_state_values
+    raced: list[int] = []
+
+    def outdated(trial_id, state, values=None):
+        if not raced:  # between this process's listing and its claim
+            raced.append(trial_id)
+            subprocess.run([sys.executable, "-c", _CLAIM_AND_FAIL_FIRST], cwd=workdir,
+                           check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        return original(trial_id, state, values)
+
+    monkeypatch.setattr(storage, "set_trial_state_values", outdated)
+    source = source_of(spec, study)
+    try:
+        trial = source.claim()
+    finally:
+        source.close()
+    assert raced and trial is not None and trial.number == 1
+    states = {t.number: t.state for t in study.get_trials()}
+    assert states == {0: TrialState.FAIL, 1: TrialState.RUNNING}
+
+
+_CLAIM_UNTIL_EMPTY = """
+import os, time
+import msexp.search.source
+from msexp.search.source import TrialSource
+from msexp.search.study import open_study
+from msexp.spec import load_spec
+open(f"ready-{os.getpid()}", "w").close()
+while not os.path.exists("go"):  # all three start at once
+    time.sleep(0.01)
+count = msexp.search.source.started_count
+def slow_count(study):  # a wide gap between the budget check and the ask
+    started = count(study)
+    time.sleep(0.2)
+    return started
+msexp.search.source.started_count = slow_count
+for round in range(ROUNDS):  # each round's first claims race
+    spec = load_spec(f"budget-{round}.yaml")
+    study, _ = open_study(spec, None)
+    source = TrialSource(study, None, spec.n_trials(), True)
+    while (trial := source.claim()) is not None:
+        trial.suggest_float("lr", 0.001, 0.1)
+        study.tell(trial, 0.5)
+        source.done(trial)
+    source.close()
+"""
+ROUNDS = 3
+
+
+def test_no_number_of_processes_exceeds_the_trial_budget(workdir: Path) -> None:
+    """Three processes on TPE studies of 1 trial each (mutation: the budget check and
+    the ask outside the study lock)."""
+    specs = [load_spec(write(workdir / f"budget-{i}.yaml", f"""
+        name: budget-{i}
+        experiment: mlp_digits
+        method: tpe
+        budget: {{trials: 1}}
+        params: {{lr: {{low: 0.001, high: 0.1}}}}
+    """)) for i in range(ROUNDS)]
+    for spec in specs:
+        open_study(spec, None)
+    code = _CLAIM_UNTIL_EMPTY.replace("ROUNDS", str(ROUNDS))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    processes = [subprocess.Popen([sys.executable, "-c", code], cwd=workdir, env=env)
+                 for _ in range(3)]
+    wait_for("three processes ready", lambda: len(list(workdir.glob("ready-*"))) == 3)
+    (workdir / "go").touch()
+    assert [p.wait(timeout=600) for p in processes] == [0, 0, 0]
+    for spec in specs:
+        study = open_study(spec, None)[0]
+        assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE]
