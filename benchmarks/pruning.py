@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from msexp.execution.subscribers import Subscriber  # noqa: E402
 from msexp.search.sweep import run_sweep  # noqa: E402
 from msexp.spec import load_spec  # noqa: E402
 
@@ -35,15 +36,10 @@ pruner: {{type: {pruner}, warmup_epochs: 1, startup_trials: 3}}
 """
 
 
-class Quiet:
-    def start(self, total: int, done: int) -> None: ...
-
-    def trial_started(self, number, name, epochs) -> None: ...
-
-    def trial_epoch(self, number, epoch) -> None: ...
-
-    def trial_done(self, number, result, best) -> None:
-        print(f"  trial {number}: {result.status.value}, {len(result.epochs)} epochs", flush=True)
+class Quiet(Subscriber):
+    def on_trial_end(self, trial, result) -> None:
+        print(f"  trial {trial.number}: {result.status.value}, {len(result.epochs)} epochs",
+              flush=True)
 
 
 def study(label: str, pruner: str, trials: int, epochs: int) -> tuple[float, int, float]:

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from msexp.execution.host import start_hosts
 from msexp.execution.protocol import Start, read_events
+from msexp.execution.subscribers import Subscriber
 from msexp.search.optuna_private import pop_waiting
 from msexp.search.storage import open_storage
 from msexp.search.study import make_sampler, open_study
@@ -36,18 +37,8 @@ URI = "sqlite:///mlruns/mlflow.db"
 JOURNAL = "mlruns/optuna.journal"
 
 
-class Quiet:
-    def start(self, total: int, done: int) -> None:
-        self.total = total
-
-    def trial_started(self, number, name, epochs) -> None:
-        pass
-
-    def trial_epoch(self, number, epoch) -> None:
-        pass
-
-    def trial_done(self, number, result, best) -> None:
-        pass
+class Quiet(Subscriber):
+    """A progress display that shows nothing."""
 
 
 def load(name: str) -> optuna.Study:
@@ -379,7 +370,7 @@ def test_an_error_outside_any_trial_stops_the_sweep_and_leaves_nothing_running(
     def broken_owner() -> str:
         raise OSError("the host name is gone")
 
-    monkeypatch.setattr("msexp.search.loop.owner", broken_owner)
+    monkeypatch.setattr("msexp.search.source.owner", broken_owner)
     result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "300"})
     assert result.exit_code == 1
     assert "Traceback" not in result.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import psutil
@@ -174,3 +175,33 @@ def test_without_fork_the_worker_itself_keeps_the_graphs(tmp_path, monkeypatch):
     assert first.pid == warm.pid == cold.pid == worker_pid
     assert warm.warm and not cold.warm
     same_training(warm, cold)
+
+
+IGNORES_STOP = """
+import time
+from msexp import hooks
+hooks.report(1, eval_accuracy=0.5)
+time.sleep(600)  # never looks at hooks.should_stop()
+"""
+
+
+def test_a_trial_that_ignores_its_prune_loses_its_child_and_the_host_stays(tmp_path):
+    """Past the stop's grace, the trial child is killed, not the host: the next trial
+    runs in the same host, with no new MindSpore import (mutation: kill the host)."""
+    from msexp.execution.protocol import Command
+
+    script = tmp_path / "ignores.py"
+    script.write_text(IGNORES_STOP)
+    command = Command([sys.executable, str(script)], str(tmp_path))
+    host = Host(cwd=ROOT)
+    try:
+        pruned = host.run(TrialRequest("ignores", {"seed": 0}, tmp_path / "a", command=command),
+                          TIMEOUT_S, on_epoch=lambda epoch: True)
+        host_pid = host.pid
+        after = host.run(request(tmp_path, "b", epochs=1), TIMEOUT_S)
+        assert host.pid == host_pid is not None
+    finally:
+        host.kill()
+    assert pruned.status is Status.PRUNED and [e.epoch for e in pruned.epochs] == [1]
+    assert not psutil.pid_exists(pruned.pid), "the trial child that ignored its stop is gone"
+    assert after.status is Status.COMPLETE, after.error

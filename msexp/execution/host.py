@@ -93,6 +93,11 @@ class Host:
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.cwd, env=env,
             start_new_session=True, text=True, preexec_fn=die_with_parent)
 
+    @property
+    def pid(self) -> int | None:
+        """The host process's pid while it runs."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
     def prewarm(self) -> None:
         """Start the host now, so it imports MindSpore before the first trial."""
         if self._proc is None or self._proc.poll() is not None:
