@@ -4,31 +4,24 @@ The command runs in the sweep file's folder with the trial's params as arguments
 the values the sweep file sets; the script keeps its own defaults), in this process's
 group, so a timeout or a prune kills it with the trial; what it leaves running when it
 exits is killed then (see `process.strays`). Its output goes to the trial's
-log and is read for metrics:
-
-- `name: value` alone on a line, `name=value` pairs, and JSON (or Python dict) lines;
-- MindSpore's `LossMonitor` (train_loss) and `TimeMonitor` (step_ms) lines;
-- the sweep's `metrics` regexes, whose named groups are metrics.
-
-The last value of each metric is final. A script that uses `msexp.hooks` also reports
+log and is read for metrics by `log_metrics.MetricReader`; the last value of each metric
+is final. A script that uses `msexp.hooks` also reports
 epochs through the events file in MSEXP_EVENTS, which is what pruning acts on.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable
 
+from msexp.execution.log_metrics import MetricReader
 from msexp.execution.process import (
     die_with_parent,
     exit_reason,
@@ -43,11 +36,6 @@ from msexp.training.records import Stopped
 
 POLL_S = 0.05
 DRAIN_S = 5.0  # reading what the command wrote after it exited (a stray may hold it open)
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
-_LOSS_MONITOR = re.compile(rf"epoch:\s*\d+\s+step:\s*\d+,?\s*loss is\s*\[?({_NUMBER})", re.I)
-_TIME_MONITOR = re.compile(rf"epoch time:\s*({_NUMBER})\s*ms,\s*per step time:\s*({_NUMBER})")
-_ALONE = re.compile(rf"^\s*([A-Za-z_][\w.\-/]*)\s*:\s*({_NUMBER})\s*$")
-_PAIR = re.compile(rf"(?<![\w.])([A-Za-z_][\w.\-/]*)=({_NUMBER})(?![\w.])")
 
 
 class CommandFailed(RuntimeError):
@@ -68,70 +56,6 @@ def _text(value: Any) -> str:
     if isinstance(value, (list, dict)):
         return json.dumps(value)
     return str(value)
-
-
-class MetricReader:
-    """Reads metrics from output lines; keeps the last value of each."""
-
-    def __init__(self, patterns: Iterable[str] = ()):
-        self.patterns = [re.compile(p) for p in patterns]
-        self.last: dict[str, float] = {}
-        self.last_line = ""
-
-    def feed(self, line: str) -> dict[str, float]:
-        """The metrics in one line (also kept as the latest values)."""
-        self.last_line = line.strip() or self.last_line
-        found = {**_structured(line), **_monitors(line), **_pairs(line)}
-        for pattern in self.patterns:
-            match = pattern.search(line)
-            if match:
-                found.update({k: float(v) for k, v in match.groupdict().items()
-                              if v is not None and _is_number(v)})
-        self.last.update(found)
-        return found
-
-
-def _structured(line: str) -> dict[str, float]:
-    text = line.strip()
-    if not (text.startswith("{") and text.endswith("}")):
-        return {}
-    try:
-        data = json.loads(text)
-    except ValueError:
-        try:
-            data = ast.literal_eval(text)  # print(model.eval(...)) writes a Python dict
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): float(v) for k, v in data.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-def _monitors(line: str) -> dict[str, float]:
-    found = {}
-    loss = _LOSS_MONITOR.search(line)
-    if loss:
-        found["train_loss"] = float(loss.group(1))
-    timing = _TIME_MONITOR.search(line)
-    if timing:
-        found["step_ms"] = float(timing.group(2))
-    return found
-
-
-def _pairs(line: str) -> dict[str, float]:
-    alone = _ALONE.match(line)
-    if alone:
-        return {alone.group(1): float(alone.group(2))}
-    return {name: float(value) for name, value in _PAIR.findall(line)}
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def run_command(request: TrialRequest, emit: Callable[[Any], None],
