@@ -51,10 +51,18 @@ def test_metrics_are_read_from_every_common_form_of_output() -> None:
 
 def test_params_become_flags_or_hydra_overrides() -> None:
     params = {"lr": 0.1, "thor.frequency": 10, "amp": True, "split": [0, 2]}
-    assert arguments(params, "flags") == ["--lr=0.1", "--thor.frequency=10", "--amp=true",
+    # `True`: what the model zoo's `type=ast.literal_eval` flags take (issue 24, item 3)
+    assert arguments(params, "flags") == ["--lr=0.1", "--thor.frequency=10", "--amp=True",
                                           "--split=[0, 2]"]
-    assert arguments(params, "hydra")[:2] == ["lr=0.1", "thor.frequency=10"]
+    assert arguments(params, "hydra") == ["lr=0.1", "thor.frequency=10", "amp=true",
+                                          "split=[0, 2]"]
     assert arguments(params, "none") == []
+
+
+def test_a_boolean_switch_is_the_flag_alone_or_nothing() -> None:
+    params = {"amp": True, "eval": False, "run_eval": False}
+    assert arguments(params, "flags", switches=["amp", "eval"]) == ["--amp",
+                                                                     "--run_eval=False"]
 
 
 def test_an_unchanged_model_train_script_sweeps_into_mlflow(scripts: Path) -> None:

@@ -30,15 +30,19 @@ class Command:
 
     Attributes:
         argv: the command, split as a shell would.
-        cwd: where it runs: the sweep file's folder.
+        cwd: the sweep file's folder (the command runs in the trial's own folder; its
+            relative paths that exist here are passed absolute).
         args: how params become arguments: flags (--name=value), hydra (name=value), none.
         metrics: regexes whose named groups are metrics, applied to every output line.
+        switches: flags passed alone for true and left out for false; None: those its
+            `--help` shows without a value.
     """
 
     argv: list[str]
     cwd: str
     args: str = "flags"
     metrics: list[str] = field(default_factory=list)
+    switches: list[str] | None = None
 
 
 @dataclass(frozen=True)
