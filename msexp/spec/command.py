@@ -107,6 +107,8 @@ def _msexp_knob(source: str, key: str, name: str, values: list[Any]) -> Knob:
     knob = replace(KNOBS[name], default=None, when={})
     for value in values:
         rule = knob.check(value)
+        if rule and knob.choices is not None:
+            rule = "must be one of " + ", ".join(str(c) for c in knob.choices)
         if rule and name != "devices":
             raise SpecError(source, key, f"clashes with msexp's knob {name}, which msexp.hooks "
                             f"applies in this script ({rule}); to pass the script's own "
