@@ -36,12 +36,14 @@ _TRAINING = re.compile(r"\b(?:epoch|step|iter|iteration|batch)\b\s*(?:[:=#\[(]\s
 _ECHO_START = re.compile(r"\bNamespace\(|\{")
 _DICT = re.compile(r"\{[^{}]*\}")
 _TOKEN = r"[A-Za-z_][\w.\-/]*"
-_PAIR = re.compile(
-    rf"(?<![\w.\-/'\"])((?:{_TOKEN} )*{_TOKEN})"   # a name: words separated by one space
-    rf"(?::(?=[\s\[])\s*|\s*=\s*)"                 # `: ` (never `10:30`) or `=`
+_VALUE = re.compile(
+    rf"(?::(?=[\s\[])\s*|\s*=\s*)"              # `: ` (never `10:30`) or `=`
     rf"(\[\s*(?:{_NUMBER})\s*(?:/\s*(?:{_NUMBER})\s*)?\]|(?:{_NUMBER}))"
     r"(%|[A-Za-z]{1,3}(?![\w(]))?"                 # a percent sign or a unit (ms, s)
     r"(?=$|[\s,;|)\]}])")
+_NAME = re.compile(rf"((?:{_TOKEN} )*{_TOKEN})$")  # words separated by one space
+_NAME_CHARS = 120  # how far back from its value a name may begin
+_BEFORE_NAME = re.compile(r"[\w.\-/'\"]")  # a character a name cannot follow
 _PHRASE_WORDS = 4
 _PLAIN_WORD = re.compile(r"[A-Za-z]+")
 _VERBS = {"is", "are", "was", "were"}  # "The best validation Top_1_Accuracy is: 10%"
@@ -168,12 +170,27 @@ def _is_value(value: Any) -> bool:
 
 def _pairs(text: str) -> dict[str, float]:
     found = {}
-    for words, written, suffix in _PAIR.findall(text):
-        name, value = _name(words), _value(written)
+    for match in _VALUE.finditer(text):
+        words = _words_before(text, match.start())
+        name = _name(words) if words else None
+        value = _value(match.group(1))
         if name is None or value is None:
             continue
-        found[name] = value / 100 if suffix == "%" else value
+        found[name] = value / 100 if match.group(2) == "%" else value
     return found
+
+
+def _words_before(text: str, end: int) -> str | None:
+    """The name written right before a value's separator (searched in a short window, so
+    a long line costs linear time)."""
+    begin = max(0, end - _NAME_CHARS)
+    match = _NAME.search(text, begin, end)
+    if match is None:
+        return None
+    start = match.start(1)
+    if start > 0 and _BEFORE_NAME.match(text[start - 1]):
+        return None
+    return match.group(1)
 
 
 def _name(words: str) -> str | None:
