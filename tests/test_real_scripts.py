@@ -117,6 +117,13 @@ def test_an_unchanged_model_zoo_script_sweeps_each_trial_in_its_own_folder(
     best = invoke("best", str(sweep))
     assert best.exit_code == 0, best.output
     assert "checkpoint_lenet-1_2.ckpt" in best.output and "(none kept)" not in best.output
+    exported = invoke("best", str(sweep), "--export", "best-model")
+    assert exported.exit_code == 0, exported.output
+    winner = min(runs, key=lambda r: r.data.metrics["train_loss"])
+    trial = int(winner.data.tags["msexp.trial"])
+    kept = Path(f"mlruns/trials/lenet-zoo/trial-{trial:04d}/outputs/ckpt/"
+                "checkpoint_lenet-1_2.ckpt")
+    assert Path("best-model/model.ckpt").read_bytes() == kept.read_bytes()
 
 
 def test_metrics_shows_what_a_log_yields_and_the_echo_it_leaves_out() -> None:
