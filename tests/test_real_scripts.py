@@ -62,6 +62,16 @@ def test_plan_check_refuses_a_name_the_script_has_no_flag_for(lenet: Path) -> No
     assert result.output.strip().splitlines()[-1] == (
         f"{sweep}: fixed.epochs: is not a flag of the script: its --help lists no --epochs "
         "(did you mean --epoch_size?), got epochs")
+    budget = write(lenet / "budget.yaml", sweep.read_text().replace(", epochs: 1}", "}").replace(
+        "{command: python train.py}", "{command: python train.py, check: {epochs: 1}}"))
+    refused = invoke("plan", str(budget), "--check")
+    assert refused.exit_code == 2, refused.output
+    assert refused.output.strip().splitlines()[-1].startswith(
+        f"{budget}: experiment.check.epochs: is not a flag of the script")
+    quick = write(lenet / "quick.yaml", sweep.read_text().replace(", epochs: 1}", "}"))
+    checked = invoke("plan", str(quick), "--check")
+    assert checked.exit_code == 0, checked.output
+    assert "name a tiny budget in experiment.check" in checked.output
 
 
 def test_plan_check_runs_the_script_for_real_and_finds_the_objective_or_refuses(

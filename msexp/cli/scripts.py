@@ -86,10 +86,17 @@ def check_command_experiment(spec: SweepSpec) -> None:
         _check_flags(spec, listed)
     if isinstance(section.check, dict):
         _check_run(spec, section.check, switches(help_text) if listed else [])
+    else:
+        console.print(f"{source}: to see what a trial records, name a tiny budget in "
+                      "experiment.check (e.g. {epoch_size: 1}): --check then runs it for real",
+                      highlight=False)
 
 
 def _check_flags(spec: SweepSpec, listed: dict[str, bool]) -> None:
-    for where, names in (("fixed", spec.fixed), ("params", spec.params)):
+    assert spec.command is not None
+    overrides = spec.command.check if isinstance(spec.command.check, dict) else {}
+    for where, names in (("fixed", spec.fixed), ("params", spec.params),
+                         ("experiment.check", overrides)):
         for name in names:
             if name != "devices" and name not in listed:  # devices: msexp's (msrun)
                 raise SpecError(str(spec.path), f"{where}.{name}", unknown_flag(name, listed),
