@@ -1,12 +1,12 @@
 """A trial of the user's own command: run it with the trial's params, read what it reports.
 
-The command runs in the sweep file's folder with the trial's params as arguments (only
-the values the sweep file sets; the script keeps its own defaults), in this process's
-group, so a timeout or a prune kills it with the trial; what it leaves running when it
-exits is killed then (see `process.strays`). Its output goes to the trial's
-log and is read for metrics by `log_metrics.MetricReader`; the last value of each metric
-is final. A script that uses `msexp.hooks` also reports
-epochs through the events file in MSEXP_EVENTS, which is what pruning acts on.
+The command runs in the trial's own folder (`outputs/`, its MSEXP_OUTPUT_DIR) with the
+trial's params as arguments (only the values the sweep file sets; the script keeps its own
+defaults), in this process's group, so a timeout or a prune kills it with the trial; what
+it leaves running when it exits is killed then (see `process.strays`). Its output goes to
+the trial's log and is read for metrics by `log_metrics.MetricReader`; the last value of
+each metric is final. A script that uses `msexp.hooks` also reports epochs through the
+events file in MSEXP_EVENTS, which is what pruning acts on.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
                 stop_requested: Callable[[], bool], log: TextIO | None = None
                 ) -> tuple[dict[str, float], Path | None]:
     """Run the request's command to its end; emit its epochs; return its final metrics and
-    the newest checkpoint it wrote into its outputs folder, its working folder (if any).
+    the newest checkpoint it wrote into its outputs folder, where it runs (if any).
     Its output goes to `log` (default: this process's stdout, the trial log).
 
     A trial run again (after a kill or a preemption) finds its outputs folder as the
@@ -140,8 +140,8 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     params = trial_params({k: v for k, v in request.params.items() if k != "devices"},
                           folder, sweep_folder)  # devices: msexp's own
     program = command_argv(command.argv, sweep_folder)
-    switches = _switches(command, program, params, outputs, env)
-    argv = [*program, *arguments(params, command.args, switches)]
+    alone = _switches(command, program, params, outputs, env)
+    argv = [*program, *arguments(params, command.args, alone)]
     devices = request.params.get("devices", 1)
     if devices > 1:  # `python script.py ...` as msrun ranks; rank 0's output is read
         argv = msrun_argv(devices, folder / "ranks", argv[1:], env["PATH"], tail_rank=0)
