@@ -51,10 +51,18 @@ def test_metrics_are_read_from_every_common_form_of_output() -> None:
 
 def test_params_become_flags_or_hydra_overrides() -> None:
     params = {"lr": 0.1, "thor.frequency": 10, "amp": True, "split": [0, 2]}
-    assert arguments(params, "flags") == ["--lr=0.1", "--thor.frequency=10", "--amp=true",
+    # `True`: what the model zoo's `type=ast.literal_eval` flags take (issue 24, item 3)
+    assert arguments(params, "flags") == ["--lr=0.1", "--thor.frequency=10", "--amp=True",
                                           "--split=[0, 2]"]
-    assert arguments(params, "hydra")[:2] == ["lr=0.1", "thor.frequency=10"]
+    assert arguments(params, "hydra") == ["lr=0.1", "thor.frequency=10", "amp=true",
+                                          "split=[0, 2]"]
     assert arguments(params, "none") == []
+
+
+def test_a_boolean_switch_is_the_flag_alone_or_nothing() -> None:
+    params = {"amp": True, "eval": False, "run_eval": False}
+    assert arguments(params, "flags", switches=["amp", "eval"]) == ["--amp",
+                                                                     "--run_eval=False"]
 
 
 def test_an_unchanged_model_train_script_sweeps_into_mlflow(scripts: Path) -> None:
@@ -385,3 +393,50 @@ def test_the_plan_check_says_how_a_command_fails(tmp_path: Path) -> None:
                          timeout=0.5) == "`--help` did not finish within 0.5 s"
     assert check_command(["no-such-program-xyz"], tmp_path, ["--help"]) == (
         "cannot start it (No such file or directory)")
+
+
+ARGPARSE_SCRIPT = r"""
+import argparse, ast, json, os
+parser = argparse.ArgumentParser()
+parser.add_argument("--amp", action="store_true")
+parser.add_argument("--run_eval", type=ast.literal_eval, default=True)
+parser.add_argument("--ckpt_path", default=".")
+parser.add_argument("--data", default="")
+args = parser.parse_args()
+open(os.path.join(args.ckpt_path, "net.ckpt"), "w").write("x")
+print(json.dumps({"amp": float(args.amp), "run_eval": float(args.run_eval),
+                  "data_is_absolute": float(os.path.isabs(args.data)),
+                  "cwd_is_outputs": float(os.getcwd() == os.environ["MSEXP_OUTPUT_DIR"])}))
+"""
+
+
+def test_a_trial_runs_in_its_own_folder_with_booleans_as_its_parser_takes_them(
+        workdir: Path) -> None:
+    from msexp.execution.command import run_command
+
+    sweep_folder = workdir / "project"
+    sweep_folder.mkdir()
+    (sweep_folder / "train.py").write_text(ARGPARSE_SCRIPT)
+    (sweep_folder / "data").mkdir()
+    folder = workdir / "trials" / "trial-0003"
+    params = {"amp": True, "run_eval": False, "data": "data",
+              "ckpt_path": "${output_dir}/ckpt-${trial}"}
+    (folder / "outputs" / "ckpt-3").mkdir(parents=True)
+    command = Command([sys.executable, "train.py"], str(sweep_folder))
+    metrics, checkpoint = run_command(TrialRequest("train.py", params, folder, command=command),
+                                      lambda event: None, lambda: False)
+    assert metrics == {"amp": 1.0, "run_eval": 0.0, "data_is_absolute": 1.0,
+                       "cwd_is_outputs": 1.0}
+    assert checkpoint == folder / "outputs" / "ckpt-3" / "net.ckpt"
+    assert [p.name for p in (workdir / "trials").glob("help-*.txt")], "--help read once"
+    off, _ = run_command(TrialRequest("train.py", {**params, "amp": False}, folder,
+                                      command=command), lambda event: None, lambda: False)
+    assert off["amp"] == 0.0, "a switch that is false is left out"
+    forced = Command([sys.executable, "train.py"], str(sweep_folder), switches=[])
+    failed = None
+    try:
+        run_command(TrialRequest("train.py", params, folder, command=forced),
+                    lambda event: None, lambda: False)
+    except CommandFailed as exc:
+        failed = str(exc)
+    assert failed is not None and "argument --amp: ignored explicit argument 'True'" in failed

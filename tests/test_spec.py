@@ -42,7 +42,8 @@ def test_bad_file_is_one_line_with_exit_code_2(path: Path, monkeypatch) -> None:
     ('experiment: ""', "experiment: must have at least 1 character, got "),
     ('experiment: {command: ""}', "experiment.command: must have at least 1 character, got "),
     ("experiment: {command: x, bogus: 1}",
-     "experiment.bogus: unknown key (allowed: command, args, metrics, check), got 1"),
+     "experiment.bogus: unknown key (allowed: command, args, metrics, check, switches, "
+     "hooks, own), got 1"),
     ("experiment: mlp_digits\nconstraints: [{metric: eval_loss}]",
      'constraints.0: needs max or min, got {"metric": "eval_loss"}'),
     ("experiment: mlp_digits\npruner: {type: median, percentile: 100}",
@@ -329,6 +330,31 @@ def test_what_a_command_sweep_cannot_use(tmp_path: Path, extra: str, line: str) 
     assert str(caught.value) == line
     parse_spec(head + "fixed: {epochs: 3}\npruner: {type: hyperband}\n", "c.yaml",
                tmp_path / "c.yaml")
+
+
+def test_a_command_experiments_params_are_the_scripts_own(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text("print('x: 1')\n")
+    own = ("name: c\nexperiment: {command: python t.py}\n"
+           "fixed: {loss_scale: 1024.0, optimizer: lamb, momentum: 1.5, seed: -1}\n"
+           "params: {batch_size: [8, 12], weight_decay: ['1e-4', '0']}\n")
+    spec = parse_spec(own, "c.yaml", tmp_path / "c.yaml")
+    assert spec.space.resolve({})["loss_scale"] == 1024.0, "the script's own value, as it is"
+    (tmp_path / "h.py").write_text("from msexp.hooks import MsexpCallback\nprint('x: 1')\n")
+    hooks = own.replace("python t.py", "python h.py")
+    with pytest.raises(SpecError) as caught:
+        parse_spec(hooks, "c.yaml", tmp_path / "c.yaml")
+    assert str(caught.value) == (
+        "c.yaml: fixed.loss_scale: clashes with msexp's knob loss_scale, which msexp.hooks "
+        "applies in this script (must be one of none, fixed, dynamic); to pass the script's "
+        "own --loss_scale, list it in experiment.own, got 1024.0")
+    way_out = hooks.replace("{command: python h.py}",
+                            "{command: python h.py, own: [loss_scale, optimizer, momentum, "
+                            "seed, weight_decay]}")
+    assert parse_spec(way_out, "c.yaml", tmp_path / "c.yaml").space.resolve({})["optimizer"] \
+        == "lamb"
+    told = own.replace("{command: python t.py}", "{command: python t.py, hooks: true}")
+    with pytest.raises(SpecError, match="clashes with msexp's knob loss_scale"):
+        parse_spec(told, "c.yaml", tmp_path / "c.yaml")
 
 
 @pytest.mark.parametrize(("text", "line"), [

@@ -14,7 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from msexp import interrupts
-from msexp.cli import cluster, scaffold, studies, sweeps
+from msexp.cli import cluster, scaffold, scripts, studies, sweeps
 from msexp.cli.options import err_console, state
 from msexp.errors import MsexpError
 from msexp.urls import redact, redact_logs
@@ -64,7 +64,7 @@ def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")
 
 for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, studies.report,
                 studies.status, studies.best, studies.sync, cluster.schedule, scaffold.knobs,
-                scaffold.schema):
+                scaffold.schema, scripts.metrics):
     app.command()(command)
 app.command("run")(sweeps.run_one)
 

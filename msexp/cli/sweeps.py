@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shlex
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -32,12 +31,11 @@ from msexp.cli.render import (
     summary,
     when_text,
 )
+from msexp.cli.scripts import check_command_experiment
 from msexp.errors import SpecError
-from msexp.execution.command import check_command
 from msexp.execution.host import start_hosts
 from msexp.execution.protocol import Start, TrialRequest
 from msexp.spec import Method, SweepSpec, load_spec, trial_params
-from msexp.spec.command import split_command
 from msexp.spec.space import derived
 from msexp.training.records import Epoch
 
@@ -45,9 +43,10 @@ RetryOpt = Annotated[bool, typer.Option(
     "--retry-failed", help="Run the FAILED and TIMEOUT trials of the resumed study again "
                            "(same params), e.g. after fixing the experiment.")]
 CheckOpt = Annotated[bool, typer.Option(
-    "--check", help="Also train one micro-batch of the first trial, or run a command "
-                    "experiment once with experiment.check (default --help), so a broken "
-                    "experiment fails now, not in the sweep.")]
+    "--check", help="Also train one micro-batch of the first trial; for a command, run it "
+                    "with --help (its flags must include every name the sweep passes) and, "
+                    "where experiment.check gives a tiny budget ({epoch_size: 1}), once "
+                    "for real: the objective must be among the metrics it records.")]
 
 
 def validate(file: SweepFileArg, check: CheckOpt = False) -> None:
@@ -69,11 +68,7 @@ def _check(spec: SweepSpec) -> None:
         _check_workload(spec)
         console.print(f"{source}: one micro-batch trains (forward, loss, backward)")
         return
-    argv, check_args = split_command(source, spec.command.command), shlex.split(spec.command.check)
-    problem = check_command(argv, spec.folder, check_args)
-    if problem:
-        raise SpecError(source, "experiment.command", problem, spec.command.command)
-    console.print(f"{source}: `{shlex.join(argv + check_args)}` ok", highlight=False)
+    check_command_experiment(spec)
 
 
 def _check_workload(spec: SweepSpec) -> None:

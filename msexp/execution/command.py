@@ -1,22 +1,17 @@
 """A trial of the user's own command: run it with the trial's params, read what it reports.
 
-The command runs in the sweep file's folder with the trial's params as arguments (only
-the values the sweep file sets; the script keeps its own defaults), in this process's
-group, so a timeout or a prune kills it with the trial; what it leaves running when it
-exits is killed then (see `process.strays`). Its output goes to the trial's
-log and is read for metrics:
-
-- `name: value` alone on a line, `name=value` pairs, and JSON (or Python dict) lines;
-- MindSpore's `LossMonitor` (train_loss) and `TimeMonitor` (step_ms) lines;
-- the sweep's `metrics` regexes, whose named groups are metrics.
-
-The last value of each metric is final. A script that uses `msexp.hooks` also reports
-epochs through the events file in MSEXP_EVENTS, which is what pruning acts on.
+The command runs in the trial's own folder (`outputs/`, its MSEXP_OUTPUT_DIR) with the
+trial's params as arguments (only the values the sweep file sets; the script keeps its own
+defaults), in this process's group, so a timeout or a prune kills it with the trial; what
+it leaves running when it exits is killed then (see `process.strays`). Its output goes to
+the trial's log and is read for metrics by `log_metrics.MetricReader`; the last value of
+each metric is final. A script that uses `msexp.hooks` also reports epochs through the
+events file in MSEXP_EVENTS, which is what pruning acts on.
 """
 
 from __future__ import annotations
 
-import ast
+import hashlib
 import json
 import os
 import re
@@ -26,9 +21,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
+from msexp.execution.log_metrics import MetricReader
 from msexp.execution.process import (
     die_with_parent,
     exit_reason,
@@ -36,108 +33,87 @@ from msexp.execution.process import (
     msrun_argv,
     strays,
 )
-from msexp.execution.protocol import Epoch, EventReader, Start, TrialRequest
+from msexp.execution.protocol import Command, Epoch, EventReader, Start, TrialRequest
+from msexp.execution.script_help import switches
 from msexp.keys import TrialEnv
-from msexp.paths import newest_checkpoint, search_path
+from msexp.paths import newest_checkpoint, search_path, write_atomic
 from msexp.training.records import Stopped
 
 POLL_S = 0.05
 DRAIN_S = 5.0  # reading what the command wrote after it exited (a stray may hold it open)
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
-_LOSS_MONITOR = re.compile(rf"epoch:\s*\d+\s+step:\s*\d+,?\s*loss is\s*\[?({_NUMBER})", re.I)
-_TIME_MONITOR = re.compile(rf"epoch time:\s*({_NUMBER})\s*ms,\s*per step time:\s*({_NUMBER})")
-_ALONE = re.compile(rf"^\s*([A-Za-z_][\w.\-/]*)\s*:\s*({_NUMBER})\s*$")
-_PAIR = re.compile(rf"(?<![\w.])([A-Za-z_][\w.\-/]*)=({_NUMBER})(?![\w.])")
 
 
 class CommandFailed(RuntimeError):
     """The command exited with an error; the message says how, and its last output line."""
 
 
-def arguments(params: dict[str, Any], style: str) -> list[str]:
-    """The command-line arguments that pass `params` to a script, in `style`."""
+def arguments(params: dict[str, Any], style: str, switches: Iterable[str] = ()) -> list[str]:
+    """The command-line arguments that pass `params` to a script, in `style`.
+
+    As flags, a boolean of a switch is the flag alone (true) or nothing (false); other
+    booleans are `True`/`False`, which `ast.literal_eval` and string-to-bool parsers take.
+    """
     if style == "none":
         return []
-    prefix = "--" if style == "flags" else ""
-    return [f"{prefix}{name}={_text(value)}" for name, value in params.items()]
+    if style == "hydra":
+        return [f"{name}={_text(value, 'true', 'false')}" for name, value in params.items()]
+    on = set(switches)
+    return [f"--{name}" if name in on else f"--{name}={_text(value, 'True', 'False')}"
+            for name, value in params.items()
+            if not (name in on and value is False)]
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, true: str, false: str) -> str:
     if isinstance(value, bool):
-        return str(value).lower()
+        return true if value else false
     if isinstance(value, (list, dict)):
         return json.dumps(value)
     return str(value)
 
 
-class MetricReader:
-    """Reads metrics from output lines; keeps the last value of each."""
-
-    def __init__(self, patterns: Iterable[str] = ()):
-        self.patterns = [re.compile(p) for p in patterns]
-        self.last: dict[str, float] = {}
-        self.last_line = ""
-
-    def feed(self, line: str) -> dict[str, float]:
-        """The metrics in one line (also kept as the latest values)."""
-        self.last_line = line.strip() or self.last_line
-        found = {**_structured(line), **_monitors(line), **_pairs(line)}
-        for pattern in self.patterns:
-            match = pattern.search(line)
-            if match:
-                found.update({k: float(v) for k, v in match.groupdict().items()
-                              if v is not None and _is_number(v)})
-        self.last.update(found)
-        return found
+def placeholders(folder: Path) -> dict[str, str]:
+    """What `${name}` in a param's value stands for in the trial with this folder."""
+    number = folder.name.rpartition("-")[2]
+    return {"output_dir": str(folder / "outputs"), "trial_dir": str(folder),
+            "trial": str(int(number)) if number.isdigit() else folder.name}
 
 
-def _structured(line: str) -> dict[str, float]:
-    text = line.strip()
-    if not (text.startswith("{") and text.endswith("}")):
-        return {}
+def trial_params(params: dict[str, Any], folder: Path, sweep_folder: Path) -> dict[str, Any]:
+    """The params as the command gets them: `${output_dir}`, `${trial_dir}` and `${trial}`
+    filled in, and a relative path that exists in the sweep file's folder made absolute
+    (the command runs in the trial's own folder)."""
+    values = placeholders(folder)
+    return {name: _absolute(_fill(value, values), sweep_folder)
+            for name, value in params.items()}
+
+
+def _fill(value: Any, values: dict[str, str]) -> Any:
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    return re.sub(r"\$\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), value)
+
+
+def _absolute(value: Any, folder: Path) -> Any:
+    if not isinstance(value, str) or not value or "\n" in value or Path(value).is_absolute():
+        return value
     try:
-        data = json.loads(text)
-    except ValueError:
-        try:
-            data = ast.literal_eval(text)  # print(model.eval(...)) writes a Python dict
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): float(v) for k, v in data.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return str(folder / value) if (folder / value).exists() else value
+    except OSError:  # not a path (too long a name)
+        return value
 
 
-def _monitors(line: str) -> dict[str, float]:
-    found = {}
-    loss = _LOSS_MONITOR.search(line)
-    if loss:
-        found["train_loss"] = float(loss.group(1))
-    timing = _TIME_MONITOR.search(line)
-    if timing:
-        found["step_ms"] = float(timing.group(2))
-    return found
-
-
-def _pairs(line: str) -> dict[str, float]:
-    alone = _ALONE.match(line)
-    if alone:
-        return {alone.group(1): float(alone.group(2))}
-    return {name: float(value) for name, value in _PAIR.findall(line)}
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+def command_argv(argv: list[str], sweep_folder: Path) -> list[str]:
+    """The command, its relative paths that exist in the sweep file's folder made absolute."""
+    program = argv[0] if "/" not in argv[0] else _absolute(argv[0], sweep_folder)
+    return [program, *(_absolute(a, sweep_folder) for a in argv[1:])]
 
 
 def run_command(request: TrialRequest, emit: Callable[[Any], None],
-                stop_requested: Callable[[], bool]) -> tuple[dict[str, float], Path | None]:
+                stop_requested: Callable[[], bool], log: TextIO | None = None
+                ) -> tuple[dict[str, float], Path | None]:
     """Run the request's command to its end; emit its epochs; return its final metrics and
-    the newest checkpoint it wrote into its outputs folder (if any).
+    the newest checkpoint it wrote into its outputs folder, where it runs (if any).
+    Its output goes to `log` (default: this process's stdout, the trial log).
 
     A trial run again (after a kill or a preemption) finds its outputs folder as the
     last attempt left it, and gets MSEXP_RESUME naming it.
@@ -147,32 +123,17 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
             which `msexp.hooks` turns into a clean stop of `Model.train`).
         RuntimeError: the command failed, or reported no metric.
     """
+    argv, env, outputs = _launch_plan(request)
     command = request.command
-    assert command is not None and request.folder is not None
-    folder = request.folder
-    outputs = folder / "outputs"
-    outputs.mkdir(parents=True, exist_ok=True)
-    params_file = folder / "params.json"
-    params_file.write_text(json.dumps(request.params), encoding="utf-8")
-    channel = folder / "reports.jsonl"
-    channel.write_text("")
-    env = {**os.environ, TrialEnv.PARAMS: str(params_file), TrialEnv.OUTPUT_DIR: str(outputs),
-           TrialEnv.EVENTS: str(channel), "PYTHONUNBUFFERED": "1", "PATH": search_path()}
-    if any(outputs.iterdir()):
-        env[TrialEnv.RESUME] = str(outputs)
-    params = {k: v for k, v in request.params.items() if k != "devices"}  # msexp's own
-    argv = [*command.argv, *arguments(params, command.args)]
-    devices = request.params.get("devices", 1)
-    if devices > 1:  # `python script.py ...` as msrun ranks; rank 0's output is read
-        argv = msrun_argv(devices, folder / "ranks", argv[1:], env["PATH"], tail_rank=0)
-    proc = subprocess.Popen(argv, cwd=command.cwd, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(argv, cwd=outputs, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace",
                             preexec_fn=die_with_parent)
     emit(Start(" ".join(command.argv), proc.pid))
     reader = MetricReader(command.metrics)
-    lines = threading.Thread(target=_copy_output, args=(proc, reader), daemon=True)
+    lines = threading.Thread(target=_copy_output, args=(proc, reader, log or sys.stdout),
+                             daemon=True)
     lines.start()
-    epochs = _Epochs(EventReader(channel), emit)
+    epochs = _Epochs(EventReader(Path(env[TrialEnv.EVENTS])), emit)
     stopped = False
     while proc.poll() is None:
         epochs.forward()
@@ -195,12 +156,40 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     return metrics, newest_checkpoint(outputs)
 
 
-def _copy_output(proc: subprocess.Popen, reader: MetricReader) -> None:
+def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path]:
+    """The command line, environment and folder (the trial's outputs) a command trial
+    runs with; the params and report files it reads are written here."""
+    command = request.command
+    assert command is not None and request.folder is not None
+    folder = request.folder
+    outputs = folder / "outputs"
+    outputs.mkdir(parents=True, exist_ok=True)
+    params_file = folder / "params.json"
+    params_file.write_text(json.dumps(request.params), encoding="utf-8")
+    channel = folder / "reports.jsonl"
+    channel.write_text("")
+    env = {**os.environ, TrialEnv.PARAMS: str(params_file), TrialEnv.OUTPUT_DIR: str(outputs),
+           TrialEnv.EVENTS: str(channel), "PYTHONUNBUFFERED": "1", "PATH": search_path()}
+    if any(outputs.iterdir()):
+        env[TrialEnv.RESUME] = str(outputs)
+    sweep_folder = Path(command.cwd)
+    params = trial_params({k: v for k, v in request.params.items() if k != "devices"},
+                          folder, sweep_folder)  # devices: msexp's own
+    program = command_argv(command.argv, sweep_folder)
+    alone = _switches(command, program, params, outputs, env)
+    argv = [*program, *arguments(params, command.args, alone)]
+    devices = request.params.get("devices", 1)
+    if devices > 1:  # `python script.py ...` as msrun ranks; rank 0's output is read
+        argv = msrun_argv(devices, folder / "ranks", argv[1:], env["PATH"], tail_rank=0)
+    return argv, env, outputs
+
+
+def _copy_output(proc: subprocess.Popen, reader: MetricReader, log: TextIO) -> None:
     """Copy the command's output into the trial log, reading metrics on the way."""
     assert proc.stdout is not None
     for line in proc.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+        log.write(line)
+        log.flush()
         reader.feed(line)
 
 
@@ -220,19 +209,82 @@ class _Epochs:
                 self.emit(event)
 
 
+def _switches(command: Command, program: list[str], params: dict[str, Any], cwd: Path,
+              env: dict[str, str]) -> list[str]:
+    """The command's switches: as the sweep file lists them, or as its `--help` shows them
+    (read once per study, and only when a boolean is passed as a flag)."""
+    if command.switches is not None:
+        return list(command.switches)
+    if command.args != "flags" or not any(isinstance(v, bool) for v in params.values()):
+        return []
+    cache = cwd.parent.parent / f"help-{_digest(program)}.txt"  # beside the study's trials
+    if not cache.is_file():
+        _, output = run_once(program, cwd, ["--help"], env=env)
+        write_atomic(cache, output)
+    return switches(cache.read_text(encoding="utf-8"))
+
+
+def _digest(argv: list[str]) -> str:
+    return hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:12]
+
+
+def run_once(argv: list[str], cwd: Path, args: list[str], timeout: float = 120.0,
+             env: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """Run a command once with `args` (e.g. --help): what went wrong (or None), and its
+    output."""
+    try:
+        done = subprocess.run([*argv, *args], cwd=cwd, timeout=timeout,
+                              env=env or {**os.environ, "PATH": search_path()},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        return f"cannot start it ({exc.strerror})", ""
+    except subprocess.TimeoutExpired:
+        return f"`{' '.join(args)}` did not finish within {timeout:g} s", ""
+    if done.returncode:
+        last = done.stdout.strip().splitlines()[-1:] or [""]
+        return f"{exit_reason(done.returncode, 'it')} with {' '.join(args)}: {last[0]}", \
+            done.stdout
+    return None, done.stdout
+
+
 def check_command(argv: list[str], cwd: Path, check_args: list[str], timeout: float = 120.0
                   ) -> str | None:
     """Run a command once with `check_args` (e.g. --help); what went wrong, or None."""
-    try:
-        done = subprocess.run([*argv, *check_args], cwd=cwd, timeout=timeout,
-                              env={**os.environ, "PATH": search_path()},
-                              capture_output=True, text=True, errors="replace",
-                              stdin=subprocess.DEVNULL)
-    except OSError as exc:
-        return f"cannot start it ({exc.strerror})"
-    except subprocess.TimeoutExpired:
-        return f"`{' '.join(check_args)}` did not finish within {timeout:g} s"
-    if done.returncode:
-        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-        return f"{exit_reason(done.returncode, 'it')} with {' '.join(check_args)}: {last[0]}"
-    return None
+    return run_once(argv, cwd, check_args, timeout)[0]
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """What one real run of a command recorded (`plan --check`): its final metrics, the
+    values it printed before its first training line, its newest checkpoint, its log."""
+
+    metrics: dict[str, float]
+    echoed: dict[str, float]
+    checkpoint: Path | None
+    log: Path
+
+
+def check_run(request: TrialRequest, timeout: float) -> CheckRun:
+    """Run a command trial for real, as a sweep would, its output into the folder's log.
+
+    Raises:
+        CommandFailed: the command failed, or did not finish within `timeout` seconds.
+    """
+    assert request.folder is not None and request.command is not None
+    request.folder.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
+    with request.log_path.open("w", encoding="utf-8") as log:
+        try:
+            metrics, checkpoint = run_command(request, lambda event: None,
+                                              lambda: time.monotonic() > deadline, log)
+        except Stopped:
+            raise CommandFailed(f"it did not finish within {timeout:g} s") from None
+        except CommandFailed:
+            raise
+        except RuntimeError:  # it reported no metric
+            metrics, checkpoint = {}, newest_checkpoint(request.checkpoint_dir)
+    reader = MetricReader(request.command.metrics)
+    for line in request.log_path.read_text(encoding="utf-8").splitlines():
+        reader.feed(line)
+    return CheckRun(metrics, reader.echoed, checkpoint, request.log_path)

@@ -61,8 +61,9 @@ class Host:
     dies, or is killed for a timeout, is replaced by a new one.
 
     Channels: requests go down the host's stdin, one JSON line each; "ready" comes up its
-    stdout once MindSpore is imported; a stop (prune) is SIGUSR1 to the trial's own
-    process; everything the trial says is in its events.jsonl, the durable record.
+    stdout once MindSpore is imported; a stop (prune) is SIGUSR1 to the host, which passes
+    it on to the trial child, and SIGUSR2 has the host kill a child that ignored it;
+    everything the trial says is in its events.jsonl, the durable record.
 
     Every process a host starts carries its marker (`TrialEnv.MARKER`, this sweep's
     host:pid and a serial), and the tree is noted while a trial runs: what a trial leaves
@@ -163,7 +164,7 @@ class Host:
                     return True, stop_sent_at
                 if result.status is Status.PRUNED and stop_sent_at is None:
                     stop_sent_at = time.monotonic()
-                    _signal(result.pid, signal.SIGUSR1)
+                    _signal(self.pid, signal.SIGUSR1)
             now = time.monotonic()
             if proc.poll() is not None:
                 if any(self._absorb(event, result, on_epoch) for event in reader.read()):
@@ -175,7 +176,7 @@ class Host:
                 result.status = Status.TIMEOUT
                 return False, stop_sent_at
             if stop_sent_at is not None and now - stop_sent_at > STOP_GRACE_S:
-                return self._end_child(result, reader), stop_sent_at
+                return self._end_child(reader), stop_sent_at
             if now - noted > FAMILY_S:
                 noted = now
                 self._note_family(proc.pid)
@@ -189,14 +190,14 @@ class Host:
             result.status = Status.PRUNED
         return ended
 
-    def _end_child(self, result: TrialResult, reader: EventReader) -> bool:
-        """Kill a trial child that ignored its stop, and wait for the host to end the
-        trial; the host stays, with its import, for the next trial. True if it ended."""
-        if not result.pid or result.pid == self._proc.pid:
-            return False  # the host runs trials itself (GPU, Ascend): it goes with the trial
-        _signal(result.pid, signal.SIGKILL)
+    def _end_child(self, reader: EventReader) -> bool:
+        """Have the host kill a trial child that ignored its stop (SIGUSR2), and wait
+        for the host to end the trial; the host stays, with its import, for the next
+        trial. True if it ended. A host that runs trials itself (GPU, Ascend) dies of
+        SIGUSR2 instead, and is replaced."""
+        _signal(self.pid, signal.SIGUSR2)
         deadline = time.monotonic() + END_S
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.pid is not None:
             if any(isinstance(event, End) for event in reader.read()):
                 return True
             time.sleep(POLL_S)

@@ -27,13 +27,17 @@ PATHS = ("log_path", "events_path", "rank_logs", "checkpoint")  # TrialResult's 
 @dataclass(frozen=True)
 class Command:
     """A user's own training command, run once per trial (see `execution/command.py`):
-    `argv` split as a shell would, run in `cwd`; `args` says how params become arguments
-    (flags, hydra or none); `metrics` are regexes whose named groups are metrics."""
+    `argv` split as a shell would; `cwd` is the sweep file's folder (the command runs in
+    the trial's own folder, and its relative paths that exist in `cwd` go absolute);
+    `args` says how params become arguments (flags, hydra or none); `metrics` are regexes
+    whose named groups are metrics; `switches` are flags passed alone for true and left
+    out for false (None: those its `--help` shows without a value)."""
 
     argv: list[str]
     cwd: str
     args: str = "flags"
     metrics: list[str] = field(default_factory=list)
+    switches: list[str] | None = None
 
 
 @dataclass(frozen=True)

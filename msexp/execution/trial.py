@@ -80,10 +80,13 @@ def serve(requests=sys.stdin) -> None:
     runtimes do not survive a fork), or with MSEXP_FORK=0, it runs each trial itself, and
     its last trial's graphs stay in this process for the next.
     """
-    stop = StopFlag()
     fork = _preload()
+    zygote = Zygote()
+    if fork:
+        zygote.relay_stops()
+    else:
+        stop, warm = StopFlag(), WarmGraphs()
     _say_ready()
-    zygote, warm = Zygote(), WarmGraphs()
     try:
         for line in requests:
             if not line.strip():
@@ -103,12 +106,30 @@ class Zygote:
 
     def __init__(self) -> None:
         self.idle: _Child | None = None
+        self.running: _Child | None = None
+
+    def relay_stops(self) -> None:
+        """SIGUSR1 (stop the trial) goes on to the running child; SIGUSR2 (it ignored the
+        stop) kills it, and this process stays, with its imports, for the next trial."""
+        signal.signal(signal.SIGUSR1, lambda signum, frame: self._signal(signal.SIGUSR1))
+        signal.signal(signal.SIGUSR2, lambda signum, frame: self._signal(signal.SIGKILL))
+
+    def _signal(self, signum: int) -> None:
+        child = self.running
+        if child is not None and child.status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signum)
 
     def run(self, request: TrialRequest, line: str) -> None:
         if request.command is None:
             _import_once(request.experiment)
         child, self.idle = self._child_for(request.graph_signature), None
-        if child.run(line):
+        self.running = child
+        try:
+            warm = child.run(line)
+        finally:
+            self.running = None
+        if warm:
             self.idle = child
         else:
             _report_exit(request, child.status)
@@ -184,6 +205,7 @@ def _child_main(requests: Any, replies: Any) -> int:
     """In a forked child: run the trials sent, until one leaves no graphs to reuse or
     the zygote closes the pipe; return the exit code (sys.exit's, if the trial exits)."""
     die_with_parent()
+    signal.signal(signal.SIGUSR2, signal.SIG_DFL)  # the zygote's, not this child's
     stop, warm = StopFlag(), WarmGraphs()
     for line in requests:
         try:

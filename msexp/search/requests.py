@@ -17,7 +17,7 @@ def trial_request(spec: SweepSpec, params: dict[str, Any], folder: Path) -> Tria
                                first.direction == "maximize")
     if spec.command is not None:
         command = Command(split_command(str(spec.path), spec.command.command), str(spec.folder),
-                          spec.command.args, list(spec.command.metrics))
+                          spec.command.args, list(spec.command.metrics), spec.command.switches)
         return TrialRequest(spec.experiment.ref, params, folder, spec.target(), None, command,
                             checkpoint)
     return TrialRequest(_experiment_ref(spec.experiment.ref), params, folder, spec.target(),

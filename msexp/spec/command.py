@@ -1,8 +1,10 @@
 """A command experiment: the user's own script, swept over the values its sweep file sets.
 
-msexp cannot see a script's arguments, so every key in `fixed` and `params` is a knob:
-msexp's own knobs keep their rules (`lr > 0`, ...) but no default and no condition, and
-any other name is the script's own argument, typed by the values written for it.
+Every key in `fixed` and `params` is a knob. A name is the script's own argument, typed
+by the values written for it, whatever msexp calls a knob of that name: a script that does
+not use `msexp.hooks` gets its values as they are. msexp's rules (`loss_scale` is none,
+fixed or dynamic, ...) apply only where msexp applies the knob: `devices` (msrun ranks),
+and every knob of a script that uses `msexp.hooks`, unless `experiment.own` names it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from msexp.paths import search_path
 from msexp.spec.file import CommandSection
 
 _TYPES = (bool, int, float, str, list)
+_IMPORTS_MSEXP = re.compile(r"^\s*(?:from|import)\s+msexp\b", re.M)
 
 
 def command_experiment(source: str, section: CommandSection, folder: Path,
@@ -52,12 +55,25 @@ def command_experiment(source: str, section: CommandSection, folder: Path,
     if any(isinstance(d, (int, float)) and d > 1 for d in devices) and not runs_python:
         raise SpecError(source, "experiment.command", "devices > 1 runs the command as msrun "
                         "ranks, so it must be `python SCRIPT.py ...`", section.command)
+    hooks = section.hooks if section.hooks is not None else uses_hooks(argv, folder)
+    msexps = {n for n in KNOBS if n not in section.own} if hooks else {"devices"}
     knobs = {}
     for where, section_values in (("fixed", fixed), ("params", params)):
         for name, written in section_values.items():
-            knobs[name] = _knob(source, f"{where}.{name}", name, written,
-                                is_range=where == "params")
+            key = f"{where}.{name}"
+            values = _written_values(written) if where == "params" else [written]
+            knobs[name] = (_msexp_knob(source, key, name, values) if name in msexps
+                           else _own_knob(source, key, values, written))
     return Experiment(section.command, None, {}, knobs, ())
+
+
+def uses_hooks(argv: list[str], folder: Path) -> bool:
+    """Whether the command's Python script imports msexp (its `msexp.hooks`)."""
+    script = next((a for a in argv[1:] if a.endswith(".py")), None)
+    path = folder / script if script else None
+    if path is None or not path.is_file():
+        return False
+    return bool(_IMPORTS_MSEXP.search(path.read_text(encoding="utf-8", errors="replace")))
 
 
 def split_command(source: str, command: str) -> list[str]:
@@ -85,17 +101,29 @@ def _missing_program(argv: list[str], folder: Path) -> str | None:
     return None
 
 
-def _knob(source: str, key: str, name: str, written: Any, is_range: bool) -> Knob:
-    if name in KNOBS:
-        return replace(KNOBS[name], default=None, when={})
-    values = _written_values(written) if is_range else [written]
+def _msexp_knob(source: str, key: str, name: str, values: list[Any]) -> Knob:
+    """msexp's knob, with its rules but no default and no condition; a value that breaks
+    its rule is a clash with the script's own argument of that name."""
+    knob = replace(KNOBS[name], default=None, when={})
+    for value in values:
+        rule = knob.check(value)
+        if rule and knob.choices is not None:
+            rule = "must be one of " + ", ".join(str(c) for c in knob.choices)
+        if rule and name != "devices":
+            raise SpecError(source, key, f"clashes with msexp's knob {name}, which msexp.hooks "
+                            f"applies in this script ({rule}); to pass the script's own "
+                            f"--{name}, list it in experiment.own", value)
+    return knob
+
+
+def _own_knob(source: str, key: str, values: list[Any], written: Any) -> Knob:
     kinds = {type(v) for v in values}
     if kinds <= {int, float} and float in kinds:
         kinds = {float}
     if len(kinds) != 1 or next(iter(kinds)) not in _TYPES:
         raise SpecError(source, key, "values of the command's own argument must share one "
                         "type (bool, int, float, str or list)", written)
-    return Knob(name, next(iter(kinds)), None, "an argument of the command")
+    return Knob(key.partition(".")[2], next(iter(kinds)), None, "an argument of the command")
 
 
 def _written_values(written: Any) -> list[Any]:

@@ -106,7 +106,12 @@ class CommandSection(_Strict):
     command: str = Field(min_length=1)
     args: Literal["flags", "hydra", "none"] = "flags"
     metrics: list[str] = Field(default_factory=list)
-    check: str = "--help"
+    # `plan --check`: a text runs the command once with these arguments (`--help`); a
+    # mapping runs it for real, with these values over the first trial's (a tiny budget)
+    check: Union[str, dict[str, Any]] = "--help"
+    switches: Optional[list[str]] = None  # None: the flags `--help` shows without a value
+    hooks: Optional[bool] = None  # the script uses msexp.hooks; None: seen in its imports
+    own: list[str] = Field(default_factory=list)  # names that are the script's, not msexp's
 
     @field_validator("metrics", mode="before")
     @classmethod

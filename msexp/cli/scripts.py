@@ -1,0 +1,151 @@
+"""A user's own training script: what msexp reads from its log, and `plan --check` of it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from msexp.cli.options import console
+from msexp.cli.render import cell
+from msexp.errors import SpecError
+from msexp.execution.command import check_run, command_argv, run_once
+from msexp.execution.log_metrics import MetricReader
+from msexp.execution.protocol import Command, TrialRequest
+from msexp.execution.script_help import flags, switches, unknown_flag
+from msexp.spec import Method, SweepSpec
+from msexp.spec.command import split_command
+
+CHECK_TIMEOUT_S = 600.0  # a check run without budget.trial_timeout
+
+
+def metrics(
+    log: Annotated[Path, typer.Argument(help="A training log (a file the script printed).",
+                                        show_default=False)],
+    pattern: Annotated[Optional[list[str]], typer.Option(
+        "--pattern", help="A regex whose named groups are metrics, as experiment.metrics "
+                          "(repeat for several).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")
+                       ] = False,
+) -> None:
+    """Show the metrics a command trial would record from a log, and the configuration
+    echo it would not.
+
+    Example: msexp metrics train.log
+    """
+    if not log.is_file():
+        raise SpecError(str(log), "", "file not found", str(log), show_value=False)
+    reader = MetricReader(pattern or [])
+    with log.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            reader.feed(line)
+    if as_json:
+        print(json.dumps({"metrics": reader.last, "not_recorded": reader.echoed}, indent=2))
+        return
+    show_metrics(f"{log}: what a trial records", reader.last, reader.echoed)
+
+
+def show_metrics(title: str, recorded: dict[str, float], echoed: dict[str, float]) -> None:
+    """A table of recorded metrics, and a line naming the configuration echo left out."""
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in recorded.items():
+        table.add_row(name, cell(value))
+    console.print(table if recorded else f"{title}: no metric")
+    if echoed:
+        console.print("not recorded (printed before the first training line): "
+                      + ", ".join(echoed), highlight=False)
+
+
+def check_command_experiment(spec: SweepSpec) -> None:
+    """`plan --check` of a command: `--help` (or experiment.check's text) first, the swept
+    and fixed names against the flags it lists, then, where experiment.check gives
+    overrides, one real run of the first trial with them.
+
+    Raises:
+        SpecError: the command fails or times out, a name is not among its flags, or the
+            run does not report the first objective.
+    """
+    assert spec.command is not None
+    source, section = str(spec.path), spec.command
+    argv = command_argv(split_command(source, section.command), spec.folder)
+    quick = shlex.split(section.check) if isinstance(section.check, str) else ["--help"]
+    problem, help_text = run_once(argv, spec.folder, quick)
+    if problem:
+        raise SpecError(source, "experiment.command", problem, section.command)
+    console.print(f"{source}: `{shlex.join([*split_command(source, section.command), *quick])}`"
+                  " ok", highlight=False)
+    listed = flags(help_text) if quick == ["--help"] else {}
+    if section.args == "flags" and listed:
+        _check_flags(spec, listed)
+    if isinstance(section.check, dict):
+        _check_run(spec, section.check, switches(help_text) if listed else [])
+    else:
+        console.print(f"{source}: to see what a trial records, name a tiny budget in "
+                      "experiment.check (e.g. {epoch_size: 1}): --check then runs it for real",
+                      highlight=False)
+
+
+def _check_flags(spec: SweepSpec, listed: dict[str, bool]) -> None:
+    assert spec.command is not None
+    overrides = spec.command.check if isinstance(spec.command.check, dict) else {}
+    for where, names in (("fixed", spec.fixed), ("params", spec.params),
+                         ("experiment.check", overrides)):
+        for name in names:
+            if name != "devices" and name not in listed:  # devices: msexp's (msrun)
+                raise SpecError(str(spec.path), f"{where}.{name}", unknown_flag(name, listed),
+                                name)
+    console.print(f"{spec.path}: every name is a flag of the script", highlight=False)
+
+
+def _check_run(spec: SweepSpec, overrides: dict[str, Any], found_switches: list[str]) -> None:
+    source, section = str(spec.path), spec.command
+    assert section is not None
+    params = {**first_trial(spec), **overrides}
+    folder = Path(tempfile.mkdtemp(prefix="msexp-check-")) / "trial-0000"
+    command = Command(split_command(source, section.command), str(spec.folder), section.args,
+                      list(section.metrics),
+                      section.switches if section.switches is not None else found_switches)
+    request = TrialRequest(spec.experiment.ref, params, folder, command=command)
+    timeout = spec.budget.trial_timeout or CHECK_TIMEOUT_S
+    console.print(f"{source}: a check run with {_kv(overrides)} (log: {request.log_path})",
+                  highlight=False)
+    try:
+        run = check_run(request, timeout)
+    except RuntimeError as exc:
+        raise SpecError(source, "experiment.check", f"the check run failed: {exc}",
+                        overrides) from None
+    show_metrics(f"{source}: the check run records", run.metrics, run.echoed)
+    console.print(f"checkpoint: {run.checkpoint or '(none written in its folder)'}",
+                  highlight=False)
+    objective = spec.objectives[0].metric
+    if objective not in run.metrics:
+        reported = ", ".join(run.metrics) or "nothing"
+        raise SpecError(source, "objective.0.metric", "the check run did not report it "
+                        f"(it reported {reported}; `msexp metrics {run.log}` shows why)",
+                        objective)
+    console.print(f"{source}: objective {objective} found: {cell(run.metrics[objective])}",
+                  highlight=False)
+
+
+def first_trial(spec: SweepSpec) -> dict[str, Any]:
+    """The params of the sweep's first trial: the first grid point, or else each swept
+    param's first value (its low end for a range)."""
+    if spec.method is Method.grid:
+        return spec.space.resolve(next(spec.space.iter_grid()))
+    assigned: dict[str, Any] = {}
+    for param in spec.space.params:
+        if spec.space.active(param, assigned):
+            first = param.values[0] if param.values is not None else param.low
+            assigned[param.name] = int(first) if param.is_int else first
+    return spec.space.resolve(assigned)
+
+
+def _kv(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={cell(v)}" for k, v in values.items())
