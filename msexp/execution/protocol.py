@@ -195,14 +195,11 @@ class EventWriter:
         self.stream.write(encode(event) + "\n")
         self.stream.flush()
 
-    def close(self) -> None:
-        self.stream.close()
-
     def __enter__(self) -> EventWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.stream.close()
 
 
 class EventReader:
