@@ -398,7 +398,17 @@ def test_a_sweep_whose_trials_miss_the_objective_says_so_at_the_end(workdir: Pat
     """)
     result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "300"})
     assert result.exit_code == 1, result.output  # no trial counts: every one failed
-    assert load("missing").trials[0].user_attrs["missing_objectives"] == ["epochs_to_target"]
+    (trial,) = load("missing").trials
+    assert trial.user_attrs["missing_objectives"] == ["epochs_to_target"]
+    # FAILED everywhere it shows: Optuna, its status, the trial line, MLflow, the parent
+    assert trial.state.name == "FAIL" and trial.user_attrs["status"] == "FAILED"
+    error = "objective not available: epochs_to_target"
+    assert trial.user_attrs["error"] == error
+    assert f"trial 0: FAILED {error}" in result.output, result.output
+    (run,) = child_runs("missing")
+    assert run.info.status == "FAILED" and run.data.tags["status"] == "FAILED"
+    parent = mlflow_client().get_run(run.data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "FAILED", "every trial failed: no green check"
     line = ("objective not reported by trials that ran to the end: epochs_to_target (missing "
             "in 1 trial); Optuna failed those trials, so none of them can be best")
     assert line in result.output.splitlines(), result.output
