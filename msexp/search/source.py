@@ -39,6 +39,7 @@ class TrialSource:
 
     def claim(self) -> optuna.Trial | None:
         """The next trial for this process, or None when the study has none left."""
+        me = owner()  # before any trial is taken: a failure here leaves none RUNNING
         with self._lock, study_lock(self.storage_url):
             requeue_stale_trials(self.study, self.heartbeat)
             trial = pop_waiting(self.study)
@@ -46,14 +47,16 @@ class TrialSource:
                 trial = self.study.ask()
             if trial is None:
                 return None
-            trial.set_user_attr(TrialKey.OWNER, owner())
+            trial.set_user_attr(TrialKey.OWNER, me)
             self.heartbeat.record_heartbeat(trial_id(trial))
             self.held[trial.number] = trial
             return trial
 
     def pending(self) -> int:
-        """Trials no process has taken yet: queued ones, and the rest of a sampler's
-        budget."""
+        """Trials no process has taken yet: queued ones (those of dead or silent
+        processes included), and the rest of a sampler's budget."""
+        with self._lock, study_lock(self.storage_url):
+            requeue_stale_trials(self.study, self.heartbeat)
         waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         return waiting + (max(0, self.total - started_count(self.study)) if self.samples else 0)
 
