@@ -55,7 +55,8 @@ def test_a_constrained_tpe_study_gives_optuna_the_constraints(workdir: Path) -> 
     """)
     assert invoke("sweep", str(sweep)).exit_code == 0
     study = optuna.load_study(study_name="tpe-capped", storage=open_storage(None))
-    assert all("constraints" in t.system_attrs for t in study.trials), "TPE saw them"
+    assert all(list(t.constraints) == ["0:eval_accuracy"] for t in study.trials), \
+        "TPE saw them"
     for t in best_trials(study):
         assert t.user_attrs["metrics"]["eval_accuracy"] <= 0.5
 
@@ -76,16 +77,23 @@ def test_a_violation_is_how_far_a_metric_is_outside_its_bounds() -> None:
         "a missing metric violates"
 
 
-def test_optuna_gets_each_constraints_violation_of_a_trial() -> None:
-    from msexp.search.study import _violations
+def test_optuna_gets_each_constraints_violation_of_a_trial(workdir) -> None:
+    from msexp.execution.protocol import Status, TrialResult
+    from msexp.execution.subscribers import TrialInfo
+    from msexp.search.study import open_study
+    from msexp.search.tell import tell
 
     spec = parse_spec("name: c\nexperiment: mlp_digits\nmethod: tpe\nparams: {lr: {low: 0.01, "
                       "high: 0.1}}\nconstraints: [{metric: peak_mem_mb, max: 100}, "
                       "{metric: eval_accuracy, min: 0.5}]\n", "c.yaml")
-    trial = optuna.trial.create_trial(value=1.0, user_attrs={
-        "metrics": {"peak_mem_mb": 150.0, "eval_accuracy": 0.75}})
-    assert _violations(spec)(trial) == [50.0, -0.25]
-    assert _violations(spec)(optuna.trial.create_trial(value=1.0)) == [1.0, 1.0]
+    study, _ = open_study(spec, None)
+    for metrics in ({"peak_mem_mb": 150.0, "eval_accuracy": 0.75}, {}):
+        trial = TrialInfo(0, "#0", {}, {}, 0.0, handle=study.ask())
+        tell(study, spec, trial, TrialResult(Status.COMPLETE, metrics))
+    kept, missing = study.get_trials()
+    assert kept.constraints == {"0:peak_mem_mb": 50.0, "1:eval_accuracy": -0.25}
+    assert missing.constraints == {"0:peak_mem_mb": 1.0, "1:eval_accuracy": 1.0}
+    assert kept.user_attrs["feasible"] is False and missing.user_attrs["feasible"] is False
     assert not spec.feasible({"peak_mem_mb": 150.0, "eval_accuracy": 0.75})
     assert spec.feasible({"peak_mem_mb": 100.0, "eval_accuracy": 0.5}), "bounds are kept"
     assert not spec.feasible({"eval_accuracy": 0.75}), "a missing metric is not kept"

@@ -233,6 +233,7 @@ def test_the_progress_bar_shows_each_running_trial(workdir: Path) -> None:
 
     from msexp.cli import render
     from msexp.execution.protocol import Status, TrialResult
+    from msexp.execution.subscribers import TrialInfo
     from msexp.spec import parse_spec
     from msexp.training.records import Epoch
 
@@ -240,13 +241,14 @@ def test_the_progress_bar_shows_each_running_trial(workdir: Path) -> None:
                       "bar.yaml")
     screen = Console(record=True, force_terminal=True, width=160)
     progress = render.SweepProgress(spec, screen)
+    trial = TrialInfo(0, "#0 micro_size=2", {"epochs": 5}, {}, 0.0, best="0.9")
     with progress:
-        progress.start(2, 0)
-        progress.trial_started(0, "#0 micro_size=2", 5)
-        progress.trial_epoch(0, Epoch(3, 30, 1.0, {"train_loss": 0.4321}))
+        progress.on_sweep_start(2, 0)
+        progress.on_trial_start(trial)
+        progress.on_trial_epoch(trial, Epoch(3, 30, 1.0, {"train_loss": 0.4321}))
         progress.bar.refresh()
         shown = screen.export_text()
-        progress.trial_done(0, TrialResult(Status.COMPLETE, {"eval_accuracy": 0.9}), "0.9")
+        progress.on_trial_end(trial, TrialResult(Status.COMPLETE, {"eval_accuracy": 0.9}))
         progress.bar.refresh()
     assert "#0 micro_size=2" in shown and "3/5" in shown and "epoch 3, loss 0.4321" in shown
     assert "eta" in shown

@@ -19,7 +19,7 @@ from msexp.errors import MsexpError, describe
 from msexp.execution.protocol import Epoch, Status, TrialResult
 from msexp.execution.subscribers import Subscriber, TrialInfo
 from msexp.interrupts import handled
-from msexp.search.prepare import prepare_trial
+from msexp.search.prepare import prepare_trial, unprepared
 from msexp.search.pruning import PruningBridge
 from msexp.search.source import TrialSource
 from msexp.search.tell import best_so_far, judge, tell
@@ -114,7 +114,12 @@ class Sweep:
             self._stop()
 
     def _run_trial(self, handle: optuna.Trial, host: Any) -> None:
-        trial, request = prepare_trial(self.spec, self.study, handle)
+        try:
+            trial, request = prepare_trial(self.spec, self.study, handle)
+        except Exception as exc:  # params that cannot be sampled fail the trial, not the sweep
+            self._end(unprepared(self.spec, handle), TrialResult(Status.FAILED,
+                                                                 error=describe(exc)))
+            return
         for watcher in self.watchers:
             watcher.on_trial_start(trial)
         try:

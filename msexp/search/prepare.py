@@ -29,3 +29,10 @@ def prepare_trial(spec: SweepSpec, study: optuna.Study, handle: optuna.Trial
     trial = TrialInfo(handle.number, name, params, logged, time.time(),
                       rerun=TrialKey.ATTEMPT in handle.user_attrs, handle=handle)
     return trial, trial_request(spec, params, folder)
+
+
+def unprepared(spec: SweepSpec, handle: optuna.Trial) -> TrialInfo:
+    """A trial whose params could not be sampled: it fails with what it has."""
+    return TrialInfo(handle.number, f"#{handle.number}", dict(handle.params),
+                     {**handle.params, "experiment": spec.experiment.ref}, time.time(),
+                     handle=handle)
