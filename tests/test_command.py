@@ -308,23 +308,26 @@ if mode == "quiet":
 from msexp.hooks import report, should_stop
 for epoch in (1, 2):
     report(epoch, eval_accuracy=0.25 * (epoch + 1))
-    (out / f"e{epoch}.ckpt").write_text(str(epoch))
-    time.sleep(0.05)
+    checkpoint = out / f"e{epoch}.ckpt"
+    checkpoint.write_text(str(epoch))
+    os.utime(checkpoint, (1e9 + epoch, 1e9 + epoch))  # written in this order
 if mode == "wait":
     deadline = time.monotonic() + 240
     while not should_stop() and time.monotonic() < deadline:
         time.sleep(0.01)
+    (out.parent / "told.json").write_text(json.dumps(should_stop()))
 print("score: 0.9")
 """
 
 
-def run_script(folder: Path, stop_after: int | None = None, **params):
-    """(metrics or the exception, checkpoint, events); with `stop_after`, msexp asks the
-    script to stop once it has reported that many epochs."""
+def run_script(folder: Path, stop_after: int | None = None,
+               command: Command | None = None, **params):
+    """(metrics or the exception, checkpoint, events) of `command` (SCRIPT by default); with
+    `stop_after`, msexp asks the script to stop once it has reported that many epochs."""
     from msexp.execution.command import run_command
 
-    request = TrialRequest("script", params, folder,
-                           command=Command([sys.executable, "-c", SCRIPT], str(folder)))
+    command = command or Command([sys.executable, "-c", SCRIPT], str(folder))
+    request = TrialRequest("script", params, folder, command=command)
     events: list = []
 
     def stop() -> bool:
@@ -367,8 +370,44 @@ def test_a_command_that_fails_or_reports_nothing_fails_its_trial(workdir: Path) 
 
 
 def test_a_stop_request_stops_the_command_after_its_epochs(workdir: Path) -> None:
+    # mutation: msexp.hooks ignores the stop signal (the script's own deadline ends it)
     stopped, _, events = run_script(workdir / "s", stop_after=2, mode="wait")
     assert isinstance(stopped, Stopped) and str(stopped) == "stopped after epoch 2"
+    assert [e.epoch for e in events[1:]] == [1, 2]
+    assert json.loads((workdir / "s" / "told.json").read_text()) is True, "should_stop()"
+
+
+# After each epoch the script waits until msexp's stop reaches it (or its own deadline).
+WAIT_FOR_THE_STOP = """
+
+import time
+from mindspore.train import Callback
+from msexp.hooks import MsexpCallback, should_stop
+
+DEADLINE = time.monotonic() + 240
+
+
+class WaitForTheStop(Callback):
+    def on_train_epoch_end(self, run_context):
+        while not should_stop() and time.monotonic() < DEADLINE:
+            time.sleep(0.01)
+"""
+
+
+def test_a_pruned_model_train_script_ends_its_training_itself(scripts: Path) -> None:
+    # mutation: msexp.hooks (channel or MsexpCallback) ignores the stop signal: the script
+    # trains its 10 epochs (it is not killed here, as the trial process would kill it)
+    source = (scripts / "train_digits.py").read_text()
+    changed = source.replace("from sklearn.datasets import load_digits\n",
+                             "from sklearn.datasets import load_digits\n" + WAIT_FOR_THE_STOP)
+    changed = changed.replace("callbacks=[LossMonitor(20), TimeMonitor()]",
+                              "callbacks=[MsexpCallback(model, eval_ds), WaitForTheStop()]")
+    (scripts / "train_wait.py").write_text(changed + 'print("trained and evaluated")\n')
+    command = Command([sys.executable, "train_wait.py"], str(scripts))
+    stopped, _, events = run_script(scripts / "trial", stop_after=1, command=command, epochs=10)
+    assert isinstance(stopped, Stopped), stopped
+    # told after epoch 1, training ends after the first step of epoch 2, which it reports
+    assert str(stopped) == "stopped after epoch 2"
     assert [e.epoch for e in events[1:]] == [1, 2]
 
 
