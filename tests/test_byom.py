@@ -43,6 +43,7 @@ def run(*args: str):
     return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
 
 
+@pytest.mark.slow
 def test_own_file_experiment_sweeps_into_mlflow(workdir: Path, tmp_path_factory) -> None:
     outside = tmp_path_factory.mktemp("elsewhere")
     model = write(outside / "my_net.py", MODEL)
@@ -117,6 +118,7 @@ def test_module_reference_works(workdir: Path) -> None:
     assert refused.exit_code == 2 and "params.depth: is not a knob" in refused.output
 
 
+@pytest.mark.slow
 def test_scaffolded_experiment_and_sweep_run_end_to_end(workdir: Path) -> None:
     assert run("new", "experiment", "my_model").exit_code == 0
     result = run("new", "sweep", "--experiment", "my_model.py", "--method", "tpe")

@@ -58,6 +58,7 @@ def test_params_become_flags_or_hydra_overrides() -> None:
     assert arguments(params, "none") == []
 
 
+@pytest.mark.slow
 def test_an_unchanged_model_train_script_sweeps_into_mlflow(scripts: Path) -> None:
     sweep = write(scripts / "lr.yaml", """
         name: script-lr
@@ -84,6 +85,7 @@ def test_an_unchanged_model_train_script_sweeps_into_mlflow(scripts: Path) -> No
     assert good["train_loss"] == float(losses[-1]) and good["step_ms"] == float(steps[-1])
 
 
+@pytest.mark.slow
 def test_a_pruned_script_with_the_callback_stops(scripts: Path) -> None:
     source = (scripts / "train_digits.py").read_text()
     changed = source.replace("from sklearn.datasets import load_digits\n",
@@ -118,6 +120,7 @@ def test_a_pruned_script_with_the_callback_stops(scripts: Path) -> None:
     assert len(history) == 10, "every epoch is logged"
 
 
+@pytest.mark.slow
 def test_a_hydra_style_script_gets_overrides(scripts: Path) -> None:
     sweep = write(scripts / "hydra.yaml", """
         name: hydra
@@ -160,6 +163,7 @@ def test_a_hydra_style_script_gets_overrides(scripts: Path) -> None:
         assert "error" not in attrs and attrs["epoch_metrics"] == {"epoch": []}, "no hooks"
 
 
+@pytest.mark.slow
 def test_failing_commands_are_recorded_and_the_sweep_goes_on(scripts: Path) -> None:
     sweep = write(scripts / "bad.yaml", """
         name: bad-flag
@@ -240,6 +244,7 @@ def test_plan_check_runs_the_command_once(scripts: Path) -> None:
            "ModuleNotFoundError: No module named 'no_such_module_xyz'" in refused.output
 
 
+@pytest.mark.slow
 def test_devices_run_the_script_as_msrun_ranks(scripts: Path) -> None:
     sweep = write(scripts / "dp.yaml", """
         name: dp-script
@@ -265,6 +270,7 @@ def test_devices_run_the_script_as_msrun_ranks(scripts: Path) -> None:
     assert "devices > 1 runs the command as msrun ranks" in refused.output
 
 
+@pytest.mark.slow
 def test_the_scaffolded_script_sweeps_as_written(workdir: Path) -> None:
     """`msexp new experiment --script`: prints metrics, reports epochs, uses the techniques."""
     wrote = invoke("new", "experiment", "lenet", "--script")

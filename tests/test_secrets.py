@@ -152,6 +152,7 @@ def texts_of(client: MlflowClient, experiment: str) -> list[str]:
 
 
 @needs_postgres
+@pytest.mark.slow
 def test_a_sweep_with_passwords_in_both_urls_leaves_them_nowhere(cluster, workdir: Path
                                                                   ) -> None:
     pg_password = cluster.pgpass.read_text().strip().rsplit(":", 1)[1]

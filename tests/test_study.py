@@ -31,6 +31,8 @@ from msexp.spec import load_spec
 from tests.conftest import child_runs, mlflow_client, msexp_cmd, write
 from tests.fault.conftest import DEADLINE_S, wait_for
 
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
+
 URI = "sqlite:///mlruns/mlflow.db"
 JOURNAL = "mlruns/optuna.journal"
 

@@ -8,11 +8,15 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from msexp.execution.pool import TrialProcess
 from msexp.execution.protocol import Status, TrialRequest
 from msexp.spec import trial_params
 from tests.conftest import ROOT
 from tests.fault.conftest import DEADLINE_S, wait_for
+
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
 
 # A new interpreter with MSEXP_TEST_GATE set says it has started, then waits for the gate.
 GATE = """

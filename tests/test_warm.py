@@ -19,6 +19,8 @@ from msexp.knobs import graph_params
 from msexp.spec import trial_params
 from tests.conftest import ASSETS, ROOT, child_runs, msexp_cmd
 
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
+
 TIMEOUT_S = 600  # a deadline for a hang, on a loaded 2-core machine
 TRAINING = ("eval_loss", "eval_accuracy", "train_loss", "loss_scale", "overflow_steps",
             "skipped_updates", "epochs_to_target")
