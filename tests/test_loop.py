@@ -146,3 +146,16 @@ def test_each_epoch_goes_to_the_progress_and_only_a_pruner_gets_its_value(
         second = sweep._next_trial()
         assert sweep._epoch_hook(second)(Epoch(1, 5, 0.1, {"eval_accuracy": 0.1})), "pruned"
     sweep.mlflow.exception()  # the background MLflow opening is done
+
+
+def test_the_grid_queue_puts_the_trials_of_one_graph_next_to_each_other(workdir: Path) -> None:
+    # mutation: the grid queue is not grouped by graph signature (test_warm counts compiles)
+    spec = load_spec(write(workdir / "g.yaml", """
+        name: grouped
+        experiment: mlp_digits
+        params: {lr: [0.01, 0.02, 0.03], micro_size: [1, 2]}
+    """))
+    study, _ = open_study(spec, None)
+    queued = [spec.space.suggest(study.ask()) for _ in study.trials]  # in the queue's order
+    queued = [(point["micro_size"], point["lr"]) for point in queued]
+    assert queued == [(1, 0.01), (1, 0.02), (1, 0.03), (2, 0.01), (2, 0.02), (2, 0.03)]
