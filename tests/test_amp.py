@@ -104,6 +104,7 @@ def test_o1_casts_white_listed_ops_and_writes_nothing_here(tmp_path, monkeypatch
     assert list(tmp_path.iterdir()) == [], "O1's rewritten source must not land in the cwd"
 
 
+@pytest.mark.slow
 def test_an_o1_trial_leaves_no_scratch_folder(tmp_path, monkeypatch) -> None:
     """O1's rewritten source lives in a temp folder that the forked trial removes itself."""
     from msexp.execution.host import Host

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from msexp.cli import app
@@ -73,10 +74,21 @@ def test_inapplicable_fixed_values_do_not_multiply_or_leak(probe_cache: Path) ->
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
-@pytest.mark.parametrize("command", ["validate", "plan"])
-def test_every_example_sweep_validates_and_plans(command: str, path: Path) -> None:
-    result = CliRunner().invoke(app, [command, str(path)])
-    assert result.exit_code == 0, result.output
+def test_every_example_sweep_validates_and_plans(path: Path) -> None:
+    """The plan lists one row per trial, over the file's params; validate counts them."""
+    file = yaml.safe_load(path.read_text())
+    method = file.get("method", "grid")
+    planned = CliRunner().invoke(app, ["plan", str(path)], env={"COLUMNS": "300"})
+    assert planned.exit_code == 0, planned.output
+    lines = planned.output.splitlines()
+    rows = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    header = next(line for line in lines if line.startswith("┃"))
+    assert rows == [str(i) for i in range(len(rows))] and rows
+    assert f"{file['name']}: {method} of {len(rows)} trials on {file['experiment']}" in lines[0]
+    assert all(f" {name} " in header for name in file.get("params", {}))
+    validated = CliRunner().invoke(app, ["validate", str(path)])
+    assert validated.exit_code == 0, validated.output
+    assert validated.output.strip() == f"{path}: ok ({method}, {len(rows)} trials)"
 
 
 def test_bfloat16_on_cpu_is_refused_at_validate(tmp_path: Path, probe_cache: Path) -> None:

@@ -43,6 +43,7 @@ def run(*args: str):
     return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
 
 
+@pytest.mark.slow
 def test_own_file_experiment_sweeps_into_mlflow(workdir: Path, tmp_path_factory) -> None:
     outside = tmp_path_factory.mktemp("elsewhere")
     model = write(outside / "my_net.py", MODEL)
@@ -105,10 +106,19 @@ def test_param_nobody_declares_is_rejected(workdir: Path) -> None:
 
 
 def test_module_reference_works(workdir: Path) -> None:
-    sweep = write(workdir / "s.yaml", "name: s\nexperiment: broken:build\n")
-    assert run("validate", str(sweep)).exit_code == 0
+    """`broken:build` is the module on the path: its own knob `mode` is a knob of the sweep."""
+    sweep = write(workdir / "s.yaml", "name: s\nexperiment: broken:build\n"
+                                      "params: {mode: [works, nan]}\n")
+    result = run("validate", str(sweep))
+    built, checked = result.output.strip().splitlines()  # validate builds it once
+    assert result.exit_code == 0 and built.startswith("mode works in pid ")
+    assert checked == f"{sweep}: ok (grid, 2 trials)"
+    write(sweep, "name: s\nexperiment: broken:build\nparams: {depth: [1, 2]}\n")
+    refused = run("validate", str(sweep))
+    assert refused.exit_code == 2 and "params.depth: is not a knob" in refused.output
 
 
+@pytest.mark.slow
 def test_scaffolded_experiment_and_sweep_run_end_to_end(workdir: Path) -> None:
     assert run("new", "experiment", "my_model").exit_code == 0
     result = run("new", "sweep", "--experiment", "my_model.py", "--method", "tpe")

@@ -14,7 +14,7 @@ from mindspore import Tensor, nn
 from msexp.experiment import Workload
 from msexp.training.checkpoint import CheckpointPlan, latest
 from msexp.training.loop import train
-from msexp.training.records import Stopped
+from msexp.training.records import Stopped, Target
 
 _rng = np.random.default_rng(3)
 X = _rng.normal(size=(192, 8)).astype(np.float32)
@@ -49,14 +49,19 @@ def stop_after(epochs: int):
     return seen.append, lambda: len(seen) >= epochs
 
 
-def test_a_resumed_trial_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+# mutation: resume loads the oldest epoch-*.ckpt instead of the record's newest (keep: all)
+@pytest.mark.parametrize("keep", ["last", "all"])
+def test_a_resumed_trial_equals_an_uninterrupted_one(tmp_path: Path, keep: str) -> None:
     whole: list[Any] = []
     uninterrupted = train(workload(), params(), whole.append).metrics
-    plan = CheckpointPlan(tmp_path / "ckpt", every=1)
+    plan = CheckpointPlan(tmp_path / "ckpt", every=1, keep=keep)
     on_epoch, stop = stop_after(3)
     with pytest.raises(Stopped):
         train(workload(), params(), on_epoch, stop, plan=plan)
     assert latest(plan.folder).epoch == 3
+    kept = sorted(p.name for p in plan.folder.glob("epoch-*.ckpt"))
+    assert kept == (["epoch-0003.ckpt"] if keep == "last" else
+                    ["epoch-0001.ckpt", "epoch-0002.ckpt", "epoch-0003.ckpt"])
     resumed_epochs: list[Any] = []
     resumed = train(workload(), params(), resumed_epochs.append, plan=plan)
     assert [e.epoch for e in resumed_epochs] == [1, 2, 3, 4, 5, 6]
@@ -106,3 +111,20 @@ def test_init_from_a_checkpoint_continues_training_it(tmp_path: Path) -> None:
     assert evaluated["eval_loss"] == pytest.approx(first.metrics["eval_loss"], abs=1e-6)
     more = train(workload(), params(epochs=2), lambda e: None, init_from=first.checkpoint)
     assert more.metrics["eval_loss"] != pytest.approx(first.metrics["eval_loss"], abs=1e-4)
+
+
+def test_a_metric_exactly_on_its_target_has_reached_it(tmp_path: Path) -> None:
+    """Every eval sample is predicted as class 0 and 270 of 300 are: accuracy 0.9 exactly."""
+    # mutation: the target counts as reached only above it, not at it
+    eval_y = np.array([0] * 270 + [1] * 30, dtype=np.int32)
+    eval_x = np.zeros((300, 8), np.float32)
+    trained = Workload(mlp(), nn.CrossEntropyLoss(), (X[:64], np.zeros(64, np.int32)),
+                       (eval_x, eval_y))
+    epochs: list[Any] = []
+    at = train(trained, params(epochs=2, loss_scale="none"), epochs.append,
+               target=Target("eval_accuracy", 0.9, maximize=True)).metrics
+    assert [e.metrics["eval_accuracy"] for e in epochs] == [270 / 300] * 2
+    assert at["epochs_to_target"] == 1
+    low = epochs[0].metrics["eval_loss"]
+    on_loss = Target("eval_loss", low, maximize=False)
+    assert on_loss.reached({"eval_loss": low}) and not on_loss.reached({"eval_loss": low * 1.01})

@@ -43,6 +43,7 @@ def sweep_args(cluster: services.Services, *args: str) -> list[str]:
     return [*args, "--storage", cluster.storage_url, "--tracking-uri", cluster.tracking_uri]
 
 
+@pytest.mark.slow
 def test_two_workers_on_one_postgresql_study(cluster, workdir: Path) -> None:
     sweep = write(workdir / "pg.yaml", """
         name: pg-shared
@@ -68,6 +69,7 @@ def test_two_workers_on_one_postgresql_study(cluster, workdir: Path) -> None:
         {study.user_attrs["mlflow_parent_run_id"]}
 
 
+@pytest.mark.slow
 def test_mlflow_outage_loses_no_result_and_secrets_stay_out(cluster, workdir: Path) -> None:
     password = cluster.pgpass.read_text().strip().rsplit(":", 1)[1]
     storage = cluster.storage_url.replace("msexp@", f"msexp:{password}@")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -178,8 +179,11 @@ def test_builtin_workloads_train_on_the_data_section(tmp_path: Path, experiment:
     start = next(e for e in events if isinstance(e, Start))
     assert str(folder) in start.data_source
     assert ("MNIST" if fmt == "mnist" else "image folder") in start.data_source
-    assert 0 <= metrics["eval_accuracy"] <= 1
-    assert metrics["samples_per_s"] > 0
+    n_train, n_eval = map(int, re.search(r"(\d+) train, (\d+) eval", start.data_source).groups())
+    right = metrics["eval_accuracy"] * n_eval  # the share of this folder's eval samples
+    assert right == pytest.approx(round(right), abs=1e-6), (right, n_eval)
+    updates = [len(e.series["train_loss"]) for e in events if hasattr(e, "series")]
+    assert updates == [n_train // 4] * 2, "every batch of 4 of the training set, each epoch"
     # mutation (issue 18): the optimizer never applies an update, so nothing is learnt
     first, second = (e.metrics["train_loss"] for e in events if hasattr(e, "series"))
     assert second < first - 1e-3, (first, second)

@@ -23,6 +23,8 @@ from msexp.experiment import load_experiment
 from msexp.spec import parse_spec
 from msexp.spec.space import derived, parse_params
 
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
+
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300
 

@@ -211,6 +211,7 @@ def test_epoch_table_is_what_curves_read() -> None:
     assert curves_of(pruned_only, "eval_loss") == {"eval_loss": [(1, 0.5), (2, 0.7)]}
 
 
+@pytest.mark.slow
 def test_report_of_a_real_sweep_logs_the_pngs_on_the_parent_run(workdir: Path) -> None:
     sweep = write(workdir / "fx.yaml", """
         name: fx

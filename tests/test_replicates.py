@@ -59,6 +59,7 @@ def test_repeats_sweep_seeds_last_and_need_a_grid() -> None:
                    "params: {seed: [1, 2]}\n", "r.yaml")
 
 
+@pytest.mark.slow
 def test_the_report_of_a_repeated_sweep(workdir: Path) -> None:
     sweep = write(workdir / "rep.yaml", """
         name: repeated

@@ -22,6 +22,8 @@ from msexp.execution.protocol import TrialRequest
 from msexp.search.storage import open_storage
 from tests.conftest import ASSETS, child_runs, mlflow_client, msexp_cmd, write
 
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
+
 DEADLINE_S = 240  # for a hang, on a loaded 2-core machine
 
 

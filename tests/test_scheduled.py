@@ -13,11 +13,14 @@ from pathlib import Path
 
 import optuna
 import psutil
+import pytest
 from mlflow import MlflowClient
 
 from msexp.cluster.services import Services
 from tests.conftest import msexp_cmd, rdb_storage, write
 from tests.local_slurm import Slurm
+
+pytestmark = pytest.mark.slow  # Slurm and cron daemons (tests/README.md: tiers)
 
 DEADLINE_S = 300  # for a hang, on a loaded 2-core machine
 CRON_FIRES_S = 75

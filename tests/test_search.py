@@ -244,3 +244,16 @@ def test_no_number_of_processes_exceeds_the_trial_budget(workdir: Path) -> None:
     for spec in specs:
         study = open_study(spec, None)[0]
         assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE]
+
+
+def test_the_grid_queue_puts_the_trials_of_one_graph_next_to_each_other(workdir: Path) -> None:
+    # mutation: the grid queue is not grouped by graph signature (test_warm counts compiles)
+    spec = load_spec(write(workdir / "g.yaml", """
+        name: grouped
+        experiment: mlp_digits
+        params: {lr: [0.01, 0.02, 0.03], micro_size: [1, 2]}
+    """))
+    study, _ = open_study(spec, None)
+    queued = [spec.space.suggest(study.ask()) for _ in study.trials]  # in the queue's order
+    queued = [(point["micro_size"], point["lr"]) for point in queued]
+    assert queued == [(1, 0.01), (1, 0.02), (1, 0.03), (2, 0.01), (2, 0.02), (2, 0.03)]

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each kill point starts a Python that imports MLflow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Loaded into the killed process (sitecustomize): SIGKILL at the Nth statement.

@@ -33,6 +33,8 @@ from msexp.spec import load_spec
 from tests.conftest import child_runs, mlflow_client, msexp_cmd, write
 from tests.fault.conftest import DEADLINE_S, wait_for
 
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
+
 URI = "sqlite:///mlruns/mlflow.db"
 JOURNAL = "mlruns/optuna.journal"
 
@@ -167,15 +169,20 @@ def test_kill_9_then_resume_reruns_only_the_interrupted_trial(workdir: Path) -> 
     proc = subprocess.Popen(msexp_cmd("sweep", str(sweep)), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
-    def states() -> list[str]:
+    def trials() -> list:
         try:
-            return [t.state.name for t in load("killed").trials]
+            return load("killed").trials
         except (KeyError, OSError, ValueError):  # no journal or no study yet
             return []
 
-    # trial 2 waits for its gate, so it is RUNNING for as long as the test needs
-    assert wait_for("the third trial starts",
-                    lambda: states()[:3] == ["COMPLETE", "COMPLETE", "RUNNING"], proc)
+    def third_running() -> bool:
+        """Trial 2 is RUNNING and has its params (a claimed trial is RUNNING before its
+        params are set); it waits for its gate for as long as the test needs."""
+        now = trials()
+        return ([t.state.name for t in now[:3]] == ["COMPLETE", "COMPLETE", "RUNNING"]
+                and "point" in now[2].params)
+
+    assert wait_for("the third trial starts", third_running, proc)
     running = load("killed").trials[2]
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -19,6 +19,8 @@ from msexp.cli import app
 from tests.conftest import mlflow_client, msexp_cmd, write
 from tests.fault.conftest import DEADLINE_S, MARK, assert_no_process_left, wait_for
 
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
+
 URI = "sqlite:///mlruns/mlflow.db"
 
 

@@ -276,6 +276,7 @@ def test_valid_split_indices_plan() -> None:
     assert [p.get("thor.split_indices") for p in spec.space.grid()] == [[], [1], [0, 4]]
 
 
+@pytest.mark.slow
 def test_lenet_trains_with_thor_end_to_end() -> None:
     exp = load_experiment("lenet_digits")
     params = parse_params("--set", exp.knobs, {"optimizer": "thor", "epochs": 1}, {}).resolve({})

@@ -20,6 +20,8 @@ from msexp.knobs import graph_params
 from msexp.spec import trial_params
 from tests.conftest import ASSETS, ROOT, child_runs, msexp_cmd
 
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
+
 TIMEOUT_S = 600  # a deadline for a hang, on a loaded 2-core machine
 TRAINING = ("eval_loss", "eval_accuracy", "train_loss", "loss_scale", "overflow_steps",
             "skipped_updates", "epochs_to_target")
@@ -146,6 +148,25 @@ def test_a_grid_runs_each_point_once_grouped_by_graph_with_two_workers(workdir):
     assert all(r.data.tags["status"] == "COMPLETE" for r in runs)
     # grouped: six trials over two graphs in two workers compile at most four times
     assert sum(r.data.tags["warm"] == "true" for r in runs) >= 2
+
+
+def test_one_worker_compiles_once_per_graph_of_the_grid(workdir):
+    # mutation: the grid queue is not grouped by graph signature (6 compiles, not 2)
+    sweep = {"name": "compiles", "experiment": "mlp_digits", "method": "grid",
+             "budget": {"workers": 1, "trial_timeout": TIMEOUT_S},
+             "fixed": {"epochs": 1, "hidden": 32},
+             "params": {"lr": [0.01, 0.02, 0.03], "micro_size": [1, 2]}}
+    (workdir / "compiles.yaml").write_text(yaml.safe_dump(sweep))
+    import subprocess
+
+    done = subprocess.run(msexp_cmd("sweep", "compiles.yaml"), capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    runs = child_runs("compiles")
+    assert len(runs) == 6 and all(r.data.tags["status"] == "COMPLETE" for r in runs)
+    compiled = sorted(int(r.data.params["micro_size"]) for r in runs
+                      if r.data.tags["warm"] == "false")
+    assert compiled == [1, 2]
 
 
 def test_a_pruned_trial_leaves_its_graphs_warm_for_the_next(tmp_path):

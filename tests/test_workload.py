@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
 import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.execution import trial
 from msexp.execution.protocol import TrialRequest
+from msexp.search.storage import open_storage
 from msexp.spec import load_spec, trial_params
 from tests.conftest import write
 
@@ -184,11 +186,20 @@ def test_an_own_metric_can_be_the_pruned_objective(workdir: Path) -> None:
         name: own
         experiment: own.py
         objective: {metric: eval_margin, direction: maximize, target: 0.5}
-        params: {lr: [0.1, 0.01]}
-        pruner: {type: median}
+        fixed: {epochs: 4}
+        params: {lr: [0.1, 0.00001]}
+        pruner: {type: median, warmup_epochs: 0, startup_trials: 1}
     """)
-    result = CliRunner().invoke(app, ["validate", str(sweep)])
+    result = CliRunner().invoke(app, ["sweep", str(sweep)])
     assert result.exit_code == 0, result.output
+    study = optuna.load_study(study_name="own", storage=open_storage(None))
+    fast, slow = study.trials
+    assert (fast.params["lr"], fast.state.name) == (0.1, "COMPLETE")
+    assert fast.value == fast.intermediate_values[4] > 0
+    assert (slow.params["lr"], slow.state.name) == (0.00001, "PRUNED")
+    assert len(slow.intermediate_values) < 4, "the pruned trial stopped early"
+    first = min(slow.intermediate_values)  # the slow trial's margin, below the fast one's
+    assert slow.intermediate_values[first] < fast.intermediate_values[first]
 
 
 @pytest.mark.parametrize(("network", "loss", "labels", "rule"), [

@@ -19,6 +19,8 @@ from tests.fault.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
+
 GRID = """
     name: two-grid
     experiment: broken:build

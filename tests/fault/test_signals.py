@@ -22,6 +22,8 @@ from tests.fault.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
+
 CHAINS, SIGNALS_PER_CHAIN = 5, 4  # 20 signals in all
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
 POINTS = [{"lr": 0.01}, {"lr": 0.02}, {"lr": 0.03}]
