@@ -257,3 +257,65 @@ def test_the_grid_queue_puts_the_trials_of_one_graph_next_to_each_other(workdir:
     queued = [spec.space.suggest(study.ask()) for _ in study.trials]  # in the queue's order
     queued = [(point["micro_size"], point["lr"]) for point in queued]
     assert queued == [(1, 0.01), (1, 0.02), (1, 0.03), (2, 0.01), (2, 0.02), (2, 0.03)]
+
+
+_RETRY_FAILED = """
+import os, time
+from msexp.search.study import open_study, retry_failed
+from msexp.spec import load_spec
+study, _ = open_study(load_spec("retry.yaml"), None)
+listed = study.get_trials
+def slow_listing(*args, **kwargs):  # a wide gap between reading the trials and the copies
+    trials = listed(*args, **kwargs)
+    time.sleep(0.3)
+    return trials
+study.get_trials = slow_listing
+open(f"ready-{os.getpid()}", "w").close()
+while not os.path.exists("go"):
+    time.sleep(0.01)
+retry_failed(study)
+"""
+
+
+def test_processes_that_retry_failed_trials_at_once_retry_each_once(workdir: Path) -> None:
+    """Three `--retry-failed` at once after a grid whose every point failed (mutation:
+    the retries outside the study lock)."""
+    spec = load_spec(write(workdir / "retry.yaml", """
+        name: retry
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2]}
+    """))
+    study, _ = open_study(spec, None)
+    source = source_of(spec, study)
+    while (trial := source.claim()) is not None:
+        study.tell(trial, state=TrialState.FAIL)
+        source.done(trial)
+    source.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    processes = [subprocess.Popen([sys.executable, "-c", _RETRY_FAILED], cwd=workdir, env=env)
+                 for _ in range(3)]
+    wait_for("three processes ready", lambda: len(list(workdir.glob("ready-*"))) == 3)
+    (workdir / "go").touch()
+    assert [p.wait(timeout=600) for p in processes] == [0, 0, 0]
+    copies = [t.user_attrs.get(TrialKey.RETRY_OF) for t in open_study(spec, None)[0].trials]
+    assert sorted(c for c in copies if c is not None) == [0, 1]
+
+
+def test_a_trial_whose_claim_was_lost_is_not_put_back_by_its_old_owner(workdir: Path) -> None:
+    """A sweep frozen past its heartbeat: another process queued its trial again and
+    claimed it. The old owner must leave it alone (fencing)."""
+    spec = load_spec(write(workdir / "fence.yaml", """
+        name: fence
+        experiment: mlp_digits
+        params: {lr: [0.1]}
+    """))
+    study, _ = open_study(spec, None)
+    frozen = source_of(spec, study)
+    trial = frozen.claim()
+    assert frozen.still_held(trial)
+    trial.set_user_attr(TrialKey.OWNER, "other-host:1")  # what a new owner's claim writes
+    assert not frozen.still_held(trial)
+    frozen.put_back(trial, "interrupted")
+    frozen.close()
+    (kept,) = study.get_trials()
+    assert kept.state is TrialState.RUNNING and kept.user_attrs[TrialKey.OWNER] == "other-host:1"

@@ -153,9 +153,15 @@ def _enqueue_grid(study: optuna.Study, spec: SweepSpec) -> None:
 
 
 
-def retry_failed(study: optuna.Study) -> int:
+def retry_failed(study: optuna.Study, storage_url: str | None = None) -> int:
     """Queue a fresh copy of every FAILED or TIMEOUT trial not retried yet (same params;
-    the copy starts from scratch); return how many."""
+    the copy starts from scratch); return how many. Under the study lock, so processes
+    that do it at once retry each trial once."""
+    with study_lock(storage_url):
+        return _retry_failed(study)
+
+
+def _retry_failed(study: optuna.Study) -> int:
     trials = study.get_trials(deepcopy=False)
     retried = {t.user_attrs.get(TrialKey.RETRY_OF) for t in trials}
     count = 0

@@ -8,7 +8,7 @@ from msexp.execution.slots import Slots
 from msexp.execution.subscribers import Subscriber
 from msexp.search.driver import Sweep, SweepOutcome
 from msexp.search.source import TrialSource
-from msexp.search.storage import storage_label, study_lock
+from msexp.search.storage import storage_label
 from msexp.search.study import open_study, retry_failed
 from msexp.spec import Method, SweepSpec
 from msexp.tracking.recorder import MlflowRecorder
@@ -18,8 +18,7 @@ def run_sweep(spec: SweepSpec, progress: Subscriber, hosts: list[Host] | None = 
               tracking_uri: str | None = None, storage_url: str | None = None,
               study_name: str | None = None, retry: bool = False) -> SweepOutcome:
     """Open (or resume) the sweep's study and run its remaining trials; with `retry`, first
-    queue the FAILED and TIMEOUT trials of a resumed study again (once, whatever the
-    number of processes doing the same).
+    queue the FAILED and TIMEOUT trials of a resumed study again.
 
     `hosts` (see `execution.host.start_hosts`, default: `budget.workers` of them) run the
     trials and are killed when this returns.
@@ -28,8 +27,7 @@ def run_sweep(spec: SweepSpec, progress: Subscriber, hosts: list[Host] | None = 
     try:
         study, created = open_study(spec, storage_url, study_name)
         if retry:
-            with study_lock(storage_url):
-                retry_failed(study)
+            retry_failed(study, storage_url)
     except BaseException:
         for host in hosts:
             host.kill()
