@@ -187,10 +187,12 @@ def test_msexp_sync_delivers_what_waits_and_says_what_is_left(
     for number in (0, 1):
         assert tracker.record_trial(experiment, parent, number, {}, finished(),
                                     time.time()) is None
+    tracker.spool.keep_ending(tracker.uri, parent, "FINISHED")  # as a sweep that ended
     waiting = CliRunner().invoke(app, ["sync"])
     assert waiting.exit_code == 1
     assert waiting.output.strip() == (f"delivered 0 trial(s) to {DEFAULT_TRACKING_URI}; "
-                                      "2 still waiting")
+                                      "3 still waiting")
+    assert tracker.client.get_run(parent).info.status == "RUNNING"
     tracker.client.restore_experiment(experiment)
     done = CliRunner().invoke(app, ["sync"])
     assert done.exit_code == 0, done.output
@@ -198,6 +200,7 @@ def test_msexp_sync_delivers_what_waits_and_says_what_is_left(
                                    "0 still waiting")
     runs = tracker.client.search_runs([experiment], f"tags.`{RunTag.PARENT}` = '{parent}'")
     assert sorted(r.data.tags[RunTag.TRIAL] for r in runs) == ["0", "1"]
+    assert tracker.client.get_run(parent).info.status == "FINISHED", "sync ends the sweep's run"
 
 
 def test_a_trials_model_is_attached_only_when_asked(tracker: Tracker, experiment: str,

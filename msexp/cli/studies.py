@@ -194,13 +194,14 @@ def _existing_study(file: Path | None, study: str | None, storage: str | None) -
 
 
 def sync(tracking_uri: TrackingOpt = None) -> None:
-    """Deliver trial results kept on disk while the MLflow server was unreachable.
+    """Deliver trial results kept on disk while the MLflow server was unreachable, and
+    end the parent runs of the sweeps that finished meanwhile.
 
     Example: msexp sync --tracking-uri http://mlflow.internal:5000
     """
     tracker = Tracker(tracking_uri)
     delivered = tracker.flush_spool()
-    left = len(tracker.spool.files())
+    left = len(tracker.spool.files()) + len(tracker.spool.ending_files())
     console.print(f"delivered {delivered} trial(s) to {redact(tracker.uri)}; {left} still waiting")
     if left:
         raise typer.Exit(1)

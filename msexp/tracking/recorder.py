@@ -95,7 +95,8 @@ class MlflowRecorder(Subscriber):
             if self.spec.checkpoint.log == "best_trial":
                 log_best_checkpoint(self.study, tracker)
             tracker.client.set_terminated(parent_id, ending)
-        except Exception as exc:  # the results are safe in Optuna and the spool
+        except Exception as exc:  # the trials are safe in Optuna and the spool; so is this end
+            tracker.spool.keep_ending(tracker.uri, parent_id, ending)
             _log.warning(f"MLflow unreachable at the end of the sweep ({type(exc).__name__});"
                          " run `msexp sync` and `msexp report` when it is back")
 

@@ -177,7 +177,8 @@ class Tracker:
             return None
 
     def flush_spool(self) -> int:
-        """Deliver spooled trials of this tracking store; returns how many were delivered."""
+        """Deliver spooled trials of this tracking store, then the ends of parent runs
+        that waited for them; returns how many trials were delivered."""
         delivered = 0
         for path, record in self.spool.pending(self.uri):
             try:
@@ -187,9 +188,15 @@ class Tracker:
                 self.log_trial(record.experiment_id, record.parent_id, record.number,
                                record.params, record.trial_result, record.started)
             except Exception:
-                break  # still unreachable: keep the rest for later
+                return delivered  # still unreachable: keep the rest for later
             path.unlink()
             delivered += 1
+        for path, parent_id, ending in self.spool.endings(self.uri):
+            try:
+                self.client.set_terminated(parent_id, ending)
+            except Exception:
+                break
+            path.unlink()
         return delivered
 
     def _delete_trial_runs(self, experiment_id: str, parent_id: str, number: int) -> None:

@@ -1,6 +1,7 @@
 """The spool: trial results kept on disk while the MLflow store cannot take them.
 
-One JSON file per trial under `mlruns/spool/`. A record names its store by the URL
+One JSON file per trial under `mlruns/spool/`, and one `.ending` file per sweep whose
+parent run could not be ended. A record names its store by the URL
 without credentials, so moving a password from the URL into MLFLOW_TRACKING_PASSWORD
 still finds it, and no spool file holds a secret (a record is redacted as a whole).
 """
@@ -72,5 +73,23 @@ class Spool:
                 yield path, SpooledTrial(**data)
 
     def files(self) -> list[Path]:
-        """Every spooled record, whatever its store."""
+        """Every spooled trial record, whatever its store."""
         return sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []
+
+    def keep_ending(self, uri: str, parent_id: str, ending: str) -> Path:
+        """Keep how a sweep's parent run is to end (FINISHED, FAILED, KILLED)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{parent_id}.ending"
+        write_atomic(path, json.dumps({"store": store_key(uri), "parent_id": parent_id,
+                                       "ending": ending}))
+        return path
+
+    def endings(self, uri: str) -> Iterator[tuple[Path, str, str]]:
+        """(file, parent run id, ending) of the parent runs of the store `uri` names."""
+        for path in self.ending_files():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data["store"] == store_key(uri):
+                yield path, data["parent_id"], data["ending"]
+
+    def ending_files(self) -> list[Path]:
+        return sorted(self.folder.glob("*.ending")) if self.folder.is_dir() else []
