@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import select
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ from typing import Callable
 
 import psutil
 
+from msexp.execution.link import KILL, RUN, STOP, SweepEnd, socket_pair
 from msexp.execution.process import (
     descendants,
     die_with_parent,
@@ -60,10 +59,9 @@ class Host:
     next trial of the same graph signature (a warm trial: no compile). A host that
     dies, or is killed for a timeout, is replaced by a new one.
 
-    Channels: requests go down the host's stdin, one JSON line each; "ready" comes up its
-    stdout once MindSpore is imported; a stop (prune) is SIGUSR1 to the host, which passes
-    it on to the trial child, and SIGUSR2 has the host kill a child that ignored it;
-    everything the trial says is in its events.jsonl, the durable record.
+    One duplex channel joins the sweep and the host (see `link`): requests and stops go
+    down, "ready" comes up; everything the trial says is in its events.jsonl, the
+    durable record.
 
     Every process a host starts carries its marker (`TrialEnv.MARKER`, this sweep's
     host:pid and a serial), and the tree is noted while a trial runs: what a trial leaves
@@ -77,10 +75,11 @@ class Host:
         self.threads, self.cwd, self.slot = threads, cwd, slot
         self.marker = f"{owner()}/{next(_serial)}"
         self._proc: subprocess.Popen | None = None
+        self._link: SweepEnd | None = None
         self._ready = False
         self._family: dict[int, psutil.Process] = {}  # noted while trials ran
 
-    def _spawn(self) -> subprocess.Popen:
+    def _spawn(self) -> tuple[subprocess.Popen, SweepEnd]:
         env = dict(os.environ)
         env[TrialEnv.MARKER] = self.marker
         if self.threads:
@@ -89,10 +88,14 @@ class Host:
         if self.slot is not None:
             env["MSEXP_SLOT"] = str(self.slot)
         env.setdefault("GLOG_v", "2")
-        return subprocess.Popen(
-            [sys.executable, "-m", "msexp.execution.trial"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.cwd, env=env,
-            start_new_session=True, text=True, preexec_fn=die_with_parent)
+        link, theirs = socket_pair()
+        with theirs:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "msexp.execution.trial", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), cwd=self.cwd, env=env, start_new_session=True,
+                preexec_fn=die_with_parent)
+        return proc, link
 
     @property
     def pid(self) -> int | None:
@@ -102,33 +105,19 @@ class Host:
     def prewarm(self) -> None:
         """Start the host now, so it imports MindSpore before the first trial."""
         if self._proc is None or self._proc.poll() is not None:
-            self._proc, self._ready = self._spawn(), False
-
-    def _wait_ready(self, proc: subprocess.Popen) -> None:
-        """Wait until the host `proc` has imported MindSpore and says "ready" (or died)."""
-        if self._ready:
-            return
-        deadline = time.monotonic() + READY_S
-        with contextlib.suppress(ValueError, OSError):  # its pipe closed: it is gone
-            while time.monotonic() < deadline and proc.poll() is None:
-                if select.select([proc.stdout], [], [], POLL_S)[0]:
-                    proc.stdout.readline()  # "ready", or "" if it died
-                    break
-        self._ready = True
+            if self._link is not None:
+                self._link.close()
+            (self._proc, self._link), self._ready = self._spawn(), False
 
     def run(self, request: TrialRequest, timeout: float, on_epoch: OnEpoch | None = None
             ) -> TrialResult:
         """Run one trial; never raises for anything the trial does."""
         result = TrialResult(Status.FAILED, log_path=request.log_path,
                              events_path=request.events_path)
-        proc = self._ready_for(request)
+        proc, link = self._ready_for(request)
         started = time.monotonic()  # the trial's own time: a new host's import is not
-        try:
-            proc.stdin.write(request.to_json() + "\n")
-            proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # the host died at start-up; reported below from its exit code
-        ended, stop_sent_at = self._follow(proc, result, on_epoch, started + timeout)
+        link.send(RUN, request.to_json())  # a host that died is found by its exit code
+        ended, stop_sent_at = self._follow(proc, link, result, on_epoch, started + timeout)
         if ended:
             self._kill_leftovers(result.pid)  # what the trial started and left running
         else:
@@ -141,18 +130,20 @@ class Host:
             result.stop_s = now - stop_sent_at
         return result
 
-    def _ready_for(self, request: TrialRequest) -> subprocess.Popen:
+    def _ready_for(self, request: TrialRequest) -> tuple[subprocess.Popen, SweepEnd]:
         """Empty the trial's log and events files; the host, started and ready."""
         request.events_path.parent.mkdir(parents=True, exist_ok=True)
         request.events_path.write_text("")
         request.log_path.write_text("")
         self.prewarm()
-        proc = self._proc  # a stop may kill the host (and clear _proc) at any moment
-        self._wait_ready(proc)
-        return proc
+        proc, link = self._proc, self._link  # a stop may kill the host at any moment
+        if not self._ready:
+            link.wait_ready(lambda: proc.poll() is None, READY_S)
+            self._ready = True
+        return proc, link
 
-    def _follow(self, proc: subprocess.Popen, result: TrialResult, on_epoch: OnEpoch | None,
-                deadline: float) -> tuple[bool, float | None]:
+    def _follow(self, proc: subprocess.Popen, link: SweepEnd, result: TrialResult,
+                on_epoch: OnEpoch | None, deadline: float) -> tuple[bool, float | None]:
         """Read the trial's events until its end, its host's death, its deadline or a
         stop it ignored; returns (whether it ended, when a stop was sent)."""
         reader = EventReader(result.events_path)
@@ -164,7 +155,7 @@ class Host:
                     return True, stop_sent_at
                 if result.status is Status.PRUNED and stop_sent_at is None:
                     stop_sent_at = time.monotonic()
-                    _signal(self.pid, signal.SIGUSR1)
+                    link.send(STOP)
             now = time.monotonic()
             if proc.poll() is not None:
                 if any(self._absorb(event, result, on_epoch) for event in reader.read()):
@@ -176,7 +167,7 @@ class Host:
                 result.status = Status.TIMEOUT
                 return False, stop_sent_at
             if stop_sent_at is not None and now - stop_sent_at > STOP_GRACE_S:
-                return self._end_child(reader), stop_sent_at
+                return self._end_child(link, reader), stop_sent_at
             if now - noted > FAMILY_S:
                 noted = now
                 self._note_family(proc.pid)
@@ -190,12 +181,12 @@ class Host:
             result.status = Status.PRUNED
         return ended
 
-    def _end_child(self, reader: EventReader) -> bool:
-        """Have the host kill a trial child that ignored its stop (SIGUSR2), and wait
-        for the host to end the trial; the host stays, with its import, for the next
-        trial. True if it ended. A host that runs trials itself (GPU, Ascend) dies of
-        SIGUSR2 instead, and is replaced."""
-        _signal(self.pid, signal.SIGUSR2)
+    def _end_child(self, link: SweepEnd, reader: EventReader) -> bool:
+        """Have the host kill a trial child that ignored its stop, and wait for the host
+        to end the trial; the host stays, with its import, for the next trial. True if
+        it ended. A host that runs trials itself (GPU, Ascend) dies instead, and is
+        replaced."""
+        link.send(KILL)
         deadline = time.monotonic() + END_S
         while time.monotonic() < deadline and self.pid is not None:
             if any(isinstance(event, End) for event in reader.read()):
@@ -220,12 +211,11 @@ class Host:
         kill_processes(found.values())
 
     def close(self) -> None:
-        """End the host after its last trial: told by the end of its input, it ends the
+        """End the host after its last trial: told by the end of its channel, it ends the
         trial child it kept warm and exits; killed if it has not within CLOSE_S."""
-        proc = self._proc
+        proc, link = self._proc, self._link
         if proc is not None and proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
+            link.finish()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(CLOSE_S)
         self.kill()
@@ -234,9 +224,12 @@ class Host:
         """Kill the host's process group, its trial and everything they started (found
         by the marker or noted while the trial ran), `setsid` descendants included."""
         proc, self._proc = self._proc, None
+        link, self._link = self._link, None
         if proc is not None:
             self._note_family(proc.pid)
             kill_group(proc.pid)
+        if link is not None:
+            link.close()
         family, self._family = list(self._family.values()), {}
         kill_processes([*family, *marked(self.marker)])
         if proc is not None:
@@ -253,8 +246,3 @@ def start_hosts(count: int, cwd: Path | None = None) -> list[Host]:
         host.prewarm()
     return hosts
 
-
-def _signal(pid: int | None, signum: int) -> None:
-    if pid:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)

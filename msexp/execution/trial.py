@@ -19,6 +19,7 @@ import traceback
 from typing import Any, Callable
 
 from msexp.execution.command import CommandFailed, run_command
+from msexp.execution.link import HostEnd
 from msexp.execution.local import Emit, WarmGraphs, train_request
 from msexp.execution.process import die_with_parent, exit_reason
 from msexp.execution.protocol import (
@@ -58,21 +59,26 @@ def failure(exc: BaseException) -> Error:
 
 
 class StopFlag:
-    """Set by SIGUSR1 (a prune): the running trial stops after its current step."""
+    """Set when the running trial is to stop after its current step (a prune)."""
 
     def __init__(self) -> None:
         self.set = False
-        signal.signal(signal.SIGUSR1, self._on_signal)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def listen(self) -> StopFlag:
+        """Set by SIGUSR1, as a trial child is told by its host."""
+        signal.signal(signal.SIGUSR1, lambda signum, frame: self.stop())
+        return self
+
+    def stop(self) -> None:
         self.set = True
 
     def __call__(self) -> bool:
         return self.set
 
 
-def serve(requests=sys.stdin) -> None:
-    """Run requests from `requests`, one JSON line each, until it closes.
+def serve(channel: int) -> None:
+    """Run the requests the sweep sends on the socket `channel` (see `link`), until it
+    closes its end.
 
     On CPU this process is a zygote: it imports MindSpore and msexp's training code once
     and forks a trial child per trial, so every trial starts clean (own memory, own
@@ -81,16 +87,15 @@ def serve(requests=sys.stdin) -> None:
     its last trial's graphs stay in this process for the next.
     """
     fork = _preload()
-    zygote = Zygote()
-    if fork:
-        zygote.relay_stops()
-    else:
-        stop, warm = StopFlag(), WarmGraphs()
-    _say_ready()
+    zygote, stop, warm = Zygote(channel), StopFlag(), WarmGraphs()
+    if fork:  # a trial child that ignores its stop is killed; this process stays
+        link = HostEnd(channel, lambda: zygote.signal(signal.SIGUSR1),
+                       lambda: zygote.signal(signal.SIGKILL))
+    else:  # the trial runs here: one that ignores its stop takes this process with it
+        link = HostEnd(channel, stop.stop, lambda: os.kill(os.getpid(), signal.SIGKILL))
+    link.say_ready()  # the sweep's trial clocks start now
     try:
-        for line in requests:
-            if not line.strip():
-                continue
+        for line in link:
             request = TrialRequest.from_json(line)
             if fork:
                 zygote.run(request, line)
@@ -104,17 +109,13 @@ class Zygote:
     """Forks a trial child per trial and keeps the last one while it holds graphs a next
     trial of the same signature can reuse (a warm trial)."""
 
-    def __init__(self) -> None:
+    def __init__(self, channel: int):
+        self.channel = channel  # the sweep's socket, which no trial child may hold
         self.idle: _Child | None = None
         self.running: _Child | None = None
 
-    def relay_stops(self) -> None:
-        """SIGUSR1 (stop the trial) goes on to the running child; SIGUSR2 (it ignored the
-        stop) kills it, and this process stays, with its imports, for the next trial."""
-        signal.signal(signal.SIGUSR1, lambda signum, frame: self._signal(signal.SIGUSR1))
-        signal.signal(signal.SIGUSR2, lambda signum, frame: self._signal(signal.SIGKILL))
-
-    def _signal(self, signum: int) -> None:
+    def signal(self, signum: int) -> None:
+        """Signal the running trial child, if any (SIGUSR1: stop; SIGKILL)."""
         child = self.running
         if child is not None and child.status is None:
             with contextlib.suppress(ProcessLookupError):
@@ -141,7 +142,7 @@ class Zygote:
             if reusable(idle.signature, signature) and idle.alive():
                 return idle
             idle.end()
-        return _Child(signature)
+        return _Child(signature, self.channel)
 
     def close(self) -> None:
         if self.idle is not None:
@@ -152,15 +153,15 @@ class _Child:
     """A forked trial child: it runs the request lines it is sent and, after each, says
     "idle" if it keeps reusable graphs, or exits."""
 
-    def __init__(self, signature: str | None):
+    def __init__(self, signature: str | None, channel: int):
         self.signature = signature
         self.status: int | None = None  # wait status, once reaped
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
-            os.close(request_w)
-            os.close(reply_r)
+            for fd in (request_w, reply_r, channel):
+                os.close(fd)
             os._exit(_child_main(os.fdopen(request_r), os.fdopen(reply_w, "w")))
         os.close(request_r)
         os.close(reply_w)
@@ -205,8 +206,7 @@ def _child_main(requests: Any, replies: Any) -> int:
     """In a forked child: run the trials sent, until one leaves no graphs to reuse or
     the zygote closes the pipe; return the exit code (sys.exit's, if the trial exits)."""
     die_with_parent()
-    signal.signal(signal.SIGUSR2, signal.SIG_DFL)  # the zygote's, not this child's
-    stop, warm = StopFlag(), WarmGraphs()
+    stop, warm = StopFlag().listen(), WarmGraphs()
     for line in requests:
         try:
             _run_logged(TrialRequest.from_json(line), stop, warm)
@@ -243,16 +243,6 @@ def _preload() -> bool:
     except Exception:
         return False
     return device == "CPU" and os.environ.get("MSEXP_FORK", "1") != "0"
-
-
-def _say_ready() -> None:
-    """Tell the pool the imports are done (its trial clocks start now), then send stdout
-    to /dev/null: nothing reads that pipe any more, and a full pipe would block."""
-    with contextlib.suppress(OSError):
-        os.write(1, b"ready\n")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
 
 
 def _import_once(experiment: str) -> None:
@@ -297,4 +287,4 @@ def _redirect_output(path: str) -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    serve(int(sys.argv[1]))

@@ -1,0 +1,86 @@
+"""The duplex channel between a sweep and one of its hosts: a socket pair, one line a
+message.
+
+Down, from the sweep: `run <TrialRequest JSON>`, `stop` (the trial was pruned), `kill`
+(it ignored the stop: end its trial child). Up, from the host: `ready`, once it has
+imported MindSpore. What a trial says goes to its events.jsonl, the durable record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+RUN, STOP, KILL, READY = "run", "stop", "kill", "ready"
+POLL_S = 0.05
+
+
+def socket_pair() -> tuple[SweepEnd, socket.socket]:
+    """The sweep's end, and the socket the host process inherits."""
+    ours, theirs = socket.socketpair()
+    theirs.set_inheritable(True)
+    return SweepEnd(ours), theirs
+
+
+class SweepEnd:
+    """The sweep's end of a host's channel."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    def send(self, kind: str, body: str = "") -> None:
+        """One message; a host that is gone is found by its exit, not here."""
+        with contextlib.suppress(OSError):
+            self.sock.sendall(f"{kind} {body}".rstrip().encode() + b"\n")
+
+    def wait_ready(self, alive: Callable[[], bool], timeout: float) -> None:
+        """Until the host says `ready`, dies or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(OSError):
+            while time.monotonic() < deadline and alive():
+                if select.select([self.sock], [], [], POLL_S)[0]:
+                    self.sock.recv(64)  # "ready", or b"" if it died
+                    return
+
+    def finish(self) -> None:
+        """No more requests: the host ends its idle child and exits."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class HostEnd:
+    """The host's end: a thread reads what the sweep sends, calls `on_stop` or `on_kill`
+    at once, and queues requests for the host's main loop, in order."""
+
+    def __init__(self, fd: int, on_stop: Callable[[], None], on_kill: Callable[[], None]):
+        self.sock = socket.socket(fileno=fd)
+        self.on_stop, self.on_kill = on_stop, on_kill
+        self.requests: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError), self.sock.makefile("r", encoding="utf-8") as lines:
+            for line in lines:
+                kind, _, body = line.rstrip("\n").partition(" ")
+                if kind == RUN:
+                    self.requests.put(body)
+                elif kind == STOP:
+                    self.on_stop()
+                elif kind == KILL:
+                    self.on_kill()
+        self.requests.put(None)  # the sweep closed its end
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.requests.get, None)
+
+    def say_ready(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.sendall(f"{READY}\n".encode())
