@@ -8,6 +8,10 @@ sweep file that breaks a rule). `--debug` shows the traceback instead.
 from __future__ import annotations
 
 import gc
+import logging
+import os
+import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -17,6 +21,7 @@ from msexp import interrupts
 from msexp.cli import cluster, scaffold, studies, sweeps
 from msexp.cli.options import err_console, state
 from msexp.errors import MsexpError
+from msexp.paths import LOG_FILE
 from msexp.urls import redact, redact_logs
 
 
@@ -60,6 +65,36 @@ def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")
     """Sweep MindSpore training techniques and compare every trial in MLflow."""
     state["debug"] = debug
     redact_logs()
+    route_logs()
+
+
+class LogFile(logging.FileHandler):
+    """mlruns/msexp.log, created with its folder at the first record."""
+
+    def __init__(self) -> None:
+        super().__init__(LOG_FILE, encoding="utf-8", delay=True)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def _open(self) -> Any:
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
+def route_logs() -> None:
+    """Every log record and Python warning goes to mlruns/msexp.log; only msexp's own
+    warnings also reach stderr. Libraries (MLflow, alembic, Optuna) never print to the
+    console, so msexp's output is only msexp's."""
+    os.environ["MLFLOW_CONFIGURE_LOGGING"] = "false"  # else MLflow's import adds a stderr handler
+    logging.captureWarnings(True)
+    root = logging.getLogger()
+    root.handlers = [h for h in root.handlers if not isinstance(h, LogFile)] + [LogFile()]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("mlflow").setLevel(logging.INFO)
+    own = logging.getLogger("msexp")
+    own.setLevel(logging.INFO)
+    to_stderr = logging.StreamHandler(sys.stderr)
+    to_stderr.setLevel(logging.WARNING)
+    own.handlers = [to_stderr]
 
 
 for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, studies.report,

@@ -7,16 +7,24 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
 from msexp.urls import redact
 
+UNBOUNDED_WIDTH = 1 << 16  # columns of a pipe or file: nothing wraps, no cell is cut
+
 
 class RedactingConsole(Console):
-    """A console that never shows a password: every text it prints is redacted."""
+    """A console that never shows a password (every text it prints is redacted) and,
+    writing to a pipe or a file, never wraps a line or cuts a table cell."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         super().print(*(redact(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(UNBOUNDED_WIDTH, size.height)
 
 
 console = RedactingConsole()
@@ -45,3 +53,11 @@ def cold_spec(spec: Any, cold: bool) -> Any:
     if not cold:
         return spec
     return dataclasses.replace(spec, budget=spec.budget.model_copy(update={"cold": True}))
+
+
+def optuna_to_log() -> None:
+    """Optuna's log lines go to msexp's log (see `app.route_logs`), not to the console."""
+    import optuna  # lazy: Optuna takes a second to import
+
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()
