@@ -16,10 +16,10 @@ from msexp.spec import load_spec
 
 
 def services_up(
-    pg_port: Annotated[Optional[int], typer.Option(help="PostgreSQL port [default: free].")
-                       ] = None,
+    pg_port: Annotated[Optional[int], typer.Option(help="PostgreSQL port.",
+                                                   show_default="a free port")] = None,
     mlflow_port: Annotated[Optional[int], typer.Option(
-        help="MLflow server port [default: free].")] = None,
+        help="MLflow server port.", show_default="a free port")] = None,
 ) -> None:
     """Start PostgreSQL and an MLflow server (backed by it) under mlruns/services.
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console, ConsoleDimensions
 
+from msexp.paths import DEFAULT_TRACKING_URI, JOURNAL
 from msexp.urls import redact
 
 UNBOUNDED_WIDTH = 1 << 16  # columns of a pipe or file: nothing wraps, no cell is cut
@@ -36,16 +37,16 @@ OptionalSweepFileArg = Annotated[Optional[Path], typer.Argument(
     help="The sweep file (or give --study and --storage).", show_default=False)]
 TrackingOpt = Annotated[Optional[str], typer.Option(
     "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
-    help="MLflow tracking URI [default: sqlite:///mlruns/mlflow.db].")]
+    help="MLflow tracking URI.", show_default=DEFAULT_TRACKING_URI)]
 StorageOpt = Annotated[Optional[str], typer.Option(
     "--storage", envvar="MSEXP_STORAGE",
-    help="Optuna storage: an RDB URL (postgresql://...) or a .journal file "
-         "[default: mlruns/optuna.journal].")]
+    help="Optuna storage: an RDB URL (postgresql://...) or a .journal file.",
+    show_default=str(JOURNAL))]
 StudyOpt = Annotated[Optional[str], typer.Option(
-    "--study", help="Study name [default: the sweep's name]; a new name starts afresh.")]
+    "--study", help="Study name; a new name starts afresh.", show_default="the sweep's name")]
 ColdOpt = Annotated[bool, typer.Option(
-    "--cold", help="Compile every trial afresh: no reuse of an earlier trial's graphs "
-                   "[default: budget.cold].")]
+    "--cold", help="Compile every trial afresh: no reuse of an earlier trial's graphs.",
+    show_default="budget.cold")]
 
 
 def cold_spec(spec: Any, cold: bool) -> Any:

@@ -54,7 +54,8 @@ def new_sweep(
     method: Annotated[SweepMethod, typer.Option("--method", help="grid or tpe.")
                       ] = SweepMethod.grid,
     output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", help="Where to write [default: sweeps/<experiment>.yaml].")] = None,
+        "--output", "-o", help="Where to write.",
+        show_default="sweeps/<experiment>.yaml")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a sweep file over the main knobs of an experiment; it validates as written.

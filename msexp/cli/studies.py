@@ -42,10 +42,11 @@ def report(
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     baseline: Annotated[Optional[list[str]], typer.Option(
-        help="KNOB=VALUE the knob effects are relative to (repeatable); "
-             "default: each knob's first value")] = None,
+        help="KNOB=VALUE the knob effects are relative to (repeatable).",
+        show_default="each knob's first value")] = None,
     color_by: Annotated[Optional[str], typer.Option(
-        help="the knob that colours the learning curves; default: the most important")] = None,
+        help="The knob that colours the learning curves.",
+        show_default="the most important knob")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show a study's trials, best trial (or Pareto set), importances and knob effects.

@@ -163,7 +163,7 @@ def sweep(
     storage: StorageOpt = None,
     study: StudyOpt = None,
     workers: Annotated[Optional[int], typer.Option(
-        "--workers", min=1, help="Trials run at once [default: budget.workers].")] = None,
+        "--workers", min=1, help="Trials run at once.", show_default="budget.workers")] = None,
     retry_failed: RetryOpt = False,
     cold: ColdOpt = False,
 ) -> None:
