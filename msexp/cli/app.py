@@ -36,9 +36,14 @@ class OneLineErrors(TyperGroup):
         except Exception as exc:
             if interrupts.received:  # stopped: whatever a library made of the signal
                 raise typer.Exit(128 + interrupts.received[0]) from None
-            if state["debug"]:
+            if state["debug"] or _help_shown(exc):
                 raise
             raise _exit(exc) from None
+
+
+def _help_shown(exc: Exception) -> bool:
+    """A command group called without a command has shown its help (Typer's own test)."""
+    return type(exc).__name__ == "NoArgsIsHelpError"
 
 
 def _exit(exc: Exception) -> typer.Exit:
@@ -98,8 +103,7 @@ def route_logs() -> None:
 
 
 for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, studies.report,
-                studies.status, studies.best, studies.sync, cluster.schedule, scaffold.knobs,
-                scaffold.schema):
+                studies.status, studies.best, studies.sync, scaffold.knobs, scaffold.schema):
     app.command()(command)
 app.command("run")(sweeps.run_one)
 
@@ -107,6 +111,16 @@ services_app = _typer("A local PostgreSQL and MLflow server for trying shared st
 services_app.command("up")(cluster.services_up)
 services_app.command("down")(cluster.services_down)
 app.add_typer(services_app, name="services")
+
+schedule_app = _typer("Schedule workers of a sweep on a cluster against shared stores: "
+                      "Slurm, cron or Kubernetes.\n\nEach scheduled process runs `msexp "
+                      "worker` (cron: `msexp sweep`) against the shared storage and tracking "
+                      "server. Passwords stay in the environment or a Secret.")
+schedule_app.command("slurm")(cluster.slurm)
+schedule_app.command("cron")(cluster.cron)
+schedule_app.command("k8s-cronjob")(cluster.k8s_cronjob)
+schedule_app.command("k8s-job")(cluster.k8s_job)
+app.add_typer(schedule_app, name="schedule")
 
 new_app = _typer("Write a new experiment or sweep file that works as written.")
 new_app.command("experiment")(scaffold.new_experiment)
