@@ -188,8 +188,9 @@ def worker(
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     study: StudyOpt = None,
-    workers: Annotated[int, typer.Option("--workers", min=1,
-                                         help="Trials this worker runs at once.")] = 1,
+    workers: Annotated[Optional[int], typer.Option(
+        "--workers", min=1, help="Trials this worker runs at once.",
+        show_default="budget.workers")] = None,
     retry_failed: RetryOpt = False,
     cold: ColdOpt = False,
 ) -> None:
@@ -201,7 +202,8 @@ def worker(
     Example: msexp worker sweeps/accum.yaml --storage postgresql://msexp@db/msexp
     """
     spec = cold_spec(load_spec(file), cold)
-    outcome = _run(spec, workers, LineProgress(spec), tracking_uri, storage, study, retry_failed)
+    outcome = _run(spec, workers or spec.budget.workers, LineProgress(spec), tracking_uri,
+                   storage, study, retry_failed)
     missing = missing_objectives(outcome.study)
     if missing:
         console.print(missing, markup=False, highlight=False)
