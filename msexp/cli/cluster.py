@@ -196,7 +196,8 @@ def k8s_job(
 
 
 def _sweep_name(file: Path) -> str:
-    return load_spec(file).name
+    """The checked sweep's name; checked portably: the workers run elsewhere."""
+    return load_spec(file, local=False).name
 
 
 def _target(file: Path, storage: str | None, tracking_uri: str | None, study: str | None

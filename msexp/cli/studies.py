@@ -196,7 +196,7 @@ def best(
 
     Example: msexp best sweeps/accum.yaml --export best-model/
     """
-    spec = load_spec(file)
+    spec = load_spec(file, local=export is not None)  # only an export builds the model
     loaded = _existing_study(file, study, storage)
     from msexp.tracking.report import best_trials  # lazy: Optuna takes a second to import
 

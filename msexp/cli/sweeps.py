@@ -106,9 +106,12 @@ def plan(file: SweepFileArg, check: CheckOpt = False,
     "params", "micro_batch", "effective_batch"}]}, or for a sampler "params": [{"name",
     "distribution", "when"}] instead of "grid".
 
+    Without --check, plan neither imports a user's experiment nor probes this machine's
+    device (see `validate`): it runs anywhere, a CPU login node included.
+
     Example: msexp plan sweeps/accum.yaml --check
     """
-    spec = load_spec(file)
+    spec = load_spec(file, local=check)
     if check:
         _check(spec)
     swept = [p.name for p in spec.space.params]
