@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 from tests.conftest import ASSETS, ROOT, msexp_cmd, write
 
@@ -107,3 +108,13 @@ def test_report_json_lists_trials_best_and_plots_and_routes_warnings_to_the_log(
     assert all((swept.folder / path).is_file() for path in document["plots"])
     assert document["run_id"], "the report is logged on the sweep's parent run"
     assert "Warning" not in done.stderr, done.stderr
+
+
+def test_each_trial_run_of_the_sweep_names_its_dataset(swept: Swept) -> None:
+    client = MlflowClient(f"sqlite:///{swept.folder / 'mlruns' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("piped").experiment_id
+    trials = [r for r in client.search_runs([experiment])
+              if r.data.tags.get("msexp.role") == "trial"]
+    assert len(trials) == 2
+    assert all([d.dataset.name for d in run.inputs.dataset_inputs] == ["sklearn digits"]
+               for run in trials), [run.inputs for run in trials]
