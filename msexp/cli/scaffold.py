@@ -98,7 +98,8 @@ def schema(
     Example: msexp schema > sweep.schema.json
     """
     metrics = METRICS + tuple(m for e in _experiments(experiment) for m in e.metrics)
-    typer.echo(json.dumps(sweep_schema(_knob_table(experiment), metrics), indent=2))
+    known = (experiment,) if experiment else tuple(builtin_names())
+    typer.echo(json.dumps(sweep_schema(_knob_table(experiment), metrics, known), indent=2))
 
 
 def _experiments(ref: str | None) -> list[Experiment]:

@@ -72,6 +72,9 @@ class Data(_Strict):
 class Constraint(_Strict):
     """A bound a trial's final metric must keep to be feasible (e.g. a memory budget)."""
 
+    model_config = ConfigDict(json_schema_extra={"anyOf": [{"required": ["max"]},
+                                                           {"required": ["min"]}]})
+
     metric: str
     max: Optional[float] = None
     min: Optional[float] = None
@@ -108,7 +111,7 @@ class CommandSection(_Strict):
     metrics: list[str] = Field(default_factory=list)
     check: str = "--help"
 
-    @field_validator("metrics", mode="before")
+    @field_validator("metrics", mode="before", json_schema_input_type=Union[str, list[str]])
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
@@ -130,7 +133,8 @@ class SweepFile(_Strict):
     checkpoint: Checkpoint = Checkpoint()
     constraints: list[Constraint] = Field(default_factory=list)
 
-    @field_validator("objective", mode="before")
+    @field_validator("objective", mode="before", json_schema_input_type=Union[
+        Objective, Annotated[list[Objective], Field(min_length=1)]])
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
