@@ -118,3 +118,14 @@ def test_each_trial_run_of_the_sweep_names_its_dataset(swept: Swept) -> None:
     assert len(trials) == 2
     assert all([d.dataset.name for d in run.inputs.dataset_inputs] == ["sklearn digits"]
                for run in trials), [run.inputs for run in trials]
+
+
+def test_msexps_own_warnings_reach_stderr_and_the_log(swept: Swept) -> None:
+    journal = swept.folder / "mlruns" / "optuna.journal"
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"op_code": 5, "trunc')  # a writer killed mid-record
+    done = msexp_piped(swept.folder, "status", str(swept.sweep))
+    assert done.returncode == 0, done.stderr
+    assert "cut a partial last record" in done.stderr
+    assert "cut a partial last record" in (swept.folder / "mlruns" / "msexp.log").read_text()
+    assert journal.read_bytes() == whole

@@ -97,9 +97,17 @@ def route_logs() -> None:
     logging.getLogger("mlflow").setLevel(logging.INFO)
     own = logging.getLogger("msexp")
     own.setLevel(logging.INFO)
-    to_stderr = logging.StreamHandler(sys.stderr)
-    to_stderr.setLevel(logging.WARNING)
-    own.handlers = [to_stderr]
+    own.handlers = [h for h in own.handlers if not isinstance(h, Stderr)] + [Stderr()]
+
+
+class Stderr(logging.Handler):
+    """msexp's own warnings, one line each, on whatever sys.stderr is when they happen."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stderr)
 
 
 for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, studies.report,
