@@ -78,13 +78,14 @@ def test_own_file_experiment_sweeps_into_mlflow(workdir: Path, tmp_path_factory)
     ("bad_data", MODEL.replace("(x[:192], y[:192])", "x[:192]"),
      "Workload.train must be (inputs, labels) arrays or a mindspore.dataset dataset"),
 ])
-def test_experiment_errors_are_one_line_at_plan_time(case: str, source: str, expected: str,
-                                                     workdir: Path) -> None:
+def test_experiment_errors_are_one_line_at_validate_time(case: str, source: str,
+                                                         expected: str, workdir: Path) -> None:
+    """validate imports and builds the experiment (a local check; plan alone does not)."""
     import textwrap
 
     write(workdir / "bad.py", textwrap.dedent(source))
     sweep = write(workdir / "s.yaml", "name: s\nexperiment: bad.py:build\n")
-    result = run("plan", str(sweep))
+    result = run("validate", str(sweep))
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{sweep}: experiment: "), result.output
