@@ -108,6 +108,8 @@ def test_report_json_lists_trials_best_and_plots_and_routes_warnings_to_the_log(
     assert all((swept.folder / path).is_file() for path in document["plots"])
     assert document["run_id"], "the report is logged on the sweep's parent run"
     assert "Warning" not in done.stderr, done.stderr
+    log = (swept.folder / "mlruns" / "msexp.log").read_text()
+    assert "UserWarning: Target and region quantiles" in log, "Optuna's warning is logged"
 
 
 def test_each_trial_run_of_the_sweep_names_its_dataset(swept: Swept) -> None:
