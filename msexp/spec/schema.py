@@ -5,23 +5,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
 
 from msexp.knobs import METRICS, Knob
 from msexp.spec.file import SweepFile
 
-_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array"}
-
 
 def knob_value_schema(knob: Knob) -> dict[str, Any]:
-    """The schema of one value of `knob`."""
-    schema: dict[str, Any] = {"type": _JSON_TYPES[knob.type], "description": knob.help}
-    if knob.choices is not None:
-        schema["enum"] = list(knob.choices)
-    for bound, key in (("ge", "minimum"), ("gt", "exclusiveMinimum"), ("le", "maximum"),
-                       ("lt", "exclusiveMaximum")):
-        if getattr(knob, bound) is not None:
-            schema[key] = getattr(knob, bound)
+    """The schema of one value of `knob`, as pydantic states its type, choices and bounds."""
+    kind: Any = Literal[knob.choices] if knob.choices is not None else knob.type
+    bounds = {b: getattr(knob, b) for b in ("ge", "gt", "le", "lt")
+              if getattr(knob, b) is not None}
+    schema = TypeAdapter(Annotated[kind, Field(description=knob.help, **bounds)]).json_schema()
     if knob.default is not None:
         schema["default"] = knob.default
     return schema
