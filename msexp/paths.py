@@ -14,6 +14,7 @@ REPORTS_DIR = STORE_DIR / "reports"
 SERVICES_DIR = STORE_DIR / "services"
 SLURM_DIR = STORE_DIR / "slurm"
 CRON_LOG = STORE_DIR / "cron.log"
+LOG_FILE = STORE_DIR / "msexp.log"
 MLFLOW_DB = STORE_DIR / "mlflow.db"
 DEFAULT_TRACKING_URI = f"sqlite:///{MLFLOW_DB.as_posix()}"
 

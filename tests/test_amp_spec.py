@@ -110,8 +110,10 @@ def test_bfloat16_on_cpu_is_refused_at_validate(tmp_path: Path, probe_cache: Pat
     (answers,) = cache["targets"].values()
     assert answers["bfloat16"]["ok"] is False
 
-    plan = CliRunner().invoke(app, ["plan", str(sweep)])  # answered from the cache
+    plan = CliRunner().invoke(app, ["plan", str(sweep), "--check"])  # answered from the cache
     assert plan.exit_code == 2 and plan.output.strip() == lines[0]
+    portable = CliRunner().invoke(app, ["plan", str(sweep)])  # probes nothing: runs anywhere
+    assert portable.exit_code == 0 and "grid of 2 trials" in portable.output, portable.output
 
 
 def test_cached_answer_is_per_device_target_and_dtype(probe_cache: Path) -> None:

@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import typer
 from optuna.trial import TrialState
 from typer.testing import CliRunner
 
@@ -130,3 +131,38 @@ def test_each_command_group_has_the_boundary_help_without_arguments_and_no_compl
     assert not group.pretty_exceptions_enable, "a traceback only with --debug, and plain"
     services = invoke("services")
     assert "up" in services.output and "down" in services.output, services.output
+
+
+def commands(group, path: tuple[str, ...] = ()):
+    """Every command of `group` and its subgroups, with the words that invoke it."""
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def shown_default(option) -> str | None:
+    if isinstance(option.show_default, str):
+        return f"({option.show_default})"
+    if option.show_default is False or option.is_flag or option.name == "help":
+        return None
+    default = option.default
+    return None if default is None else str(getattr(default, "value", default))
+
+
+def test_help_shows_every_default() -> None:
+    """Mutation: a default written into the help text, where Rich takes it for markup."""
+    checked = 0
+    for path, command in commands(typer.main.get_command(app)):
+        shown = " ".join(invoke(*path, "--help").output.split())
+        for option in (p for p in command.params if p.param_type_name == "option"):
+            assert "[default" not in (option.help or ""), (path, option.name)
+            default = shown_default(option)
+            if default is not None:
+                assert f"[default: {default}]" in shown, (path, option.name, shown)
+                checked += 1
+    assert checked > 20
+    tracking = " ".join(invoke("sweep", "--help").output.split())
+    assert "MLflow tracking URI. [env var: MLFLOW_TRACKING_URI] [default: " \
+           "(sqlite:///mlruns/mlflow.db)]" in tracking

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.spec import parse_spec
+from msexp.keys import TrialKey
+from msexp.search.study import open_study
+from msexp.spec import load_spec, parse_spec
 from tests.conftest import write
 
 
@@ -51,3 +55,24 @@ def test_plan_of_a_sampler_shows_distributions(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert "tpe, 7 trials" in result.output
     assert "0.001 .. 0.1 log" in result.output
+
+
+def test_plan_numbers_grid_rows_as_the_study_numbers_its_trials(workdir) -> None:
+    """Points sharing compiled graphs are queued together: lr does not change the graphs,
+    micro_size does, so the lr x micro_size grid runs micro_size 1 first."""
+    path = write(workdir / "lr.yaml", """
+        name: lr-by-micro
+        experiment: mlp_digits
+        params:
+          lr: [0.01, 0.1]
+          micro_size: [1, 2]
+    """)
+    result = CliRunner().invoke(app, ["plan", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    grid = json.loads(result.output)["grid"]
+    planned = [(row["number"], row["params"]["lr"], row["params"]["micro_size"]) for row in grid]
+    assert planned == [(0, 0.01, 1), (1, 0.1, 1), (2, 0.01, 2), (3, 0.1, 2)]
+    assert [row["grid_index"] for row in grid] == [0, 2, 1, 3]
+    study, _ = open_study(load_spec(path), None)
+    queued = [(t.number, t.user_attrs[TrialKey.GRID_POINT]) for t in study.trials]
+    assert queued == [(row["number"], row["grid_index"]) for row in grid]

@@ -35,7 +35,7 @@ def run(*args: str):
 
 
 def test_slurm_array_script_is_valid_bash_running_workers(sweep: Path) -> None:
-    result = run("schedule", str(sweep), "--slurm", "--array", "6", "--partition", "cpu",
+    result = run("schedule", "slurm", str(sweep), "--array", "6", "--partition", "cpu",
                  "--time", "01:30:00", "--cpus-per-task", "4", "--gpus-per-task", "1", *SHARED)
     assert result.exit_code == 0, result.output
     script = Path("mlruns/slurm/nightly.sbatch")
@@ -50,7 +50,7 @@ def test_slurm_array_script_is_valid_bash_running_workers(sweep: Path) -> None:
 
 
 def test_slurm_script_takes_memory_account_qos_extra_options_and_setup(sweep: Path) -> None:
-    result = run("schedule", str(sweep), "--slurm", "--mem", "16G", "--account", "ml-team",
+    result = run("schedule", "slurm", str(sweep), "--mem", "16G", "--account", "ml-team",
                  "--qos", "high", "--sbatch", "--constraint=v100", "--sbatch", "--exclusive",
                  "--setup", "module load cuda/12.1", "--setup", "source ~/venvs/ms/bin/activate",
                  *SHARED)
@@ -72,7 +72,7 @@ def test_slurm_script_takes_memory_account_qos_extra_options_and_setup(sweep: Pa
     ("--mem", "16GB", "a size such as 8G"),
 ])
 def test_slurm_options_are_checked(sweep: Path, option: str, value: str, rule: str) -> None:
-    result = run("schedule", str(sweep), "--slurm", option, value, *SHARED)
+    result = run("schedule", "slurm", str(sweep), option, value, *SHARED)
     assert result.exit_code == 2 and rule in result.output, result.output
 
 
@@ -90,7 +90,7 @@ def test_the_batch_script_hands_sigterm_to_the_worker(sweep: Path, tmp_path: Pat
     """)
     stand_in.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(stand_in.parent / "python"))
-    result = run("schedule", str(sweep), "--slurm", *SHARED)
+    result = run("schedule", "slurm", str(sweep), *SHARED)
     assert result.exit_code == 0, result.output
     shell = subprocess.Popen(["bash", "mlruns/slurm/nightly.sbatch"], stdout=subprocess.PIPE,
                              text=True)
@@ -102,14 +102,14 @@ def test_the_batch_script_hands_sigterm_to_the_worker(sweep: Path, tmp_path: Pat
 
 
 def test_cron_line_starts_a_dated_study_or_continues_one(sweep: Path) -> None:
-    fresh = run("schedule", str(sweep), "--cron", "0 2 * * *", *SHARED)
+    fresh = run("schedule", "cron", str(sweep), "--schedule", "0 2 * * *", *SHARED)
     assert fresh.exit_code == 0, fresh.output
     line = fresh.output.strip()
     assert line.startswith("0 2 * * * cd ")
     assert " sweep " in line and "--study nightly-$(date +\\%Y\\%m\\%d);" in line
     assert line.endswith(f"# msexp schedule: study nightly, {sweep.resolve()}")
     assert subprocess.run(["bash", "-n", "-c", line.split(" ", 5)[5]]).returncode == 0
-    same = run("schedule", str(sweep), "--cron", "0 2 * * *", "--continue-study",
+    same = run("schedule", "cron", str(sweep), "--schedule", "0 2 * * *", "--continue-study",
                "--study", "nightly-main", *SHARED)
     assert "--study nightly-main;" in same.output
 
@@ -120,7 +120,7 @@ def as_cron_runs_it(line: str) -> str:
 
 
 def test_cron_run_is_skipped_while_the_previous_run_holds_the_lock(sweep: Path) -> None:
-    result = run("schedule", str(sweep), "--cron", "* * * * *", *SHARED)
+    result = run("schedule", "cron", str(sweep), "--schedule", "* * * * *", *SHARED)
     assert result.exit_code == 0, result.output
     command = as_cron_runs_it(result.output.strip())
     lock = Path("mlruns/cron-nightly.lock")
@@ -142,20 +142,20 @@ def test_cron_install_keeps_one_entry_and_uninstall_removes_only_it(
     mine = "0 5 * * * /bin/true # not msexp's"
     subprocess.run(["crontab", "-"], input=mine + "\n", text=True, check=True)
     for schedule in ("0 2 * * *", "0 2 * * *", "30 3 * * *"):
-        assert run("schedule", str(sweep), "--cron", schedule, "--install", *SHARED
+        assert run("schedule", "cron", str(sweep), "--schedule", schedule, "--install", *SHARED
                    ).exit_code == 0
-    other = run("schedule", str(sweep), "--cron", "0 4 * * *", "--study", "other", "--install",
-                *SHARED)
+    other = run("schedule", "cron", str(sweep), "--schedule", "0 4 * * *", "--study", "other",
+                "--install", *SHARED)
     assert other.exit_code == 0, other.output
     entries = crontab()
     assert len(entries) == 3 and entries[0] == mine
     assert entries[1].startswith("30 3 * * * ") and "study nightly," in entries[1]
     assert entries[2].startswith("0 4 * * * ") and "study other," in entries[2]
 
-    removed = run("schedule", str(sweep), "--uninstall")
+    removed = run("schedule", "cron", str(sweep), "--uninstall")
     assert removed.exit_code == 0 and "removed:" in removed.output, removed.output
     assert crontab() == [mine, entries[2]]
-    again = run("schedule", str(sweep), "--uninstall")
+    again = run("schedule", "cron", str(sweep), "--uninstall")
     assert "no crontab entry has" in again.output and crontab() == [mine, entries[2]]
 
 
@@ -194,7 +194,7 @@ def _pod(obj: dict) -> dict:
 
 def test_k8s_cronjob_is_a_valid_cronjob_set_from_options(sweep: Path) -> None:
     config, cronjob = k8s_objects(
-        str(sweep), "--k8s", "--cron", "30 1 * * *", "--array", "3", "--image",
+        "k8s-cronjob", str(sweep), "--schedule", "30 1 * * *", "--pods", "3", "--image",
         "registry/msexp:1", "--cpus-per-task", "4", "--mem", "16G", "--gpus-per-task", "1",
         "--backoff-limit", "5", "--secret", "team-db", *SHARED)
     assert_valid_kubernetes([config, cronjob])
@@ -217,7 +217,7 @@ def test_k8s_cronjob_is_a_valid_cronjob_set_from_options(sweep: Path) -> None:
 
 def test_k8s_job_runs_parallel_workers_on_ascend(sweep: Path) -> None:
     config, job = k8s_objects(
-        str(sweep), "--k8s-job", "--array", "8", "--gpus-per-task", "8", "--gpu-resource",
+        "k8s-job", str(sweep), "--pods", "8", "--gpus-per-task", "8", "--gpu-resource",
         "huawei.com/Ascend910", "--mem", "64000", "--study", "nightly-main", *SHARED)
     assert_valid_kubernetes([config, job])
     assert job["kind"] == "Job" and job["apiVersion"] == "batch/v1"
@@ -231,11 +231,11 @@ def test_k8s_job_runs_parallel_workers_on_ascend(sweep: Path) -> None:
 def test_the_schema_check_is_real(sweep: Path) -> None:
     """A manifest Kubernetes would refuse fails the same check."""
     validator = pytest.importorskip("kubernetes_validate")
-    _, job = k8s_objects(str(sweep), "--k8s-job", *SHARED)
+    _, job = k8s_objects("k8s-job", str(sweep), *SHARED)
     job["spec"]["parallelism"] = "eight"
     with pytest.raises(validator.ValidationError):
         assert_valid_kubernetes([job])
-    _, job = k8s_objects(str(sweep), "--k8s-job", *SHARED)
+    _, job = k8s_objects("k8s-job", str(sweep), *SHARED)
     job["spec"]["template"]["spec"]["containers"][0]["cpu"] = "2"  # not a container field
     with pytest.raises(validator.ValidationError):
         assert_valid_kubernetes([job])
@@ -247,13 +247,13 @@ def test_k8s_names_follow_kubernetes_rules(workdir: Path) -> None:
         experiment: mlp_digits
         params: {micro_size: [1, 2]}
     """)
-    objects = k8s_objects(str(sweep), "--k8s", "--cron", "0 2 * * *", *SHARED)
+    objects = k8s_objects("k8s-cronjob", str(sweep), *SHARED)
     assert_valid_kubernetes(objects)
     assert {o["metadata"]["name"] for o in objects} == {"msexp-big-sweep-v2"}
 
 
 def test_password_in_url_is_refused(sweep: Path) -> None:
-    result = run("schedule", str(sweep), "--slurm", "--storage",
+    result = run("schedule", "slurm", str(sweep), "--storage",
                  "postgresql://msexp:hunter2@db/optuna", "--tracking-uri", "http://m:5000")
     assert result.exit_code == 2
     assert "hunter2" not in result.output
@@ -268,13 +268,13 @@ def test_commands_name_the_sweep_file_in_any_folder(workdir: Path, folder: str) 
         experiment: mlp_digits
         params: {micro_size: [1, 2]}
     """)
-    cron = run("schedule", str(sweep), "--cron", "0 2 * * *", *SHARED)
+    cron = run("schedule", "cron", str(sweep), "--schedule", "0 2 * * *", *SHARED)
     assert cron.exit_code == 0, cron.output
     line = cron.output.strip().splitlines()[-1]
     command = shlex.split(as_cron_runs_it(line).split(" && ", 1)[1], comments=True)
     assert command[command.index("sweep") + 1] == str(sweep.resolve())
     assert command[command.index("--study") + 1] == "nightly-$(date"
-    k8s = run("schedule", str(sweep), "--k8s", "--cron", "0 2 * * *", *SHARED)
+    k8s = run("schedule", "k8s-cronjob", str(sweep), *SHARED)
     assert k8s.exit_code == 0, k8s.output
     config, job = yaml.safe_load_all(k8s.output)
     script = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
@@ -282,3 +282,16 @@ def test_commands_name_the_sweep_file_in_any_folder(workdir: Path, folder: str) 
     assert argv[:4] == ["exec", "msexp", "worker", "/work/nightly.yaml"]
     assert argv[argv.index("--study") + 1].startswith("nightly-$(date")
     assert list(config["data"]) == ["nightly.yaml"]
+
+
+@pytest.mark.parametrize(("scheduler", "foreign"), [
+    ("slurm", "--schedule"), ("slurm", "--image"), ("cron", "--partition"),
+    ("cron", "--pods"), ("k8s-cronjob", "--sbatch"), ("k8s-job", "--schedule"),
+    ("k8s-job", "--install"),
+])
+def test_each_scheduler_takes_only_its_own_options(sweep: Path, scheduler: str,
+                                                   foreign: str) -> None:
+    result = run("schedule", scheduler, str(sweep), foreign, "x", *SHARED)
+    assert result.exit_code != 0 and f"No such option: {foreign}" in result.output, \
+        result.output
+    assert not (sweep.parent / "mlruns" / "slurm").exists(), "nothing was written"

@@ -48,9 +48,9 @@ def runs_by_role(services: Services, experiment: str) -> dict[str, list]:
 
 
 def submit(slurm: Slurm, services: Services, sweep: Path, *options: str) -> str:
-    """`msexp schedule --slurm --submit`; returns the array's job id."""
+    """`msexp schedule slurm --submit`; returns the array's job id."""
     done = subprocess.run(
-        msexp_cmd("schedule", str(sweep), "--slurm", "--submit", "--cpus-per-task", "1",
+        msexp_cmd("schedule", "slurm", str(sweep), "--submit", "--cpus-per-task", "1",
                   "--time", "00:15:00", *options, *shared(services)),
         capture_output=True, text=True, env=slurm.env(services.env()), timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -189,7 +189,7 @@ def test_cron_entry_fires_and_runs_the_dated_study(cron_daemon, shared_services,
         fixed: {hidden: 16, epochs: 1}
         params: {lr: [0.01, 0.02]}
     """)
-    schedule = ["schedule", str(sweep), "--cron", "* * * * *", *shared(shared_services)]
+    schedule = ["schedule", "cron", str(sweep), "--schedule", "* * * * *", *shared(shared_services)]
     env = shared_services.env()
     installed = subprocess.run(msexp_cmd(*schedule, "--install"), capture_output=True,
                                text=True, env=env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -256,3 +257,23 @@ def test_the_progress_bar_shows_each_running_trial(workdir: Path) -> None:
     assert "eta" in shown
     assert "trial 0: COMPLETE eval_accuracy=0.9" in screen.export_text()
     assert progress.running == {}
+
+
+def test_a_worker_runs_budget_workers_trials_at_once(workdir: Path) -> None:
+    """Two trials of one graph signature: one worker process would run the second warm in
+    the first's process; budget.workers 2 runs each cold in a process of its own."""
+    sweep = write(workdir / "two.yaml", """
+        name: two-workers
+        experiment: mlp_digits
+        budget: {workers: 2}
+        fixed: {epochs: 1, hidden: 16}
+        params: {lr: [0.01, 0.02]}
+    """)
+    result = CliRunner().invoke(app, ["worker", str(sweep)])
+    assert result.exit_code == 0, result.output
+    starts = [json.loads(next(line for line in path.read_text().splitlines()
+                              if '"event": "start"' in line))
+              for path in sorted(Path("mlruns/trials/two-workers").glob("*/events.jsonl"))]
+    assert len(starts) == 2
+    assert [s["warm"] for s in starts] == [False, False], starts
+    assert starts[0]["pid"] != starts[1]["pid"]

@@ -218,3 +218,26 @@ def test_a_trials_model_is_attached_only_when_asked(tracker: Tracker, experiment
     gone = tracker.record_trial(experiment, parent, 2, {}, finished(checkpoint=workdir / "x"),
                                 time.time(), log_checkpoint=True)
     assert tracker.client.list_artifacts(gone, "checkpoint") == []
+
+
+def test_a_trial_run_names_its_data_as_a_dataset_input(tracker: Tracker, experiment: str,
+                                                       workdir: Path) -> None:
+    """The runs table's Dataset column shows it; different data get different digests."""
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    described = {
+        0: "sklearn digits (1797 images, 8x8 upsampled to 28x28, 360 held out)",
+        1: "image folder /data/pets (800 train, 200 eval)",
+        2: "",
+    }
+    inputs = {}
+    for number, description in described.items():
+        run_id = tracker.record_trial(experiment, parent, number, {},
+                                      finished(data_source=description), time.time())
+        inputs[number] = tracker.client.get_run(run_id).inputs.dataset_inputs
+    (digits,), (pets,) = inputs[0], inputs[1]
+    assert (digits.dataset.name, pets.dataset.name) == ("sklearn digits",
+                                                         "image folder /data/pets")
+    assert digits.dataset.digest != pets.dataset.digest
+    assert json.loads(pets.dataset.source) == {"tags": {"description": described[1]}}
+    assert {(t.key, t.value) for t in digits.tags} == {("mlflow.data.context", "training")}
+    assert inputs[2] == [], "a trial that never started has no data to name"

@@ -8,6 +8,10 @@ sweep file that breaks a rule). `--debug` shows the traceback instead.
 from __future__ import annotations
 
 import gc
+import logging
+import os
+import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -17,6 +21,7 @@ from msexp import interrupts
 from msexp.cli import cluster, scaffold, scripts, studies, sweeps
 from msexp.cli.options import err_console, state
 from msexp.errors import MsexpError
+from msexp.paths import LOG_FILE
 from msexp.urls import redact, redact_logs
 
 
@@ -31,9 +36,14 @@ class OneLineErrors(TyperGroup):
         except Exception as exc:
             if interrupts.received:  # stopped: whatever a library made of the signal
                 raise typer.Exit(128 + interrupts.received[0]) from None
-            if state["debug"]:
+            if state["debug"] or _help_shown(exc):
                 raise
             raise _exit(exc) from None
+
+
+def _help_shown(exc: Exception) -> bool:
+    """A command group called without a command has shown its help (Typer's own test)."""
+    return type(exc).__name__ == "NoArgsIsHelpError"
 
 
 def _exit(exc: Exception) -> typer.Exit:
@@ -60,11 +70,49 @@ def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")
     """Sweep MindSpore training techniques and compare every trial in MLflow."""
     state["debug"] = debug
     redact_logs()
+    route_logs()
+
+
+class LogFile(logging.FileHandler):
+    """mlruns/msexp.log, created with its folder at the first record."""
+
+    def __init__(self) -> None:
+        super().__init__(LOG_FILE, encoding="utf-8", delay=True)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def _open(self) -> Any:
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
+def route_logs() -> None:
+    """Every log record and Python warning goes to mlruns/msexp.log; only msexp's own
+    warnings also reach stderr. Libraries (MLflow, alembic, Optuna) never print to the
+    console, so msexp's output is only msexp's."""
+    os.environ["MLFLOW_CONFIGURE_LOGGING"] = "false"  # else MLflow's import adds a stderr handler
+    logging.captureWarnings(True)
+    root = logging.getLogger()
+    root.handlers = [h for h in root.handlers if not isinstance(h, LogFile)] + [LogFile()]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("mlflow").setLevel(logging.INFO)
+    own = logging.getLogger("msexp")
+    own.setLevel(logging.INFO)
+    own.handlers = [h for h in own.handlers if not isinstance(h, Stderr)] + [Stderr()]
+
+
+class Stderr(logging.Handler):
+    """msexp's own warnings, one line each, on whatever sys.stderr is when they happen."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stderr)
 
 
 for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, studies.report,
-                studies.status, studies.best, studies.sync, cluster.schedule, scaffold.knobs,
-                scaffold.schema, scripts.metrics):
+                studies.status, studies.best, studies.sync, scaffold.knobs, scaffold.schema,
+                scripts.metrics):
     app.command()(command)
 app.command("run")(sweeps.run_one)
 
@@ -72,6 +120,16 @@ services_app = _typer("A local PostgreSQL and MLflow server for trying shared st
 services_app.command("up")(cluster.services_up)
 services_app.command("down")(cluster.services_down)
 app.add_typer(services_app, name="services")
+
+schedule_app = _typer("Schedule workers of a sweep on a cluster against shared stores: "
+                      "Slurm, cron or Kubernetes.\n\nEach scheduled process runs `msexp "
+                      "worker` (cron: `msexp sweep`) against the shared storage and tracking "
+                      "server. Passwords stay in the environment or a Secret.")
+schedule_app.command("slurm")(cluster.slurm)
+schedule_app.command("cron")(cluster.cron)
+schedule_app.command("k8s-cronjob")(cluster.k8s_cronjob)
+schedule_app.command("k8s-job")(cluster.k8s_job)
+app.add_typer(schedule_app, name="schedule")
 
 new_app = _typer("Write a new experiment or sweep file that works as written.")
 new_app.command("experiment")(scaffold.new_experiment)

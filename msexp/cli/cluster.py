@@ -1,8 +1,10 @@
-"""Commands for clusters: local services and schedules of workers."""
+"""Commands for clusters: local services, and schedules of workers (one command per
+scheduler, each with only its own options)."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -16,10 +18,10 @@ from msexp.spec import load_spec
 
 
 def services_up(
-    pg_port: Annotated[Optional[int], typer.Option(help="PostgreSQL port [default: free].")
-                       ] = None,
+    pg_port: Annotated[Optional[int], typer.Option(help="PostgreSQL port.",
+                                                   show_default="a free port")] = None,
     mlflow_port: Annotated[Optional[int], typer.Option(
-        help="MLflow server port [default: free].")] = None,
+        help="MLflow server port.", show_default="a free port")] = None,
 ) -> None:
     """Start PostgreSQL and an MLflow server (backed by it) under mlruns/services.
 
@@ -45,24 +47,44 @@ def services_down() -> None:
     console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
 
 
-def schedule(
+SharedStorageOpt = Annotated[Optional[str], typer.Option(
+    "--storage", envvar="MSEXP_STORAGE", help="Shared Optuna storage (postgresql://...).",
+    show_default=False)]
+SharedTrackingOpt = Annotated[Optional[str], typer.Option(
+    "--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="Shared MLflow server (http://...).",
+    show_default=False)]
+CpusOpt = Annotated[int, typer.Option(min=1, help="CPUs per worker.")]
+GpusOpt = Annotated[int, typer.Option(min=0, help="GPUs (or NPUs) per worker.")]
+MemOpt = Annotated[Optional[str], typer.Option(
+    help="Memory per worker in Slurm's form, e.g. 16G (sbatch --mem).")]
+PodMemOpt = Annotated[Optional[str], typer.Option(
+    "--mem", help="Memory per worker pod, e.g. 16G (written as 16Gi).")]
+ScheduleOpt = Annotated[str, typer.Option("--schedule", help='Crontab schedule, e.g. "0 2 * * *".')]
+FreshStudyOpt = Annotated[bool, typer.Option(
+    "--fresh-study/--continue-study",
+    help="Each scheduled run starts a study named NAME-YYYYMMDD, or continues one.")]
+PodsOpt = Annotated[int, typer.Option(min=1, help="Worker pods.")]
+ImageOpt = Annotated[str, typer.Option(help="Container image with msexp.")]
+SecretOpt = Annotated[str, typer.Option(
+    help="Kubernetes Secret holding key pgpassword (and optional mlflow-username, "
+         "mlflow-password).")]
+BackoffOpt = Annotated[int, typer.Option(min=0, help="Kubernetes Job retries.")]
+GpuResourceOpt = Annotated[str, typer.Option(
+    help="Kubernetes resource of --gpus-per-task, e.g. huawei.com/Ascend910.")]
+
+
+def slurm(
     file: SweepFileArg,
-    storage: Annotated[Optional[str], typer.Option(
-        "--storage", envvar="MSEXP_STORAGE", help="Shared Optuna storage (postgresql://...).",
-        show_default=False)] = None,
-    tracking_uri: Annotated[Optional[str], typer.Option(
-        "--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="Shared MLflow server (http://...).",
-        show_default=False)] = None,
-    slurm: Annotated[bool, typer.Option("--slurm", help="Write an sbatch job-array script.")
-                     ] = False,
-    submit: Annotated[bool, typer.Option("--submit", help="With --slurm: sbatch it.")] = False,
-    array: Annotated[int, typer.Option(min=1, help="Workers: Slurm array size, or pods.")] = 4,
+    storage: SharedStorageOpt = None,
+    tracking_uri: SharedTrackingOpt = None,
+    study: StudyOpt = None,
+    submit: Annotated[bool, typer.Option("--submit", help="Submit it with sbatch.")] = False,
+    array: Annotated[int, typer.Option(min=1, help="Workers: the job array's size.")] = 4,
     partition: Annotated[Optional[str], typer.Option(help="Slurm partition.")] = None,
     time_limit: Annotated[str, typer.Option("--time", help="Slurm time limit.")] = "04:00:00",
-    cpus_per_task: Annotated[int, typer.Option(min=1, help="CPUs per worker.")] = 2,
-    gpus_per_task: Annotated[int, typer.Option(min=0, help="GPUs (or NPUs) per worker.")] = 0,
-    mem: Annotated[Optional[str], typer.Option(
-        help="Memory per worker, e.g. 16G (Slurm --mem; on Kubernetes 16Gi).")] = None,
+    cpus_per_task: CpusOpt = 2,
+    gpus_per_task: GpusOpt = 0,
+    mem: MemOpt = None,
     account: Annotated[Optional[str], typer.Option(help="Slurm account.")] = None,
     qos: Annotated[Optional[str], typer.Option(help="Slurm QOS.")] = None,
     sbatch: Annotated[Optional[list[str]], typer.Option(
@@ -71,75 +93,117 @@ def schedule(
     setup: Annotated[Optional[list[str]], typer.Option(
         "--setup", help='A shell line run before the worker (repeatable), e.g. '
                         '"module load cuda" or "source ~/venv/bin/activate".')] = None,
-    cron: Annotated[Optional[str], typer.Option(
-        "--cron", help='Crontab schedule, e.g. "0 2 * * *".')] = None,
-    install: Annotated[bool, typer.Option(
-        "--install", help="With --cron: put it in your crontab (replacing this sweep's "
-                          "entry).")] = False,
-    uninstall: Annotated[bool, typer.Option(
-        "--uninstall", help="Remove this sweep's entry from your crontab.")] = False,
-    k8s: Annotated[bool, typer.Option("--k8s", help="Print a Kubernetes CronJob "
-                                                    "(with --cron's schedule).")] = False,
-    k8s_job: Annotated[bool, typer.Option(
-        "--k8s-job", help="Print a one-off Kubernetes Job of --array worker pods.")] = False,
-    image: Annotated[str, typer.Option(help="Container image with msexp, for --k8s.")
-                     ] = "msexp:latest",
-    secret: Annotated[str, typer.Option(
-        help="Kubernetes Secret holding key pgpassword (and optional mlflow-username, "
-             "mlflow-password).")] = "msexp-db",
-    backoff_limit: Annotated[int, typer.Option(min=0, help="Kubernetes Job retries.")] = 2,
-    gpu_resource: Annotated[str, typer.Option(
-        help="Kubernetes resource of --gpus-per-task, e.g. huawei.com/Ascend910.")
-    ] = "nvidia.com/gpu",
-    study: StudyOpt = None,
-    fresh_study: Annotated[bool, typer.Option(
-        "--fresh-study/--continue-study",
-        help="Scheduled runs start a study named NAME-YYYYMMDD, or continue one.")] = True,
 ) -> None:
-    """Schedule workers on a cluster: Slurm job array, crontab entry or Kubernetes CronJob/Job.
+    """Write an sbatch job-array script: each array task runs `msexp worker`.
 
-    Each scheduled process runs `msexp worker` (cron: `msexp sweep`) against the shared
-    storage and tracking server. Passwords stay in the environment or a Secret.
-
-    Example: msexp schedule sweeps/accum.yaml --slurm --array 8
+    Example: msexp schedule slurm sweeps/accum.yaml --array 8
     --storage postgresql://msexp@db/optuna --tracking-uri http://mlflow:5000
     """
-    spec = load_spec(file)
-    chosen = [slurm, k8s_job, k8s, (cron is not None and not k8s) or uninstall]
-    if sum(chosen) != 1:
-        raise SpecError("msexp schedule", "", "choose one of --slurm, --cron SCHEDULE, "
-                        "--k8s --cron SCHEDULE or --k8s-job", show_value=False)
+    name = _sweep_name(file)
+    job = sched.SlurmJob(array, time_limit, partition, account, qos, tuple(sbatch or ()),
+                         tuple(setup or ()))
+    path = SLURM_DIR / f"{name}.sbatch"
+    script = sched.slurm_script(_target(file, storage, tracking_uri, study), job,
+                                sched.Resources(cpus_per_task, gpus_per_task, mem), name)
+    answer = sched.write_slurm(script, path, submit)
+    console.print(f"wrote {path}" + (f"; {answer}" if answer else
+                                      f"; submit with: sbatch {path}"), highlight=False)
+
+
+def cron(
+    file: SweepFileArg,
+    storage: SharedStorageOpt = None,
+    tracking_uri: SharedTrackingOpt = None,
+    study: StudyOpt = None,
+    when: ScheduleOpt = "0 2 * * *",
+    fresh_study: FreshStudyOpt = True,
+    install: Annotated[bool, typer.Option(
+        "--install", help="Put it in your crontab (replacing this sweep's entry).")] = False,
+    uninstall: Annotated[bool, typer.Option(
+        "--uninstall", help="Remove this sweep's entry from your crontab instead.")] = False,
+) -> None:
+    """Print a crontab line that runs `msexp sweep` on a schedule (one run at a time).
+
+    Example: msexp schedule cron sweeps/accum.yaml --schedule "0 2 * * *" --install
+    --storage postgresql://msexp@db/optuna --tracking-uri http://mlflow:5000
+    """
+    name = _sweep_name(file)
+    marker = sched.cron_marker(file, study or name)
     if uninstall:
-        marker = sched.cron_marker(file, study or spec.name)
         removed = sched.uninstall_cron(marker)
         console.print(f"removed: {marker}" if removed else f"no crontab entry has: {marker}",
                       highlight=False, markup=False)
         return
-    target = sched.Target(file, _required(storage, "--storage"),
-                          _required(tracking_uri, "--tracking-uri"), study)
-    resources = sched.Resources(cpus_per_task, gpus_per_task, mem)
-    pods = sched.Pods(image, array, backoff_limit, secret, gpu_resource)
-    if slurm:
-        job = sched.SlurmJob(array, time_limit, partition, account, qos, tuple(sbatch or ()),
-                             tuple(setup or ()))
-        path = SLURM_DIR / f"{spec.name}.sbatch"
-        answer = sched.write_slurm(sched.slurm_script(target, job, resources, spec.name),
-                                   path, submit)
-        console.print(f"wrote {path}" + (f"; {answer}" if answer else
-                                          f"; submit with: sbatch {path}"), highlight=False,
-                      soft_wrap=True)
-    elif k8s_job:
-        typer.echo(sched.k8s_job(target, pods, resources, spec.name), nl=False)
-    elif k8s:
-        typer.echo(sched.k8s_cronjob(target, cron or "0 2 * * *", pods, resources,
-                                     fresh_study, spec.name), nl=False)
-    else:
-        STORE_DIR.mkdir(parents=True, exist_ok=True)  # the entry's lock and log live there
-        line = sched.cron_line(target, cron, fresh_study, spec.name, os.environ)
-        if install:
-            sched.install_cron(line, sched.cron_marker(file, study or spec.name))
-            console.print("installed:", highlight=False)
-        typer.echo(line)
+    target = _target(file, storage, tracking_uri, study)
+    STORE_DIR.mkdir(parents=True, exist_ok=True)  # the entry's lock and log live there
+    line = sched.cron_line(target, when, fresh_study, name, os.environ)
+    if install:
+        sched.install_cron(line, marker)
+        console.print("installed:", highlight=False)
+    typer.echo(line)
+
+
+def k8s_cronjob(
+    file: SweepFileArg,
+    storage: SharedStorageOpt = None,
+    tracking_uri: SharedTrackingOpt = None,
+    study: StudyOpt = None,
+    when: ScheduleOpt = "0 2 * * *",
+    fresh_study: FreshStudyOpt = True,
+    pods: PodsOpt = 4,
+    image: ImageOpt = "msexp:latest",
+    secret: SecretOpt = "msexp-db",
+    backoff_limit: BackoffOpt = 2,
+    cpus_per_task: CpusOpt = 2,
+    gpus_per_task: GpusOpt = 0,
+    mem: PodMemOpt = None,
+    gpu_resource: GpuResourceOpt = "nvidia.com/gpu",
+) -> None:
+    """Print a Kubernetes ConfigMap (the sweep file) and a CronJob of worker pods.
+
+    Example: msexp schedule k8s-cronjob sweeps/accum.yaml --pods 4 | kubectl apply -f -
+    """
+    name = _sweep_name(file)
+    typer.echo(sched.k8s_cronjob(
+        _target(file, storage, tracking_uri, study), when,
+        sched.Pods(image, pods, backoff_limit, secret, gpu_resource),
+        sched.Resources(cpus_per_task, gpus_per_task, mem), fresh_study, name), nl=False)
+
+
+def k8s_job(
+    file: SweepFileArg,
+    storage: SharedStorageOpt = None,
+    tracking_uri: SharedTrackingOpt = None,
+    study: StudyOpt = None,
+    pods: PodsOpt = 4,
+    image: ImageOpt = "msexp:latest",
+    secret: SecretOpt = "msexp-db",
+    backoff_limit: BackoffOpt = 2,
+    cpus_per_task: CpusOpt = 2,
+    gpus_per_task: GpusOpt = 0,
+    mem: PodMemOpt = None,
+    gpu_resource: GpuResourceOpt = "nvidia.com/gpu",
+) -> None:
+    """Print a Kubernetes ConfigMap (the sweep file) and a one-off Job of worker pods.
+
+    Example: msexp schedule k8s-job sweeps/accum.yaml --pods 8 | kubectl apply -f -
+    """
+    name = _sweep_name(file)
+    typer.echo(sched.k8s_job(
+        _target(file, storage, tracking_uri, study),
+        sched.Pods(image, pods, backoff_limit, secret, gpu_resource),
+        sched.Resources(cpus_per_task, gpus_per_task, mem), name), nl=False)
+
+
+def _sweep_name(file: Path) -> str:
+    """The checked sweep's name; checked portably: the workers run elsewhere."""
+    return load_spec(file, local=False).name
+
+
+def _target(file: Path, storage: str | None, tracking_uri: str | None, study: str | None
+            ) -> sched.Target:
+    return sched.Target(file, _required(storage, "--storage"),
+                        _required(tracking_uri, "--tracking-uri"), study)
 
 
 def _required(value: str | None, option: str) -> str:

@@ -7,16 +7,25 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
+from msexp.paths import DEFAULT_TRACKING_URI, JOURNAL
 from msexp.urls import redact
+
+UNBOUNDED_WIDTH = 1 << 16  # columns of a pipe or file: nothing wraps, no cell is cut
 
 
 class RedactingConsole(Console):
-    """A console that never shows a password: every text it prints is redacted."""
+    """A console that never shows a password (every text it prints is redacted) and,
+    writing to a pipe or a file, never wraps a line or cuts a table cell."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         super().print(*(redact(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(UNBOUNDED_WIDTH, size.height)
 
 
 console = RedactingConsole()
@@ -28,16 +37,16 @@ OptionalSweepFileArg = Annotated[Optional[Path], typer.Argument(
     help="The sweep file (or give --study and --storage).", show_default=False)]
 TrackingOpt = Annotated[Optional[str], typer.Option(
     "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
-    help="MLflow tracking URI [default: sqlite:///mlruns/mlflow.db].")]
+    help="MLflow tracking URI.", show_default=DEFAULT_TRACKING_URI)]
 StorageOpt = Annotated[Optional[str], typer.Option(
     "--storage", envvar="MSEXP_STORAGE",
-    help="Optuna storage: an RDB URL (postgresql://...) or a .journal file "
-         "[default: mlruns/optuna.journal].")]
+    help="Optuna storage: an RDB URL (postgresql://...) or a .journal file.",
+    show_default=str(JOURNAL))]
 StudyOpt = Annotated[Optional[str], typer.Option(
-    "--study", help="Study name [default: the sweep's name]; a new name starts afresh.")]
+    "--study", help="Study name; a new name starts afresh.", show_default="the sweep's name")]
 ColdOpt = Annotated[bool, typer.Option(
-    "--cold", help="Compile every trial afresh: no reuse of an earlier trial's graphs "
-                   "[default: budget.cold].")]
+    "--cold", help="Compile every trial afresh: no reuse of an earlier trial's graphs.",
+    show_default="budget.cold")]
 
 
 def cold_spec(spec: Any, cold: bool) -> Any:
@@ -45,3 +54,11 @@ def cold_spec(spec: Any, cold: bool) -> Any:
     if not cold:
         return spec
     return dataclasses.replace(spec, budget=spec.budget.model_copy(update={"cold": True}))
+
+
+def optuna_to_log() -> None:
+    """Optuna's log lines go to msexp's log (see `app.route_logs`), not to the console."""
+    import optuna  # lazy: Optuna takes a second to import
+
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
+import typer
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -32,24 +35,48 @@ def when_text(when: Any) -> str:
     return ", ".join(f"{k} in {list(v)}" for k, v in (when or {}).items())
 
 
+SHOWN_METRICS = ("eval_accuracy", "samples_per_s", "train_mem_mb", "peak_mem_mb", "wall_s")
+
+
+def print_json(document: Any) -> None:
+    """One JSON document on stdout, for scripts: NaN and infinities as null (JSON has
+    none), other values JSON lacks as text."""
+    typer.echo(json.dumps(_finite(document), indent=2, default=str, allow_nan=False))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def finished_trials(study: Any) -> list[dict[str, Any]]:
+    """Each finished trial of a study: number, status, swept params, metrics, feasibility."""
+    return [{"number": t.number, "status": t.user_attrs.get(TrialKey.STATUS, t.state.name),
+             "params": t.params, "metrics": t.user_attrs.get(TrialKey.METRICS, {}),
+             "feasible": t.user_attrs.get(TrialKey.FEASIBLE)}
+            for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+
+
 def trials_table(study: Any) -> None:
     """Print the finished trials of a study: status, swept params and the main metrics."""
     names = study.user_attrs.get(StudyKey.OBJECTIVES, [])
-    shown = ("eval_accuracy", "samples_per_s", "train_mem_mb", "peak_mem_mb", "wall_s")
-    columns = [*names, *(m for m in shown if m not in names)]
+    columns = [*names, *(m for m in SHOWN_METRICS if m not in names)]
+    rows = finished_trials(study)
     swept = sorted({k for t in study.trials for k in t.params})
-    constrained = any(TrialKey.FEASIBLE in t.user_attrs for t in study.trials)
+    constrained = any(row["feasible"] is not None for row in rows)
     table = Table(title=f"{study.study_name}: trials")
     for name in ("#", "status", *swept, *columns, *(["feasible"] if constrained else [])):
         table.add_column(name, justify="left" if name == "status" else "right")
-    for t in study.get_trials(deepcopy=False):
-        if not t.state.is_finished():
-            continue
-        metrics = t.user_attrs.get(TrialKey.METRICS, {})
-        table.add_row(str(t.number), t.user_attrs.get(TrialKey.STATUS, t.state.name),
-                      *(cell(t.params.get(n, "-")) for n in swept),
-                      *(cell(metrics.get(c, "-")) for c in columns),
-                      *([_yes_no(t.user_attrs.get(TrialKey.FEASIBLE))] if constrained else []))
+    for row in rows:
+        table.add_row(str(row["number"]), row["status"],
+                      *(cell(row["params"].get(n, "-")) for n in swept),
+                      *(cell(row["metrics"].get(c, "-")) for c in columns),
+                      *([_yes_no(row["feasible"])] if constrained else []))
     console.print(table)
 
 

@@ -54,7 +54,8 @@ def new_sweep(
     method: Annotated[SweepMethod, typer.Option("--method", help="grid or tpe.")
                       ] = SweepMethod.grid,
     output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", help="Where to write [default: sweeps/<experiment>.yaml].")] = None,
+        "--output", "-o", help="Where to write.",
+        show_default="sweeps/<experiment>.yaml")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a sweep file over the main knobs of an experiment; it validates as written.
@@ -97,7 +98,8 @@ def schema(
     Example: msexp schema > sweep.schema.json
     """
     metrics = METRICS + tuple(m for e in _experiments(experiment) for m in e.metrics)
-    typer.echo(json.dumps(sweep_schema(_knob_table(experiment), metrics), indent=2))
+    known = (experiment,) if experiment else tuple(builtin_names())
+    typer.echo(json.dumps(sweep_schema(_knob_table(experiment), metrics, known), indent=2))
 
 
 def _experiments(ref: str | None) -> list[Experiment]:

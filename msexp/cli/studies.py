@@ -9,14 +9,31 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from msexp.cli.options import OptionalSweepFileArg, StorageOpt, StudyOpt, TrackingOpt, console
-from msexp.cli.render import cell, kv, missing_objectives, trials_table
+from msexp.cli.options import (
+    OptionalSweepFileArg,
+    StorageOpt,
+    StudyOpt,
+    TrackingOpt,
+    console,
+    optuna_to_log,
+)
+from msexp.cli.render import (
+    cell,
+    finished_trials,
+    kv,
+    missing_objectives,
+    print_json,
+    trials_table,
+)
 from msexp.errors import MsexpError, SpecError
 from msexp.keys import StudyKey, TrialKey
 from msexp.paths import REPORTS_DIR
 from msexp.spec import load_spec, read_name
 from msexp.tracking.runs import Tracker
 from msexp.urls import redact
+
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print one JSON document instead of text, for scripts.")]
 
 
 def report(
@@ -25,10 +42,12 @@ def report(
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     baseline: Annotated[Optional[list[str]], typer.Option(
-        help="KNOB=VALUE the knob effects are relative to (repeatable); "
-             "default: each knob's first value")] = None,
+        help="KNOB=VALUE the knob effects are relative to (repeatable).",
+        show_default="each knob's first value")] = None,
     color_by: Annotated[Optional[str], typer.Option(
-        help="the knob that colours the learning curves; default: the most important")] = None,
+        help="The knob that colours the learning curves.",
+        show_default="the most important knob")] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show a study's trials, best trial (or Pareto set), importances and knob effects.
 
@@ -36,6 +55,11 @@ def report(
     are saved as HTML under mlruns/reports/, with a PNG per swept knob (each metric against
     the knob's values, and as a ratio to its baseline value), learning curves, and
     effects.md/effects.html; all are logged under report/ on the sweep's MLflow parent run.
+
+    --json prints {"study", "trials": [{"number", "status", "params", "metrics",
+    "feasible"}], "best": [{"number", "values", "params"}], "multi_objective",
+    "replicates": [{"params", "mean", "std", "seeds"}], "replicate_effects",
+    "knob_effects", "importances", "plots", "run_id"}.
 
     Example: msexp report sweeps/accum.yaml --baseline micro_size=1
     """
@@ -45,6 +69,9 @@ def report(
     loaded = _existing_study(file, study, storage)
     rep = build_report(loaded, REPORTS_DIR / loaded.study_name,
                        parse_baselines(baseline or []), color_by)
+    if as_json:
+        print_json(_report_document(rep, log_report(rep, Tracker(tracking_uri))))
+        return
     trials_table(loaded)
     names = rep.objective_names()
     if rep.best:
@@ -71,6 +98,26 @@ def report(
         console.print(f"logged on MLflow run {run_id}")
 
 
+def _report_document(rep: Any, run_id: str | None) -> dict[str, Any]:
+    names = rep.objective_names()
+    return {
+        "study": rep.study.study_name,
+        "trials": finished_trials(rep.study),
+        "best": [{"number": t.number, "values": dict(zip(names, t.values)), "params": t.params}
+                 for t in rep.best],
+        "multi_objective": rep.multi_objective,
+        "replicates": [{"params": c.params, "mean": {m: c.mean(m) for m in names},
+                        "std": {m: c.std(m) for m in names},
+                        "seeds": max(map(len, c.values.values()))}
+                       for c in rep.configurations],
+        "replicate_effects": [effect.line() for effect in rep.effects],
+        "knob_effects": rep.knob_effects.lines() if rep.knob_effects else [],
+        "importances": rep.importances,
+        "plots": [str(path) for path in rep.plots],
+        "run_id": run_id,
+    }
+
+
 def _replicates_table(rep: Any) -> None:
     """Each configuration's mean ± std over its seeds, then each knob's effect."""
     metrics = rep.objective_names()
@@ -91,8 +138,12 @@ def status(
     file: OptionalSweepFileArg = None,
     study: StudyOpt = None,
     storage: StorageOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show a study's progress: trials by state and the trials running now.
+
+    --json prints {"study", "finished", "total", "states": {STATE: count}, "running":
+    [{"number", "owner", "heartbeat_age_s", "params"}], "missing_objectives"}.
 
     Example: msexp status sweeps/accum.yaml
     """
@@ -102,18 +153,30 @@ def status(
     from msexp.tracking.report import state_counts  # lazy: as above
 
     loaded = _existing_study(file, study, storage)
-    counts = state_counts(loaded)
-    total = loaded.user_attrs.get(StudyKey.TOTAL, "?")
-    console.print(f"{loaded.study_name}: {finished_count(loaded)} finished of {total}; "
-                  + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    for t in loaded.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        beat = t.user_attrs.get(TrialKey.HEARTBEAT)
-        age = f", heartbeat {time.time() - beat:.0f} s ago" if beat else ""
-        console.print(f"  running #{t.number} on {t.user_attrs.get(TrialKey.OWNER, '?')}{age}: "
-                      f"{kv(t.params)}")
-    missing = missing_objectives(loaded)
-    if missing:
-        console.print(missing, markup=False, highlight=False)
+    running = [{"number": t.number, "owner": t.user_attrs.get(TrialKey.OWNER),
+                "heartbeat_age_s": _age(t.user_attrs.get(TrialKey.HEARTBEAT)),
+                "params": t.params}
+               for t in loaded.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    document = {"study": loaded.study_name, "finished": finished_count(loaded),
+                "total": loaded.user_attrs.get(StudyKey.TOTAL), "states": state_counts(loaded),
+                "running": running, "missing_objectives": missing_objectives(loaded)}
+    if as_json:
+        print_json(document)
+        return
+    console.print(f"{loaded.study_name}: {document['finished']} finished of "
+                  f"{document['total'] or '?'}; "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(document["states"].items())),
+                  highlight=False)
+    for r in running:
+        age = f", heartbeat {r['heartbeat_age_s']:.0f} s ago" if r["heartbeat_age_s"] else ""
+        console.print(f"  running #{r['number']} on {r['owner'] or '?'}{age}: "
+                      f"{kv(r['params'])}", highlight=False)
+    if document["missing_objectives"]:
+        console.print(document["missing_objectives"], markup=False, highlight=False)
+
+
+def _age(beat: float | None) -> float | None:
+    return time.time() - beat if beat else None
 
 
 def best(
@@ -124,37 +187,60 @@ def best(
     export: Annotated[Optional[Path], typer.Option(
         "--export", help="Write the best trial's checkpoint, params.json and (where the "
                          "network exports) a MindIR into this folder.")] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show the best trial (or the Pareto set): its params, MLflow run and checkpoint.
 
+    --json prints {"study", "best": [{"number", "values", "params", "run_id", "run_url",
+    "checkpoint"}]}, and with --export also "exported": {"written", "no_mindir"}.
+
     Example: msexp best sweeps/accum.yaml --export best-model/
     """
-    spec = load_spec(file)
+    spec = load_spec(file, local=export is not None)  # only an export builds the model
     loaded = _existing_study(file, study, storage)
     from msexp.tracking.report import best_trials  # lazy: Optuna takes a second to import
 
     chosen = best_trials(loaded)
     if not chosen:
         raise MsexpError(f"{file}: no trial of study {loaded.study_name!r} completed yet")
-    links = Tracker(tracking_uri).ui_links if export is None else None
-    for t in chosen:
-        attrs = t.user_attrs
-        console.print(f"trial {t.number}: " + ", ".join(
-            f"{name}={cell(value)}" for name, value in zip(
-                [o.metric for o in spec.objectives], t.values)), highlight=False)
-        console.print(f"  params: {kv(attrs.get(TrialKey.PARAMS, t.params))}", highlight=False)
-        run_id = attrs.get(TrialKey.RUN_ID, "-")
-        console.print(f"  MLflow run: {run_id}", highlight=False)
-        if links is not None and run_id not in ("-", "spooled"):
-            experiment_id = Tracker(tracking_uri).experiment_id(spec.name)
-            console.print(f"  {redact(links(experiment_id, run_id)[1])}", highlight=False)
-        console.print(f"  checkpoint: {attrs.get(TrialKey.CHECKPOINT, '(none kept)')}",
-                      highlight=False)
-    if export is not None:
-        _export(spec, loaded, chosen[0], export)
+    names = [o.metric for o in spec.objectives]
+    tracker = Tracker(tracking_uri) if export is None else None  # exporting needs no MLflow
+    found = [_best_document(t, names, tracker, spec.name) for t in chosen]
+    exported = _export(spec, loaded, chosen[0], export) if export is not None else None
+    if as_json:
+        print_json({"study": loaded.study_name, "best": found,
+                    **({"exported": exported} if exported is not None else {})})
+        return
+    for t in found:
+        console.print(f"trial {t['number']}: " + ", ".join(
+            f"{name}={cell(value)}" for name, value in t["values"].items()), highlight=False)
+        console.print(f"  params: {kv(t['params'])}", highlight=False)
+        console.print(f"  MLflow run: {t['run_id'] or '-'}", highlight=False)
+        if t["run_url"]:
+            console.print(f"  {t['run_url']}", highlight=False)
+        console.print(f"  checkpoint: {t['checkpoint'] or '(none kept)'}", highlight=False)
+    if exported is not None:
+        for path in exported["written"]:
+            console.print(f"wrote {path}", highlight=False)
+        if exported["no_mindir"]:
+            console.print(f"no MindIR: {exported['no_mindir']}", highlight=False)
 
 
-def _export(spec: Any, loaded: Any, chosen: Any, folder: Path) -> None:
+def _best_document(trial: Any, names: list[str], tracker: Tracker | None,
+                   experiment: str) -> dict[str, Any]:
+    """A best trial as data: its objective values, params, MLflow run (and its link where
+    `tracker`) and checkpoint."""
+    attrs = trial.user_attrs
+    run_id = attrs.get(TrialKey.RUN_ID)
+    url = None
+    if tracker is not None and run_id and run_id != "spooled":
+        url = redact(tracker.ui_links(tracker.experiment_id(experiment), run_id)[1])
+    return {"number": trial.number, "values": dict(zip(names, trial.values)),
+            "params": attrs.get(TrialKey.PARAMS, trial.params), "run_id": run_id,
+            "run_url": url, "checkpoint": attrs.get(TrialKey.CHECKPOINT)}
+
+
+def _export(spec: Any, loaded: Any, chosen: Any, folder: Path) -> dict[str, Any]:
     from msexp.execution.export import export_model  # lazy: MindSpore
     from msexp.search.requests import trial_request
 
@@ -168,10 +254,7 @@ def _export(spec: Any, loaded: Any, chosen: Any, folder: Path) -> None:
               "experiment": spec.experiment.ref, "params": params,
               "metrics": chosen.user_attrs.get(TrialKey.METRICS, {})}
     written, no_mindir = export_model(request, Path(checkpoint), folder, record)
-    for path in written:
-        console.print(f"wrote {path}", highlight=False)
-    if no_mindir:
-        console.print(f"no MindIR: {no_mindir}", highlight=False)
+    return {"written": [str(path) for path in written], "no_mindir": no_mindir or None}
 
 
 def _existing_study(file: Path | None, study: str | None, storage: str | None) -> Any:
@@ -183,6 +266,7 @@ def _existing_study(file: Path | None, study: str | None, storage: str | None) -
         storage_label,
     )
 
+    optuna_to_log()
     if file is None and study is None:
         raise SpecError("msexp", "", "give a sweep file or --study NAME", show_value=False)
     name = study or read_name(file)

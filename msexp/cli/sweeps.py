@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -20,6 +19,7 @@ from msexp.cli.options import (
     cold_spec,
     console,
     err_console,
+    optuna_to_log,
     state,
 )
 from msexp.cli.render import (
@@ -28,6 +28,7 @@ from msexp.cli.render import (
     cell,
     kv,
     missing_objectives,
+    print_json,
     summary,
     when_text,
 )
@@ -87,37 +88,71 @@ def _check_workload(spec: SweepSpec) -> None:
         raise SpecError(str(spec.path), "experiment", problem, ref)
 
 
-def plan(file: SweepFileArg, check: CheckOpt = False) -> None:
+def plan(file: SweepFileArg, check: CheckOpt = False,
+         as_json: Annotated[bool, typer.Option(
+             "--json", help="Print one JSON document instead of text, for scripts.")] = False,
+         ) -> None:
     """List the trials a sweep would run, without running any (with --check: run its
     command once).
 
+    A grid's rows are numbered as its trials will be with one worker and no retries
+    (points that share compiled graphs run one after another). --json prints {"name",
+    "method", "experiment", "trials", "fixed", "grid": [{"number", "grid_index",
+    "params", "micro_batch", "effective_batch"}]}, or for a sampler "params": [{"name",
+    "distribution", "when"}] instead of "grid".
+
+    Without --check, plan neither imports a user's experiment nor probes this machine's
+    device (see `validate`): it runs anywhere, a CPU login node included.
+
     Example: msexp plan sweeps/accum.yaml --check
     """
-    spec = load_spec(file)
+    spec = load_spec(file, local=check)
     if check:
         _check(spec)
     swept = [p.name for p in spec.space.params]
-    if spec.method is not Method.grid:
-        table = Table(title=f"{spec.name}: {spec.method.value}, {spec.n_trials()} trials over")
+    document: dict[str, Any] = {
+        "name": spec.name, "method": spec.method.value, "experiment": spec.experiment.ref,
+        "trials": spec.n_trials(), "fixed": {k: v for k, v in spec.space.resolve({}).items()
+                                             if k not in swept}}
+    if spec.method is Method.grid:
+        document["grid"] = [_grid_row(spec, number, index, point) for number, (index, point)
+                            in enumerate(spec.space.queue_order(spec.n_trials()))]
+    else:
+        document["params"] = [{"name": p.name, "distribution": p.describe(),
+                               "when": {k: list(v) for k, v in (p.when or {}).items()}}
+                              for p in spec.space.params]
+    if as_json:
+        print_json(document)
+    else:
+        _plan_table(document, swept)
+
+
+def _grid_row(spec: SweepSpec, number: int, index: int, point: dict[str, Any]
+              ) -> dict[str, Any]:
+    extra = derived(spec.space.resolve(point))
+    return {"number": number, "grid_index": index, "params": point,
+            "micro_batch": extra.get("micro_batch"),
+            "effective_batch": extra.get("effective_batch")}
+
+
+def _plan_table(document: dict[str, Any], swept: list[str]) -> None:
+    title = f"{document['name']}: {document['method']}, {document['trials']} trials"
+    if "grid" in document:
+        table = Table(title=f"{document['name']}: grid of {document['trials']} trials on "
+                            f"{document['experiment']}")
+        for column in ("#", *swept, "micro_batch", "effective_batch"):
+            table.add_column(column, justify="left" if column in swept else "right")
+        for row in document["grid"]:
+            table.add_row(str(row["number"]), *(cell(row["params"].get(n, "-")) for n in swept),
+                          cell(row["micro_batch"] or "-"), cell(row["effective_batch"] or "-"))
+    else:
+        table = Table(title=f"{title} over")
         for column in ("param", "distribution", "when"):
             table.add_column(column)
-        for p in spec.space.params:
-            table.add_row(p.name, p.describe(), when_text(p.when))
-        console.print(table)
-        console.print(f"fixed: {kv(spec.space.resolve({}), exclude=swept)}")
-        return
-    table = Table(title=f"{spec.name}: grid of {spec.n_trials()} trials on {spec.experiment.ref}")
-    table.add_column("#", justify="right")
-    for name in swept:
-        table.add_column(name)
-    table.add_column("micro_batch", justify="right")
-    table.add_column("effective_batch", justify="right")
-    for i, point in enumerate(itertools.islice(spec.space.iter_grid(), spec.n_trials())):
-        extra = derived(spec.space.resolve(point))
-        table.add_row(str(i), *(cell(point.get(n, "-")) for n in swept),
-                      str(extra.get("micro_batch", "-")), str(extra.get("effective_batch", "-")))
+        for p in document["params"]:
+            table.add_row(p["name"], p["distribution"], when_text(p["when"]))
     console.print(table)
-    console.print(f"fixed: {kv(spec.space.resolve({}), exclude=swept)}")
+    console.print(f"fixed: {kv(document['fixed'])}", highlight=False)
 
 
 def sweep(
@@ -126,7 +161,7 @@ def sweep(
     storage: StorageOpt = None,
     study: StudyOpt = None,
     workers: Annotated[Optional[int], typer.Option(
-        "--workers", min=1, help="Trials run at once [default: budget.workers].")] = None,
+        "--workers", min=1, help="Trials run at once.", show_default="budget.workers")] = None,
     retry_failed: RetryOpt = False,
     cold: ColdOpt = False,
 ) -> None:
@@ -151,8 +186,9 @@ def worker(
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     study: StudyOpt = None,
-    workers: Annotated[int, typer.Option("--workers", min=1,
-                                         help="Trials this worker runs at once.")] = 1,
+    workers: Annotated[Optional[int], typer.Option(
+        "--workers", min=1, help="Trials this worker runs at once.",
+        show_default="budget.workers")] = None,
     retry_failed: RetryOpt = False,
     cold: ColdOpt = False,
 ) -> None:
@@ -164,7 +200,8 @@ def worker(
     Example: msexp worker sweeps/accum.yaml --storage postgresql://msexp@db/msexp
     """
     spec = cold_spec(load_spec(file), cold)
-    outcome = _run(spec, workers, LineProgress(spec), tracking_uri, storage, study, retry_failed)
+    outcome = _run(spec, workers or spec.budget.workers, LineProgress(spec), tracking_uri,
+                   storage, study, retry_failed)
     missing = missing_objectives(outcome.study)
     if missing:
         console.print(missing, markup=False, highlight=False)
@@ -206,6 +243,7 @@ def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
     hosts = start_hosts(workers)  # MindSpore imports there
     from msexp.search.sweep import run_sweep  # lazy: Optuna and MLflow import meanwhile
 
+    optuna_to_log()
     with progress:
         return run_sweep(spec, progress, hosts, tracking_uri, storage, study, retry)
 

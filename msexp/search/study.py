@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import time
 
@@ -13,7 +12,6 @@ from optuna.trial import TrialState
 from msexp.errors import MsexpError
 from msexp.execution.process import owner
 from msexp.keys import StudyKey, TrialKey
-from msexp.knobs import graph_params
 from msexp.search.storage import open_storage, storage_errors, storage_label, study_lock
 from msexp.spec import Method, SweepSpec
 
@@ -132,25 +130,14 @@ def _set_up(study: optuna.Study, spec: SweepSpec) -> None:
 
 
 def _enqueue_grid(study: optuna.Study, spec: SweepSpec) -> None:
-    """Enqueue the grid's points (the first `n_trials`) not queued yet, those that share
-    compiled graphs next to each other (in order of first appearance), so a worker's
-    trials run warm."""
+    """Enqueue the grid's points (the first `n_trials`) not queued yet, in the order
+    `Space.queue_order` gives (the order `plan` numbers)."""
     by_name = {p.name: p for p in spec.space.params}
     queued = {t.user_attrs.get(TrialKey.GRID_POINT) for t in study.get_trials(deepcopy=False)}
-    groups: dict[str, int] = {}
-    queue = []
-    for i, point in enumerate(itertools.islice(spec.space.iter_grid(), spec.n_trials())):
-        key = json.dumps(graph_params(spec.space.resolve(point)), sort_keys=True, default=str)
-        queue.append((groups.setdefault(key, len(groups)), i, point))
-    for _, i, point in sorted(queue, key=lambda entry: entry[:2]):
-        if i in queued:
-            continue
-        study.enqueue_trial({k: by_name[k].optuna_value(v) for k, v in point.items()},
-                            user_attrs={TrialKey.GRID_POINT: i})
-
-
-
-
+    for i, point in spec.space.queue_order(spec.n_trials()):
+        if i not in queued:
+            study.enqueue_trial({k: by_name[k].optuna_value(v) for k, v in point.items()},
+                                user_attrs={TrialKey.GRID_POINT: i})
 
 
 def retry_failed(study: optuna.Study, storage_url: str | None = None) -> int:

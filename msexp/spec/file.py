@@ -72,6 +72,9 @@ class Data(_Strict):
 class Constraint(_Strict):
     """A bound a trial's final metric must keep to be feasible (e.g. a memory budget)."""
 
+    model_config = ConfigDict(json_schema_extra={"anyOf": [{"required": ["max"]},
+                                                           {"required": ["min"]}]})
+
     metric: str
     max: Optional[float] = None
     min: Optional[float] = None
@@ -113,7 +116,7 @@ class CommandSection(_Strict):
     hooks: Optional[bool] = None  # the script uses msexp.hooks; None: seen in its imports
     own: list[str] = Field(default_factory=list)  # names that are the script's, not msexp's
 
-    @field_validator("metrics", mode="before")
+    @field_validator("metrics", mode="before", json_schema_input_type=Union[str, list[str]])
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
@@ -135,7 +138,8 @@ class SweepFile(_Strict):
     checkpoint: Checkpoint = Checkpoint()
     constraints: list[Constraint] = Field(default_factory=list)
 
-    @field_validator("objective", mode="before")
+    @field_validator("objective", mode="before", json_schema_input_type=Union[
+        Objective, Annotated[list[Objective], Field(min_length=1)]])
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from msexp.datasets import check_data
-from msexp.errors import SpecError
-from msexp.experiment import Experiment, load_experiment
+from msexp.errors import ExperimentError, SpecError
+from msexp.experiment import Experiment, Workload, is_builtin, load_experiment
+from msexp.knobs import KNOBS, infer_knob
 from msexp.spec.checks import (
     check_command_sweep,
     check_constraints,
@@ -87,23 +88,31 @@ class SweepSpec:
         return None
 
 
-def load_spec(path: str | Path) -> SweepSpec:
+def load_spec(path: str | Path, local: bool = True) -> SweepSpec:
     """Read and validate a sweep file.
+
+    `local=False` checks only what holds on any machine: a user's experiment is not
+    imported (its params are typed by the values the file gives them, its metrics are
+    those the file names) and this machine's device is not probed, so a GPU sweep can be
+    planned or scheduled from a CPU login node.
 
     Raises:
         SpecError: one line naming the file, the key path, the rule and the value.
     """
     path = Path(path)
-    return parse_spec(_read_text(path), str(path), path)
+    return parse_spec(_read_text(path), str(path), path, local)
 
 
-def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
-    """Validate sweep-file text; `source` names it in errors."""
+def parse_spec(text: str, source: str, path: Path | None = None, local: bool = True
+               ) -> SweepSpec:
+    """Validate sweep-file text; `source` names it in errors (`local`: see `load_spec`)."""
     file = read_file(text, source)
     path = path or Path(source)
     command = file.experiment if isinstance(file.experiment, CommandSection) else None
-    if command is None:
+    if command is None and (local or is_builtin(file.experiment)):
         experiment = load_experiment(file.experiment, source)
+    elif command is None:
+        experiment = unimported_experiment(source, file)
     else:
         experiment = command_experiment(source, command, path.parent.resolve(), file.fixed,
                                         file.params)
@@ -121,9 +130,40 @@ def parse_spec(text: str, source: str, path: Path | None = None) -> SweepSpec:
     space.check_trials(spec.method is Method.grid, spec.n_trials())
     if spec.data is not None:
         check_data(source, spec.data_section(), experiment.data_formats, experiment.ref)
-    check_precision(source, space)
-    check_workload(source, experiment, space, spec.data_section())
+    if local:
+        check_precision(source, space)
+        check_workload(source, experiment, space, spec.data_section())
     return spec
+
+
+def unimported_experiment(source: str, file: SweepFile) -> Experiment:
+    """A user's experiment as its sweep file describes it, its code not imported: msexp's
+    knobs, a knob for every other name the file sets (typed by its first value) and the
+    metrics the file names."""
+    own = {}
+    for where, section in (("fixed", file.fixed), ("params", file.params)):
+        for name, written in section.items():
+            if name in KNOBS:
+                continue
+            try:
+                own[name] = infer_knob(name, _first_value(written), "set in the sweep file")
+            except TypeError as exc:
+                raise SpecError(source, f"{where}.{name}", str(exc), written) from None
+    metrics = tuple(dict.fromkeys(m.metric for m in [*file.objective, *file.constraints]))
+    return Experiment(file.experiment, _not_imported(file.experiment), {}, own, metrics)
+
+
+def _first_value(written: Any) -> Any:
+    if isinstance(written, dict):
+        written = written.get("values", [written.get("low", written)])
+    return written[0] if isinstance(written, list) and written else written
+
+
+def _not_imported(ref: str) -> Any:
+    def build(params: dict[str, Any]) -> Workload:
+        raise ExperimentError(ref, "experiment", "was not imported: this command checks "
+                              "only what holds on any machine", ref)
+    return build
 
 
 def with_repeats(source: str, file: SweepFile, knobs: Mapping[str, Any]

@@ -9,12 +9,12 @@ MindSpore version and dtype in `precision.json` under `$MSEXP_CACHE_DIR`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
 import tempfile
-import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from msexp.errors import SpecError
 from msexp.paths import write_atomic
+
+_log = logging.getLogger("msexp")  # the CLI shows its warnings on stderr
 
 if TYPE_CHECKING:
     from msexp.spec.space import Space
@@ -81,8 +83,8 @@ def check_precision(source: str, space: Space) -> None:
     for dtype in sorted(amp_dtypes(space)):
         answer = supports(dtype)
         if answer is None:
-            warnings.warn(f"{source}: could not probe whether this device runs {dtype}; "
-                          "trials using it may fail", stacklevel=2)
+            _log.warning(f"{source}: could not probe whether this device runs {dtype}; "
+                         "trials using it may fail")
             continue
         if not answer.ok:
             key, value = _where(space, dtype)

@@ -1,34 +1,33 @@
-"""A JSON Schema for sweep files, made from the same knob table that validates them."""
+"""A JSON Schema for sweep files: the sections as the `SweepFile` model declares them
+(its `model_json_schema()`, so a section added there is in the schema), the knobs of
+`fixed` and `params` from the same knob table that validates them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
 
 from msexp.knobs import METRICS, Knob
-from msexp.spec import file as sections
-
-_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array"}
+from msexp.spec.file import SweepFile
 
 
 def knob_value_schema(knob: Knob) -> dict[str, Any]:
-    """The schema of one value of `knob`."""
-    schema: dict[str, Any] = {"type": _JSON_TYPES[knob.type], "description": knob.help}
-    if knob.choices is not None:
-        schema["enum"] = list(knob.choices)
-    for bound, key in (("ge", "minimum"), ("gt", "exclusiveMinimum"), ("le", "maximum"),
-                       ("lt", "exclusiveMaximum")):
-        if getattr(knob, bound) is not None:
-            schema[key] = getattr(knob, bound)
+    """The schema of one value of `knob`, as pydantic states its type, choices and bounds."""
+    kind: Any = Literal[knob.choices] if knob.choices is not None else knob.type
+    bounds = {b: getattr(knob, b) for b in ("ge", "gt", "le", "lt")
+              if getattr(knob, b) is not None}
+    schema = TypeAdapter(Annotated[kind, Field(description=knob.help, **bounds)]).json_schema()
     if knob.default is not None:
         schema["default"] = knob.default
     return schema
 
 
-def _param_schema(knob: Knob, knobs: Mapping[str, Knob]) -> dict[str, Any]:
+def _param_schema(knob: Knob) -> dict[str, Any]:
     value = knob_value_schema(knob)
     values = {"type": "array", "items": value, "minItems": 1}
-    when = {"type": "object", "propertyNames": {"enum": list(knobs)}}
+    when = {"type": "object"}
     forms: list[dict[str, Any]] = [
         values,
         {"type": "object", "additionalProperties": False, "required": ["values"],
@@ -44,45 +43,62 @@ def _param_schema(knob: Knob, knobs: Mapping[str, Knob]) -> dict[str, Any]:
     return {"description": knob.help, "anyOf": forms}
 
 
-def _model_schema(model: Any) -> dict[str, Any]:
-    schema = model.model_json_schema()
-    schema.pop("title", None)
-    schema["additionalProperties"] = False
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
-    return schema
+def _metric_is(names: list[str]) -> dict[str, Any]:
+    return {"properties": {"metric": {"enum": names}}}
 
 
-def sweep_schema(knobs: Mapping[str, Knob], metrics: tuple[str, ...] = METRICS
-                 ) -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of a sweep file whose experiment has `knobs`."""
-    objective = _model_schema(sections.Objective)
-    objective["properties"]["metric"] = {"enum": list(metrics)}
-    objective["required"] = ["metric"]
-    fixed = {name: knob_value_schema(k) for name, k in knobs.items()}
-    params = {name: _param_schema(k, knobs) for name, k in knobs.items()}
-    file_props = sections.SweepFile.model_fields
+def _known_rules(knobs: Mapping[str, Knob], metrics: tuple[str, ...],
+                 known: tuple[str, ...]) -> dict[str, Any]:
+    """A `known` experiment takes only `knobs` (in `when` too) and reports only `metrics`;
+    any other experiment or command may add names of its own."""
+    named = _metric_is(list(metrics))
+    conditions = {name: {"properties": {"when": {"propertyNames": {"enum": list(knobs)}}}}
+                  for name in knobs}
     return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "msexp sweep file",
-        "type": "object",
-        "additionalProperties": False,
-        "required": [n for n, f in file_props.items() if f.is_required()],
-        "properties": {
-            "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
-                     "maxLength": 100},
-            "experiment": {"anyOf": [
-                {"type": "string", "minLength": 1,
-                 "description": "built-in name, package.module:build or path/to/file.py:build"},
-                _model_schema(sections.CommandSection)]},
-            "method": {"enum": [m.value for m in sections.Method], "default": "grid"},
-            "objective": {"anyOf": [objective, {"type": "array", "items": objective,
-                                                "minItems": 1}]},
-            "budget": _model_schema(sections.Budget),
-            "pruner": _model_schema(sections.Pruner),
-            "data": _model_schema(sections.Data),
-            "checkpoint": _model_schema(sections.Checkpoint),
-            "fixed": {"type": "object", "additionalProperties": False, "properties": fixed},
-            "params": {"type": "object", "additionalProperties": False, "properties": params},
-        },
+        "if": {"required": ["experiment"],
+               "properties": {"experiment": {"enum": list(known)}}},
+        "then": {"properties": {
+            "fixed": {"additionalProperties": False, "properties": {n: {} for n in knobs}},
+            "params": {"additionalProperties": False, "properties": conditions},
+            "objective": {"anyOf": [{"type": "object", **named},
+                                    {"type": "array", "items": named}]},
+            "constraints": {"items": named},
+        }},
+    }
+
+
+def _without_titles(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_titles(v) for k, v in node.items()
+                if not (k == "title" and isinstance(v, str))}
+    if isinstance(node, list):
+        return [_without_titles(v) for v in node]
+    return node
+
+
+def sweep_schema(knobs: Mapping[str, Knob], metrics: tuple[str, ...] = METRICS,
+                 known: tuple[str, ...] = ()) -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of a sweep file whose experiment has `knobs`.
+
+    Files of the `known` experiments are held to `knobs` and `metrics` exactly; a file of
+    another experiment may set names of its own, and a command's any name and value.
+    """
+    schema = _without_titles(SweepFile.model_json_schema())
+    props = schema["properties"]
+    props["experiment"]["description"] = ("built-in name, package.module:build, "
+                                          "path/to/file.py:build, or a mapping with a command")
+    props["fixed"] = props["params"] = {"type": "object"}  # a command's: any name, any value
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "msexp sweep file", **schema,
+            "allOf": [_knob_rules(knobs), _known_rules(knobs, metrics, known)]}
+
+
+def _knob_rules(knobs: Mapping[str, Knob]) -> dict[str, Any]:
+    """An experiment msexp builds (named by a string, not a command) types msexp's knobs."""
+    return {
+        "if": {"required": ["experiment"], "properties": {"experiment": {"type": "string"}}},
+        "then": {"properties": {
+            "fixed": {"properties": {n: knob_value_schema(k) for n, k in knobs.items()}},
+            "params": {"properties": {n: _param_schema(k) for n, k in knobs.items()}},
+        }},
     }

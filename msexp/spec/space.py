@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from msexp.errors import SpecError
-from msexp.knobs import Knob, condition_holds
+from msexp.knobs import Knob, condition_holds, graph_params
 
 if TYPE_CHECKING:
     import optuna
@@ -123,6 +123,18 @@ class Space:
     def iter_grid(self) -> Iterator[dict[str, Any]]:
         """The grid points in `grid` order, one at a time: take the first n with islice."""
         return self._extend(0, {})
+
+    def queue_order(self, n: int) -> list[tuple[int, dict[str, Any]]]:
+        """The first `n` grid points as the study queues them, as (grid index, point): points
+        that share compiled graphs (`graph_params`) next to each other, groups in order of
+        first appearance, so a worker's trials run warm. With one worker and no retries,
+        trial k runs the k-th."""
+        groups: dict[str, int] = {}
+        keyed = []
+        for i, point in enumerate(itertools.islice(self.iter_grid(), n)):
+            key = json.dumps(graph_params(self.resolve(point)), sort_keys=True, default=str)
+            keyed.append((groups.setdefault(key, len(groups)), i, point))
+        return [(i, point) for _, i, point in sorted(keyed, key=lambda entry: entry[:2])]
 
     def _extend(self, i: int, point: dict[str, Any]) -> Iterator[dict[str, Any]]:
         if i == len(self.params):

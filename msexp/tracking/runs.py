@@ -239,6 +239,8 @@ class Tracker:
             self.client.log_batch(run_id, params=param_list[i:i + 100])
         for i in range(0, len(metrics), _CHUNK):
             self.client.log_batch(run_id, metrics=metrics[i:i + _CHUNK])
+        if result.data_source:
+            self.client.log_inputs(run_id, [_dataset_input(redact(result.data_source))])
         for path in (result.log_path, result.events_path):
             if path and path.exists():
                 self.client.log_artifact(run_id, str(path))
@@ -258,6 +260,21 @@ class Tracker:
         return (f"{base}/#/experiments/{experiment_id}/runs{UI_TRAINING_VIEW}",
                 f"{base}/#/experiments/{experiment_id}/runs/{parent_id}{UI_TRAINING_VIEW}",
                 command)
+
+
+def _dataset_input(description: str) -> Any:
+    """The trial's data as an MLflow dataset input, so the runs table's Dataset column
+    names it: the description up to its parenthesis (e.g. "sklearn digits"), the whole
+    description as its source, and a digest that tells different data apart."""
+    from mlflow.data.code_dataset_source import CodeDatasetSource  # lazy: as above
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    name = description.split(" (", 1)[0]
+    dataset = MetaDataset(CodeDatasetSource({"description": description}), name=name)
+    return DatasetInput(Dataset(**dataset.to_dict()),
+                        [InputTag(MLFLOW_DATASET_CONTEXT, "training")])
 
 
 def _absolute(uri: str) -> str:

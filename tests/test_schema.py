@@ -1,0 +1,134 @@
+"""`msexp schema` and `msexp validate` agree: every file validate accepts, the JSON Schema
+accepts; every bad file of the corpus that breaks a rule of one key, it refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from tests.conftest import ASSETS, ROOT, write
+from tests.test_byom import MODEL
+
+SCHEMA_REJECTS = {
+    "unknown_top_key", "unknown_nested_key", "wrong_type", "out_of_range", "knob_out_of_range",
+    "knob_wrong_type", "knob_bad_choice", "unknown_knob", "missing_name", "bad_method",
+    "bad_objective", "bad_direction", "when_unknown_knob", "not_mapping", "bad_pruner",
+}
+# Rules JSON Schema cannot state: YAML syntax, divisibility, low <= high, experiment import,
+# grid-only lists, a knob both fixed and swept. `msexp validate` checks those.
+BEYOND_SCHEMA = {"malformed", "indivisible", "indivisible_fixed", "range_inverted",
+                 "unknown_experiment", "grid_with_range", "fixed_and_swept"}
+
+# Sweep files validate accepts, one per feature of the format (with sweeps/*.yaml).
+ACCEPTED = {
+    "constraints": """
+        name: capped
+        experiment: mlp_digits
+        constraints: [{metric: peak_mem_mb, max: 2000}, {metric: eval_accuracy, min: 0.5}]
+        params: {micro_size: [1, 2]}
+    """,
+    "two_objectives": """
+        name: pareto
+        experiment: mlp_digits
+        method: nsga2
+        budget: {trials: 4, trial_timeout: 60, workers: 1, retries: 0, cold: true}
+        objective:
+          - {metric: eval_accuracy, direction: maximize, target: 0.9, reduce: best}
+          - {metric: samples_per_s, direction: maximize}
+        params:
+          lr: {low: 0.001, high: 0.1, log: true}
+          micro_size: {values: [1, 2]}
+          loss_scale: [none, dynamic]
+          loss_scale_window: {values: [200, 2000], when: {loss_scale: [dynamic]}}
+    """,
+    "pruned_and_kept": """
+        name: pruned
+        experiment: lenet_digits
+        pruner: {type: percentile, warmup_epochs: 0, startup_trials: 1, percentile: 50}
+        checkpoint: {every: 2, keep: best, log: all}
+        budget: {repeats: 2}
+        fixed: {epochs: 2}
+        params: {batch_size: [32, 64]}
+    """,
+    "own_experiment": """
+        name: own
+        experiment: own_net.py:build
+        objective: {metric: eval_margin}
+        fixed: {width: 8}
+        params: {micro_size: [1, 2]}
+    """,
+    "command": """
+        name: script
+        experiment:
+          command: python train.py
+          metrics: 'top1: (?P<top1>[0-9.]+)'
+        objective: {metric: top1}
+        fixed: {data_dir: /data/x, epoch_size: 1}
+        params: {lr: [0.01, 0.1], model: [small, large]}
+    """,
+}
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft202012Validator:
+    result = CliRunner().invoke(app, ["schema"])
+    assert result.exit_code == 0, result.output
+    schema = json.loads(result.output)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def validate(path: Path):
+    return CliRunner().invoke(app, ["validate", str(path)])
+
+
+def accepted_files(folder: Path) -> list[Path]:
+    write(folder / "own_net.py", MODEL)
+    write(folder / "train.py", "print('top1: 0.5')\n")
+    written = [write(folder / f"{name}.yaml", text) for name, text in ACCEPTED.items()]
+    return sorted((ROOT / "sweeps").glob("*.yaml")) + written
+
+
+def test_the_schema_accepts_every_file_validate_accepts(
+        workdir: Path, validator: jsonschema.Draft202012Validator) -> None:
+    """Mutation: a section of the model (constraints) left out of the schema."""
+    for path in accepted_files(workdir):
+        result = validate(path)
+        assert result.exit_code == 0, f"{path.name}: {result.output}"
+        errors = [e.message for e in validator.iter_errors(yaml.safe_load(path.read_text()))]
+        assert errors == [], f"{path.name}: {errors}"
+
+
+def test_the_bad_corpus_is_refused_by_validate_and_where_one_key_breaks_by_the_schema(
+        validator: jsonschema.Draft202012Validator) -> None:
+    bad = {p.stem: p for p in (ASSETS / "bad").glob("*.yaml")}
+    assert set(bad) == SCHEMA_REJECTS | BEYOND_SCHEMA, "classify every bad file"
+    for stem, path in sorted(bad.items()):
+        assert validate(path).exit_code == 2, stem
+        if stem == "malformed":
+            continue  # not YAML: nothing to give the schema
+        refused = not validator.is_valid(yaml.safe_load(path.read_text()))
+        assert refused == (stem in SCHEMA_REJECTS), stem
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"constraints": [{"metric": "peak_mem_mb"}]}, "constraints"),  # needs max or min
+    ({"constraints": [{"metric": "nonsense", "max": 1}]}, "constraints"),
+    ({"experiment": {"command": "python train.py", "shell": True}}, "experiment"),
+    ({"fixed": {"widths": 8}}, "fixed"),  # no experiment has a knob widths
+    ({"objective": []}, "objective"),
+])
+def test_the_schema_refuses_what_validate_refuses_in_one_key(
+        workdir: Path, validator: jsonschema.Draft202012Validator, change: dict, key: str
+) -> None:
+    data = {"name": "s", "experiment": "mlp_digits", **change}
+    path = write(workdir / "s.yaml", yaml.safe_dump(data))
+    result = validate(path)
+    assert result.exit_code == 2 and f"s.yaml: {key}" in result.output, result.output
+    assert not validator.is_valid(data)
