@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
+from msexp.errors import SpecError
+from msexp.paths import NAME_PATTERN, NAME_RULE
 from msexp.urls import redact
 
 
@@ -33,8 +36,18 @@ StorageOpt = Annotated[Optional[str], typer.Option(
     "--storage", envvar="MSEXP_STORAGE",
     help="Optuna storage: an RDB URL (postgresql://...) or a .journal file "
          "[default: mlruns/optuna.journal].")]
+
+
+def study_name(ctx: typer.Context, value: str | None) -> str | None:
+    """`--study`'s value if it is a name (it names folders under mlruns/), else a SpecError."""
+    if value is not None and not re.fullmatch(NAME_PATTERN, value):
+        raise SpecError(ctx.command_path, "--study", NAME_RULE, ascii(value)[1:-1])
+    return value
+
+
 StudyOpt = Annotated[Optional[str], typer.Option(
-    "--study", help="Study name [default: the sweep's name]; a new name starts afresh.")]
+    "--study", help="Study name [default: the sweep's name]; a new name starts afresh.",
+    callback=study_name)]
 ColdOpt = Annotated[bool, typer.Option(
     "--cold", help="Compile every trial afresh: no reuse of an earlier trial's graphs "
                    "[default: budget.cold].")]

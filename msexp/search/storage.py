@@ -18,7 +18,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._file import BaseJournalFileLock
 
 from msexp.errors import MsexpError
-from msexp.paths import JOURNAL
+from msexp.paths import JOURNAL, not_regular
 from msexp.urls import redact
 
 _log = logging.getLogger("msexp")
@@ -64,6 +64,10 @@ def storage_errors(url: str | None) -> Iterator[None]:
 
 
 def _open_journal(path: Path) -> optuna.storages.JournalStorage:
+    kind = not_regular(path.stat().st_mode) if path.exists() else None
+    if kind:  # a device or a FIFO: Optuna would read it without end, or block
+        raise MsexpError(f"cannot use the Optuna storage {path} (it is a {kind}, not a "
+                         "regular file)")
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FlockLock(str(path) + ".flock")
     if not path.exists() or os.access(path, os.W_OK):

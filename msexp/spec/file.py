@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from msexp.datasets import FORMATS
 from msexp.errors import SpecError
+from msexp.paths import NAME_PATTERN
 
 
 class Method(str, Enum):
@@ -117,7 +118,7 @@ class CommandSection(_Strict):
 class SweepFile(_Strict):
     """The YAML document as written, checked for keys and types."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    name: str = Field(pattern=NAME_PATTERN, max_length=100)
     experiment: Union[Annotated[str, Field(min_length=1)], CommandSection]
     method: Method = Method.grid
     objective: list[Objective] = Field(
