@@ -31,7 +31,7 @@ def train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[]
 def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool],
                    shard: tuple[int, int], reducer: Callable | None, scratch: Path
                    ) -> tuple[dict[str, float], Workload]:
-    from msexp.training.checkpoint import latest  # lazy: a failing MindSpore import shows
+    from msexp.training.checkpoint import resumable  # lazy: a failing MindSpore import shows
     from msexp.training.loop import prepare, train  # in the trial's log
 
     global _last
@@ -46,7 +46,7 @@ def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[
     if signature and graphs.reusable:
         _last = (signature, graphs)
     plan = _plan(request)
-    earlier = latest(plan.folder) if plan else None
+    earlier = resumable(plan) if plan else None
     emit(Start(workload.data_source, os.getpid(), impl, earlier.epoch if earlier else 0, warm))
     if earlier:
         print(f"msexp: resuming from epoch {earlier.epoch} ({plan.folder / earlier.file})",
@@ -71,13 +71,13 @@ def keeps_graphs() -> bool:
 
 def _plan(request: TrialRequest) -> Any:
     """The checkpoint plan of a request that has a folder and asks for checkpoints."""
-    from msexp.training.checkpoint import CheckpointPlan  # lazy: as train_request's
+    from msexp.training.checkpoint import CheckpointPlan, owner  # lazy: as train_request's
 
     wanted = request.checkpoint
     if wanted is None or request.folder is None:
         return None
     return CheckpointPlan(request.checkpoint_dir, wanted.every, wanted.keep, wanted.metric,
-                          wanted.maximize)
+                          wanted.maximize, owner(request.trial, request.params))
 
 
 def build_workload(request: TrialRequest) -> Workload:

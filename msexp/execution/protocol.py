@@ -63,7 +63,9 @@ class TrialRequest:
     `folder` holds `trial.log` and `events.jsonl`; None runs the trial in the
     foreground with events going only to the caller (`msexp run`). A trial of a user's
     own command has `command`; `experiment` then names it for logs. `cold` forbids
-    reusing the graphs an earlier trial compiled in the same worker.
+    reusing the graphs an earlier trial compiled in the same worker. `trial` names the
+    trial of the study it is (stable across its attempts, unique across studies): its
+    checkpoints record it, and a checkpoint of another trial is never resumed.
     """
 
     experiment: str
@@ -75,6 +77,7 @@ class TrialRequest:
     checkpoint: Checkpointing | None = None
     init_from: str | None = None
     cold: bool = False
+    trial: str | None = None
 
     @property
     def graph_signature(self) -> str | None:
@@ -116,7 +119,7 @@ class TrialRequest:
                    Target(**data["target"]) if data.get("target") else None, data.get("data"),
                    Command(**data["command"]) if data.get("command") else None,
                    Checkpointing(**data["checkpoint"]) if data.get("checkpoint") else None,
-                   data.get("init_from"), data.get("cold", False))
+                   data.get("init_from"), data.get("cold", False), data.get("trial"))
 
 
 @dataclass
