@@ -3,7 +3,7 @@
 The command runs in the sweep file's folder with the trial's params as arguments (only
 the values the sweep file sets; the script keeps its own defaults), in this process's
 group, so a timeout or a prune kills it with the trial; what it leaves running when it
-exits is killed then (see `process.strays`). Its output goes to the trial's
+exits is killed then (see `process.kill_leftovers`). Its output goes to the trial's
 log and is read for metrics:
 
 - `name: value` alone on a line, `name=value` pairs, and JSON (or Python dict) lines;
@@ -30,16 +30,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from msexp.execution.process import (
+    become_subreaper,
     die_with_parent,
     exit_reason,
-    kill_processes,
+    kill_leftovers,
     msrun_argv,
-    strays,
+    secret_name,
 )
 from msexp.execution.protocol import Epoch, EventReader, Start, TrialRequest
 from msexp.keys import TrialEnv
 from msexp.paths import newest_checkpoint, search_path
 from msexp.training.records import Stopped
+from msexp.urls import redact
 
 POLL_S = 0.05
 DRAIN_S = 5.0  # reading what the command wrote after it exited (a stray may hold it open)
@@ -156,8 +158,9 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     params_file.write_text(json.dumps(request.params), encoding="utf-8")
     channel = folder / "reports.jsonl"
     channel.write_text("")
-    env = {**os.environ, TrialEnv.PARAMS: str(params_file), TrialEnv.OUTPUT_DIR: str(outputs),
-           TrialEnv.EVENTS: str(channel), "PYTHONUNBUFFERED": "1", "PATH": search_path()}
+    env = {**public_environment(), TrialEnv.PARAMS: str(params_file),
+           TrialEnv.OUTPUT_DIR: str(outputs), TrialEnv.EVENTS: str(channel),
+           "PYTHONUNBUFFERED": "1", "PATH": search_path()}
     if any(outputs.iterdir()):
         env[TrialEnv.RESUME] = str(outputs)
     params = {k: v for k, v in request.params.items() if k != "devices"}  # msexp's own
@@ -165,6 +168,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     devices = request.params.get("devices", 1)
     if devices > 1:  # `python script.py ...` as msrun ranks; rank 0's output is read
         argv = msrun_argv(devices, folder / "ranks", argv[1:], env["PATH"], tail_rank=0)
+    become_subreaper()  # helpers that leave the session and the marker stay ours to kill
     proc = subprocess.Popen(argv, cwd=command.cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace",
                             preexec_fn=die_with_parent)
@@ -180,7 +184,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
             stopped = True
             proc.send_signal(signal.SIGUSR1)
         time.sleep(POLL_S)
-    kill_processes(strays())  # a daemon it left would hold its output open forever
+    kill_leftovers()  # a daemon it left would hold its output open forever
     lines.join(DRAIN_S)
     epochs.forward()
     if stopped:
@@ -195,11 +199,19 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     return metrics, newest_checkpoint(outputs)
 
 
+def public_environment() -> dict[str, str]:
+    """This process's environment without secrets, for a user's command: no variable whose
+    name says it holds one (PASSWORD, TOKEN, SECRET, KEY), none holding a URL's password."""
+    return {name: value for name, value in os.environ.items()
+            if not secret_name(name) and redact(value) == value}
+
+
 def _copy_output(proc: subprocess.Popen, reader: MetricReader) -> None:
-    """Copy the command's output into the trial log, reading metrics on the way."""
+    """Copy the command's output into the trial log (passwords in URLs redacted), reading
+    metrics on the way."""
     assert proc.stdout is not None
     for line in proc.stdout:
-        sys.stdout.write(line)
+        sys.stdout.write(redact(line))
         sys.stdout.flush()
         reader.feed(line)
 

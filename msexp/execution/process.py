@@ -46,6 +46,36 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def become_subreaper() -> bool:
+    """Adopt this process's orphaned descendants (Linux PR_SET_CHILD_SUBREAPER): a helper
+    that left its session with `setsid` and cleared its environment stays a descendant,
+    so `adopted` finds it. False where the platform does not allow it."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return False
+    return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+
+
+def kill_leftovers(wait_s: float = REAP_S) -> None:
+    """Kill what a finished trial left: processes with its marker, then every descendant of
+    this process (orphans it adopted as a subreaper included), and reap them."""
+    kill_processes(strays(), wait_s)
+    for _ in range(3):  # a killed stray's own orphans are adopted only once it is gone
+        left = [p for p in descendants(os.getpid()) if alive(p)]
+        kill_processes(left, wait_s)
+        for proc in [*left, *descendants(os.getpid())]:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(proc.pid, os.WNOHANG)  # an adopted zombie is ours to reap
+        if not left:
+            return
+
+
+def secret_name(name: str) -> bool:
+    """Whether an environment variable's name says it holds a secret."""
+    return any(word in name.upper() for word in ("PASSWORD", "TOKEN", "SECRET", "KEY"))
+
+
 def kill_group(pid: int) -> None:
     """SIGKILL the process group led by `pid`, if it is still there."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -1,0 +1,73 @@
+"""A user's command as a trial: a helper that leaves the session with a cleared environment
+dies with the trial, and no secret of msexp's environment reaches the command or any file
+under mlruns/."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import psutil
+
+from msexp.execution.process import kill_processes
+from tests.conftest import msexp_cmd, write
+from tests.fault.conftest import DEADLINE_S, assert_invariants
+
+SECRETS = {"PGPASSWORD": "S3CRET-pg", "MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow",
+           "HF_TOKEN": "S3CRET-hf", "AWS_SECRET_ACCESS_KEY": "S3CRET-aws",
+           "OPENAI_API_KEY": "S3CRET-key", "DATA_URL": "https://u:S3CRET-url@data.example/x"}
+
+
+def command_sweep(name: str, script: str) -> Path:
+    path = write(Path(f"{name}.sh"), f"""
+        [ "$1" = --help ] && exit 0
+        {script}
+        echo "eval_accuracy: 0.9"
+    """)
+    return write(Path(f"{name}.yaml"), f"""
+        name: {name}
+        experiment: {{command: sh {path.name}, args: none}}
+        budget: {{retries: 0}}
+        params: {{point: [0, 1]}}
+    """)
+
+
+def sweep(path: Path, env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(msexp_cmd("sweep", str(path)), capture_output=True, text=True,
+                          timeout=DEADLINE_S, env={**os.environ, **(env or {})})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def sleeping(token: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.info["cmdline"] == ["sleep", token]:
+            found.append(proc)
+    return found
+
+
+def test_a_setsid_helper_with_a_cleared_environment_dies_with_the_trial(mark: str) -> None:
+    token = f"1{uuid.uuid4().int % 10**6}.5"  # seconds: a command line no one else has
+    try:
+        sweep(command_sweep("detached", f"env -i setsid sleep {token} >/dev/null 2>&1 &\n"
+                                        "sleep 0.2"))
+        assert not sleeping(token), "the helper outlived its trial"
+        assert_invariants("detached", "detached", mark, [{"point": 0}, {"point": 1}])
+    finally:
+        kill_processes(sleeping(token))
+
+
+def test_no_secret_reaches_the_command_or_a_file_under_mlruns(mark: str) -> None:
+    sweep(command_sweep("withheld", 'env; echo "connecting to $DATA_URL"\n'
+                                    "echo postgresql://me:S3CRET-printed@db/x"), SECRETS)
+    log = Path("mlruns/trials/withheld/trial-0000/trial.log").read_text()
+    assert "connecting to" in log and "postgresql://me:***@db/x" in log
+    assert "PATH=" in log, "the command got the rest of the environment"
+    for name in SECRETS:
+        assert f"{name}=" not in log
+    leaked = [str(path) for path in Path("mlruns").rglob("*")
+              if path.is_file() and b"S3CRET" in path.read_bytes()]
+    assert not leaked
+    assert_invariants("withheld", "withheld", mark, [{"point": 0}, {"point": 1}])
