@@ -16,19 +16,39 @@ from pathlib import Path
 import psutil
 
 from msexp.keys import TrialEnv
+from msexp.paths import TRIALS_DIR
 
 REAP_S = 5.0
+LOW_SPACE_BYTES = 1 << 20  # a process that failed with less free space likely ran out of it
 
 
-def exit_reason(code: int, who: str = "trial process") -> str:
-    """How a process ended, from its return code (negative: the signal)."""
+def exit_reason(code: int, who: str = "trial process", folder: Path | None = TRIALS_DIR
+                ) -> str:
+    """How a process ended, from its return code (negative: the signal), and whether the
+    disk of `folder` (where trials write) is full."""
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"{who} was killed by {name}"
-    return f"{who} exited with code {code}"
+        return f"{who} was killed by {name}" + space_note(folder)
+    return f"{who} exited with code {code}" + (space_note(folder) if code else "")
+
+
+def space_note(folder: Path | None) -> str:
+    """"; no space left on the device of FOLDER ..." if that disk is (nearly) full, else ""."""
+    if folder is None:
+        return ""
+    where = folder.resolve()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return ""
+    if free >= LOW_SPACE_BYTES:
+        return ""
+    return f"; no space left on the device of {folder.resolve()} ({free} bytes free)"
 
 
 def tail(path: Path, lines: int) -> str:

@@ -176,8 +176,12 @@ class Checkpoints:
         """Save after `epoch`; return the new record (the best one is kept as the plan says)."""
         name = f"epoch-{epoch:04d}.ckpt"
         partial = self.plan.folder / f".partial-{name}"
-        ms.save_checkpoint([{"name": n, "data": p} for n, p in self.parameters.items()],
-                           str(partial))
+        try:
+            ms.save_checkpoint([{"name": n, "data": p} for n, p in self.parameters.items()],
+                               str(partial))
+        except OSError as exc:  # MindSpore's names no file: say where, e.g. a full disk
+            partial.unlink(missing_ok=True)
+            raise OSError(exc.errno, exc.strerror, str(partial)) from exc
         os.replace(partial, self.plan.folder / name)
         best = previous.best if previous else None
         value = history[-1].metrics.get(self.plan.metric) if self.plan.metric else None

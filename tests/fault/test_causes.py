@@ -3,13 +3,14 @@ format, before anything runs; a full disk is named as such, with where."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import msexp_cmd, write
-from tests.fault.conftest import DEADLINE_S
+from tests.conftest import child_runs, msexp_cmd, write
+from tests.fault.conftest import DEADLINE_S, assert_no_process_left, load_study
 
 
 @pytest.mark.parametrize(("section", "line"), [
@@ -40,3 +41,38 @@ def test_the_largest_seed_runs(workdir: Path) -> None:
     params = trial_params("mlp_digits", {"epochs": 1, "hidden": 8, "seed": 2**32 - 1})
     assert "eval_accuracy" in trial_process.run(TrialRequest("mlp_digits", params),
                                                 lambda event: None)
+
+
+def can_mount_tmpfs() -> bool:
+    return subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=4k tmpfs /mnt"],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs a mount namespace (unshare -m) and "
+                    "tmpfs mounts (root)")
+@pytest.mark.parametrize("fill", ["full before the trial", "full while it saves"])
+def test_a_full_disk_says_no_space_left_and_where(mark: str, fill: str) -> None:
+    """mlruns/trials on a tmpfs of its own, seen only by this sweep (a private mount)."""
+    name = "full-" + fill.split()[-1]
+    sweep = write(Path(f"{name}.yaml"), f"""
+        name: {name}
+        experiment: mlp_digits
+        fixed: {{epochs: 2, hidden: 16}}
+        budget: {{retries: 0}}
+        params: {{lr: [0.1]}}
+    """)
+    Path("mlruns/trials").mkdir(parents=True, exist_ok=True)
+    size, filled = ("64k", "dd if=/dev/zero of=mlruns/trials/fill bs=1k 2>/dev/null;"
+                    ) if fill.endswith("trial") else ("8k", "")
+    script = (f"mount -t tmpfs -o size={size} tmpfs mlruns/trials && {filled} "
+              f"exec {shlex.join(msexp_cmd('sweep', str(sweep)))}")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=DEADLINE_S)
+    assert done.returncode == 1 and "every trial failed" in done.stderr, done.stdout
+    (trial,) = load_study(name).trials
+    assert trial.state.name == "FAIL"
+    error = trial.user_attrs["error"]
+    assert "no space left" in error.lower() and str(Path("mlruns/trials").resolve()) in error
+    (run,) = child_runs(name)
+    assert run.info.status == "FAILED" and run.data.tags["status"] == "FAILED"
+    assert_no_process_left(mark)
