@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import child_runs, msexp_cmd, write
-from tests.fault.conftest import DEADLINE_S, assert_no_process_left, load_study
+from tests.fault.conftest import (
+    DEADLINE_S,
+    assert_no_process_left,
+    assert_nothing_running,
+    load_study,
+)
 
 
 @pytest.mark.parametrize(("section", "line"), [
@@ -75,4 +80,5 @@ def test_a_full_disk_says_no_space_left_and_where(mark: str, fill: str) -> None:
     assert "no space left" in error.lower() and str(Path("mlruns/trials").resolve()) in error
     (run,) = child_runs(name)
     assert run.info.status == "FAILED" and run.data.tags["status"] == "FAILED"
+    assert_nothing_running(name)
     assert_no_process_left(mark)

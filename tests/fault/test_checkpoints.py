@@ -18,7 +18,12 @@ from msexp.spec.load import trial_params
 from msexp.training.checkpoint import STATE, latest
 from msexp.training.records import Epoch, Stopped
 from tests.conftest import child_runs, msexp_cmd, write
-from tests.fault.conftest import DEADLINE_S, assert_no_process_left, load_study
+from tests.fault.conftest import (
+    DEADLINE_S,
+    assert_no_process_left,
+    assert_nothing_running,
+    load_study,
+)
 
 
 def params(**overrides: Any) -> dict[str, Any]:
@@ -121,4 +126,6 @@ def test_a_new_study_with_other_params_does_not_take_the_old_trials_checkpoints(
     assert len(runs) == 1 and RunTag.RESUMED_FROM not in runs[0].data.tags
     log = Path("mlruns/trials/reuse/trial-0000/trial.log").read_text()
     assert "was trained with other params (lr)" in log and "resuming from" not in log
+    assert trial.state.name == "COMPLETE"
+    assert_nothing_running("reuse")
     assert_no_process_left(mark)
