@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from msexp.execution.process import (
     become_subreaper,
+    descendants,
     die_with_parent,
     exit_reason,
     kill_leftovers,
@@ -158,7 +159,8 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     params_file.write_text(json.dumps(request.params), encoding="utf-8")
     channel = folder / "reports.jsonl"
     channel.write_text("")
-    env = {**public_environment(), TrialEnv.PARAMS: str(params_file),
+    passed = {name: os.environ[name] for name in command.pass_env if name in os.environ}
+    env = {**public_environment(), **passed, TrialEnv.PARAMS: str(params_file),
            TrialEnv.OUTPUT_DIR: str(outputs), TrialEnv.EVENTS: str(channel),
            "PYTHONUNBUFFERED": "1", "PATH": search_path()}
     if any(outputs.iterdir()):
@@ -169,6 +171,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     if devices > 1:  # `python script.py ...` as msrun ranks; rank 0's output is read
         argv = msrun_argv(devices, folder / "ranks", argv[1:], env["PATH"], tail_rank=0)
     become_subreaper()  # helpers that leave the session and the marker stay ours to kill
+    kept = descendants(os.getpid())  # what this process ran before: not the trial's
     proc = subprocess.Popen(argv, cwd=command.cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace",
                             preexec_fn=die_with_parent)
@@ -184,7 +187,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
             stopped = True
             proc.send_signal(signal.SIGUSR1)
         time.sleep(POLL_S)
-    kill_leftovers()  # a daemon it left would hold its output open forever
+    kill_leftovers(kept)  # a daemon it left would hold its output open forever
     lines.join(DRAIN_S)
     epochs.forward()
     if stopped:
@@ -201,7 +204,8 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
 
 def public_environment() -> dict[str, str]:
     """This process's environment without secrets, for a user's command: no variable whose
-    name says it holds one (PASSWORD, TOKEN, SECRET, KEY), none holding a URL's password."""
+    name says it holds one (PASSWORD, TOKEN, SECRET, KEY), none holding a URL's password
+    (the sweep file's `experiment.pass_env` names those it passes on purpose)."""
     return {name: value for name, value in os.environ.items()
             if not secret_name(name) and redact(value) == value}
 

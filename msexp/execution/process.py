@@ -77,14 +77,16 @@ def become_subreaper() -> bool:
     return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
 
 
-def kill_leftovers(wait_s: float = REAP_S) -> None:
+def kill_leftovers(kept: Iterable[psutil.Process] = (), wait_s: float = REAP_S) -> None:
     """Kill what a finished trial left: processes with its marker, then every descendant of
-    this process (orphans it adopted as a subreaper included), and reap them."""
+    this process but those in `kept` (orphans it adopted as a subreaper included), and reap
+    them."""
     kill_processes(strays(), wait_s)
+    kept = set(kept)
     for _ in range(3):  # a killed stray's own orphans are adopted only once it is gone
-        left = [p for p in descendants(os.getpid()) if alive(p)]
+        left = [p for p in descendants(os.getpid()) if p not in kept and alive(p)]
         kill_processes(left, wait_s)
-        for proc in [*left, *descendants(os.getpid())]:
+        for proc in left:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(proc.pid, os.WNOHANG)  # an adopted zombie is ours to reap
         if not left:

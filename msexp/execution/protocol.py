@@ -33,12 +33,14 @@ class Command:
         cwd: where it runs: the sweep file's folder.
         args: how params become arguments: flags (--name=value), hydra (name=value), none.
         metrics: regexes whose named groups are metrics, applied to every output line.
+        pass_env: secret-looking environment variables the sweep file passes on purpose.
     """
 
     argv: list[str]
     cwd: str
     args: str = "flags"
     metrics: list[str] = field(default_factory=list)
+    pass_env: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

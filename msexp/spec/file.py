@@ -108,6 +108,9 @@ class CommandSection(_Strict):
     args: Literal["flags", "hydra", "none"] = "flags"
     metrics: list[str] = Field(default_factory=list)
     check: str = "--help"
+    # environment variables the command gets though their names say they hold a secret
+    pass_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list)
 
     @field_validator("metrics", mode="before")
     @classmethod

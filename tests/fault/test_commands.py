@@ -6,14 +6,23 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import psutil
 
 from msexp.execution.process import kill_processes
+from msexp.execution.protocol import Command, TrialRequest
+from msexp.spec.command import split_command
+from msexp.spec.load import load_spec
 from tests.conftest import msexp_cmd, write
-from tests.fault.conftest import DEADLINE_S, assert_invariants, assert_no_secret_under_mlruns
+from tests.fault.conftest import (
+    DEADLINE_S,
+    assert_invariants,
+    assert_no_process_left,
+    assert_no_secret_under_mlruns,
+)
 
 SECRETS = {"PGPASSWORD": "S3CRET-pg", "MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow",
            "HF_TOKEN": "S3CRET-hf", "AWS_SECRET_ACCESS_KEY": "S3CRET-aws",
@@ -69,3 +78,27 @@ def test_no_secret_reaches_the_command_or_a_file_under_mlruns(mark: str) -> None
         assert f"{name}=" not in log
     assert_no_secret_under_mlruns(["S3CRET"])
     assert_invariants("withheld", "withheld", mark, [{"point": 0}, {"point": 1}])
+
+
+def test_the_sweep_file_passes_a_secret_on_purpose(mark: str, tmp_path: Path) -> None:
+    """`experiment.pass_env` names the secrets the command gets; the others stay withheld.
+    A real trial process runs the request `search/loop.py` builds from the sweep file."""
+    script = write(tmp_path / "show.sh", "env\necho 'eval_accuracy: 1'\n")
+    spec = load_spec(write(tmp_path / "passes.yaml", f"""
+        name: passes
+        experiment: {{command: sh {script.name}, args: none, pass_env: [HF_TOKEN, NOT_SET]}}
+        params: {{point: [0]}}
+    """))
+    assert spec.command is not None and spec.command.pass_env == ["HF_TOKEN", "NOT_SET"]
+    command = Command(split_command("passes.yaml", spec.command.command), str(tmp_path),
+                      "none", [], list(spec.command.pass_env))
+    request = TrialRequest("passes", {"point": 0}, tmp_path / "trial", command=command)
+    request.folder.mkdir()
+    subprocess.run([sys.executable, "-m", "msexp.execution.trial"], input=request.to_json(),
+                   text=True, check=True, timeout=DEADLINE_S, env={**os.environ, **SECRETS},
+                   stdout=subprocess.DEVNULL)
+    shown = request.log_path.read_text().splitlines()
+    assert "HF_TOKEN=S3CRET-hf" in shown
+    assert not [line for line in shown if "S3CRET" in line and "HF_TOKEN" not in line]
+    assert not [line for line in shown if line.startswith("NOT_SET=")]
+    assert_no_process_left(mark)
