@@ -22,6 +22,8 @@ from tests.fault.conftest import (
     assert_invariants,
     assert_no_process_left,
     assert_no_secret_under_mlruns,
+    assert_nothing_running,
+    load_study,
 )
 
 SECRETS = {"PGPASSWORD": "S3CRET-pg", "MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow",
@@ -29,7 +31,7 @@ SECRETS = {"PGPASSWORD": "S3CRET-pg", "MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow
            "OPENAI_API_KEY": "S3CRET-key", "DATA_URL": "https://u:S3CRET-url@data.example/x"}
 
 
-def command_sweep(name: str, script: str) -> Path:
+def command_sweep(name: str, script: str, budget: str = "retries: 0") -> Path:
     path = write(Path(f"{name}.sh"), f"""
         [ "$1" = --help ] && exit 0
         {script}
@@ -38,7 +40,7 @@ def command_sweep(name: str, script: str) -> Path:
     return write(Path(f"{name}.yaml"), f"""
         name: {name}
         experiment: {{command: sh {path.name}, args: none}}
-        budget: {{retries: 0}}
+        budget: {{{budget}}}
         params: {{point: [0, 1]}}
     """)
 
@@ -64,6 +66,27 @@ def test_a_setsid_helper_with_a_cleared_environment_dies_with_the_trial(mark: st
                                         "sleep 0.2"))
         assert not sleeping(token), "the helper outlived its trial"
         assert_invariants("detached", "detached", mark, [{"point": 0}, {"point": 1}])
+    finally:
+        kill_processes(sleeping(token))
+
+
+def test_an_orphaned_helper_with_a_cleared_environment_dies_with_a_timed_out_trial(
+        mark: str) -> None:
+    """The helper's parent exits at once (a double fork): it is orphaned while the trial
+    still runs, until the trial's timeout."""
+    token = f"1{uuid.uuid4().int % 10**6}.5"
+    try:
+        # the timeout must outlast the command's start on a loaded machine
+        path = command_sweep("orphaned", f"(env -i setsid sleep {token} >/dev/null 2>&1 &)\n"
+                                         "sleep 1000", "trial_timeout: 12, retries: 0")
+        done = subprocess.run(msexp_cmd("sweep", str(path)), capture_output=True, text=True,
+                              timeout=DEADLINE_S)
+        assert done.returncode == 1, done.stdout + done.stderr
+        trials = load_study("orphaned").trials
+        assert {t.user_attrs["status"] for t in trials} == {"TIMEOUT"}
+        assert not sleeping(token), "the helper outlived its trial"
+        assert_nothing_running("orphaned")
+        assert_no_process_left(mark)
     finally:
         kill_processes(sleeping(token))
 
