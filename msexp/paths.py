@@ -25,7 +25,11 @@ NAME_RULE = "a name of letters, digits and _.- starting with a letter or digit, 
 def write_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` so readers see the old content or the new, never a part."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(text, encoding="utf-8")
+    try:
+        partial.write_text(text, encoding="utf-8")
+    except OSError as exc:  # a failed write or close names no file: say where (a full disk)
+        partial.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     os.replace(partial, path)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,20 @@ def test_a_full_disk_says_no_space_left_and_where(mark: str, fill: str) -> None:
     assert run.info.status == "FAILED" and run.data.tags["status"] == "FAILED"
     assert_nothing_running(name)
     assert_no_process_left(mark)
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs a mount namespace (unshare -m) and "
+                    "tmpfs mounts (root)")
+def test_a_file_written_whole_on_a_full_disk_names_itself(tmp_path: Path) -> None:
+    """What `write_atomic` writes (a spooled result, a checkpoint's state.json) on a full
+    disk fails naming the file, and leaves no partial file behind."""
+    (tmp_path / "full").mkdir()
+    code = ("from pathlib import Path; from msexp.paths import write_atomic\n"
+            "try:\n    write_atomic(Path('full/result.json'), 'x' * 100000)\n"
+            "except OSError as exc:\n    print(exc)")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=8k tmpfs full "
+                           f"&& {shlex.join([sys.executable, '-c', code])} && ls -A full"],
+                          cwd=tmp_path,
+                          capture_output=True, text=True, timeout=DEADLINE_S)
+    assert done.stdout.splitlines() == [
+        "[Errno 28] No space left on device: 'full/result.json'"], done.stderr
