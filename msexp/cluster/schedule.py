@@ -35,7 +35,9 @@ SKIPPED = 75  # flock's exit code when an earlier scheduled run still holds the 
 PASSED_ENV = ("PGPASSFILE",)  # paths, not secrets: cron starts jobs with an empty environment
 K8S_MOUNT = "/work"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # a newline ends a crontab or #SBATCH line
-_SBATCH_VALUE = re.compile(r"[\w.,:@+=/%-]+")  # #SBATCH lines are split on blanks
+# sbatch splits #SBATCH lines on blanks and reads quotes; Slurm's own syntax (a
+# --constraint's & | [ ] *, a %x in a path) is no shell's business there
+_SBATCH_VALUE = re.compile(r"[^\s'\"\\\x00-\x1f\x7f]+")
 _CRON_FIELD = re.compile(r"[A-Za-z0-9*,/-]+")
 
 
@@ -50,8 +52,8 @@ def one_line(option: str, value: str) -> str:
 
 def _sbatch_value(option: str, value: str) -> str:
     if not _SBATCH_VALUE.fullmatch(one_line(option, value)):
-        raise SpecError(WHERE, option, "an #SBATCH value of letters, digits and _.,:@+=/%- "
-                        "(no blank, quote or control character)", value)
+        raise SpecError(WHERE, option, "one #SBATCH value: no blank, quote, backslash "
+                        "or control character", value)
     return value
 
 

@@ -205,3 +205,12 @@ def test_a_journal_linked_to_a_device_is_one_line(workdir: Path, device: str, ho
         assert done.returncode == 1, done.stdout + done.stderr
         (line,) = done.stderr.splitlines()
         assert f"cannot use the Optuna storage {device}" in line and "character device" in line
+
+
+def test_slurms_own_syntax_stays_allowed_in_batch_options(workdir: Path) -> None:
+    """The refusals above are not a whitelist that breaks Slurm: a constraint's & | [ ]."""
+    done = msexp("schedule", str(sweep_in(workdir)), "--slurm", "--sbatch",
+                 "--constraint=[rack1|rack2]&v100", "--partition", "cpu,gpu", *SHARED)
+    assert done.returncode == 0, done.stderr
+    lines = Path("mlruns/slurm/nightly.sbatch").read_text().splitlines()
+    assert {"#SBATCH --constraint=[rack1|rack2]&v100", "#SBATCH --partition=cpu,gpu"} <= set(lines)
