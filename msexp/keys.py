@@ -14,6 +14,7 @@ class StudyKey:
     OBJECTIVES = "msexp.objectives"
     SWEEP = "msexp.sweep"
     EXPERIMENT = "msexp.experiment"
+    UID = "msexp.uid"  # unique per study, even one recreated under the same name
     FINGERPRINT = "msexp.fingerprint"  # written last: marks the study complete
     PARENT_RUN = "mlflow_parent_run_id"
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+SEED_MAX = 2**32 - 1  # NumPy's and MindSpore's limit
 _TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
                list: "a list"}
 
@@ -55,7 +56,7 @@ class Knob:
             (self.lt, "<", lambda v, b: v < b),
         ):
             if bound is not None and not ok(value, bound):
-                return f"must be {op} {bound:g}"
+                return f"must be {op} {bound if isinstance(bound, int) else format(bound, 'g')}"
         return None
 
     def applies(self, values: Mapping[str, Any]) -> bool:
@@ -107,7 +108,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("warmup_epochs", int, 0, "epochs of linear learning-rate warm-up", ge=0, graph=False),
     Knob("clip_grad_norm", float, 0.0, "clip the update's gradients to this global norm "
          "(0: no clipping)", ge=0),
-    Knob("seed", int, 0, "seed for weights, data order and dropout", ge=0, graph=False),
+    Knob("seed", int, 0, "seed for weights, data order and dropout", ge=0, le=SEED_MAX,
+         graph=False),
     Knob("amp_level", str, "O0", "automatic mixed precision level",
          choices=("O0", "O1", "O2", "O3")),
     Knob("amp_dtype", str, "float16", "low-precision type used by AMP",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -17,12 +18,19 @@ CRON_LOG = STORE_DIR / "cron.log"
 LOG_FILE = STORE_DIR / "msexp.log"
 MLFLOW_DB = STORE_DIR / "mlflow.db"
 DEFAULT_TRACKING_URI = f"sqlite:///{MLFLOW_DB.as_posix()}"
+# a sweep's or study's name: it names folders under mlruns/, so it is never a path
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+NAME_RULE = "a name of letters, digits and _.- starting with a letter or digit, not a path"
 
 
 def write_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` so readers see the old content or the new, never a part."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(text, encoding="utf-8")
+    try:
+        partial.write_text(text, encoding="utf-8")
+    except OSError as exc:  # a failed write or close names no file: say where (a full disk)
+        partial.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     os.replace(partial, path)
 
 
@@ -37,3 +45,29 @@ def newest_checkpoint(folder: Path) -> Path | None:
     output), or None."""
     found = sorted(folder.rglob("*.ckpt"), key=lambda path: path.stat().st_mtime)
     return found[-1] if found else None
+
+
+_KINDS = {stat.S_IFIFO: "FIFO", stat.S_IFCHR: "character device", stat.S_IFBLK: "block device",
+          stat.S_IFSOCK: "socket", stat.S_IFDIR: "folder"}
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of `st_mode` is, if it is not a regular file (a FIFO, a device...)."""
+    return None if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "special file")
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of `path`, without blocking on a FIFO or reading a device without end.
+
+    Raises:
+        OSError: it cannot be opened, is not a regular file, or is larger than `limit`.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without a writer
+    with os.fdopen(fd, "rb") as file:
+        kind = not_regular(os.fstat(fd).st_mode)
+        if kind:
+            raise OSError(0, f"it is a {kind}, not a regular file")
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(0, f"it is larger than {limit // 1024} KiB")
+    return data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -93,7 +94,7 @@ def test_mlflow_outage_loses_no_result_and_secrets_stay_out(cluster, workdir: Pa
             continue
         if done:
             break
-    mlflow_pid = int((cluster.root / "mlflow.pid").read_text())
+    mlflow_pid = json.loads((cluster.root / "mlflow.pid").read_text())["pid"]
     os.killpg(mlflow_pid, signal.SIGKILL)  # the server goes away in mid-sweep
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output

@@ -4,6 +4,7 @@ owners found, and a second process waiting for the study's creator."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -150,7 +151,9 @@ def test_a_new_grid_study_queues_its_capped_points_and_says_what_it_is(workdir) 
     assert [(t.system_attrs["fixed_params"], t.user_attrs) for t in waiting] == [
         ({"lr": 0.1, "thor.split_indices": "[0, 1]"}, {TrialKey.GRID_POINT: 0}),
         ({"lr": 0.2, "thor.split_indices": "[0, 1]"}, {TrialKey.GRID_POINT: 1})]
-    assert study.user_attrs == {
+    attrs = dict(study.user_attrs)
+    assert re.fullmatch("[0-9a-f]{32}", attrs.pop(StudyKey.UID)), "a study of its own"
+    assert attrs == {
         StudyKey.RETRIES: 3, StudyKey.TOTAL: 2, StudyKey.OBJECTIVES: ["eval_accuracy"],
         StudyKey.SWEEP: "g", StudyKey.EXPERIMENT: "mlp_digits",
         StudyKey.FINGERPRINT: queue.fingerprint(spec)}

@@ -179,7 +179,7 @@ def test_a_sweep_with_passwords_in_both_urls_leaves_them_nowhere(cluster, workdi
         if study and any(t.state.name == "COMPLETE" for t in study.trials):
             break
         time.sleep(0.2)
-    os.killpg(int((cluster.root / "mlflow.pid").read_text()), signal.SIGKILL)
+    os.killpg(json.loads((cluster.root / "mlflow.pid").read_text())["pid"], signal.SIGKILL)
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, output
     assert list((workdir / "mlruns" / "spool").glob("*.json")), "results wait in the spool"

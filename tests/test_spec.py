@@ -43,7 +43,7 @@ def test_bad_file_is_one_line_with_exit_code_2(path: Path, monkeypatch) -> None:
     ('experiment: {command: ""}', "experiment.command: must have at least 1 character, got "),
     ("experiment: {command: x, bogus: 1}",
      "experiment.bogus: unknown key (allowed: command, args, metrics, check, switches, "
-     "hooks, own), got 1"),
+     "hooks, own, pass_env), got 1"),
     ("experiment: mlp_digits\nconstraints: [{metric: eval_loss}]",
      'constraints.0: needs max or min, got {"metric": "eval_loss"}'),
     ("experiment: mlp_digits\npruner: {type: median, percentile: 100}",

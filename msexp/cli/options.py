@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console, ConsoleDimensions
 
-from msexp.paths import DEFAULT_TRACKING_URI, JOURNAL
+from msexp.errors import SpecError
+from msexp.paths import DEFAULT_TRACKING_URI, JOURNAL, NAME_PATTERN, NAME_RULE
 from msexp.urls import redact
 
 UNBOUNDED_WIDTH = 1 << 16  # columns of a pipe or file: nothing wraps, no cell is cut
@@ -42,8 +44,18 @@ StorageOpt = Annotated[Optional[str], typer.Option(
     "--storage", envvar="MSEXP_STORAGE",
     help="Optuna storage: an RDB URL (postgresql://...) or a .journal file.",
     show_default=str(JOURNAL))]
+
+
+def study_name(ctx: typer.Context, value: str | None) -> str | None:
+    """`--study`'s value if it is a name (it names folders under mlruns/), else a SpecError."""
+    if value is not None and not re.fullmatch(NAME_PATTERN, value):
+        raise SpecError(ctx.command_path, "--study", NAME_RULE, ascii(value)[1:-1])
+    return value
+
+
 StudyOpt = Annotated[Optional[str], typer.Option(
-    "--study", help="Study name; a new name starts afresh.", show_default="the sweep's name")]
+    "--study", help="Study name; a new name starts afresh.", show_default="the sweep's name",
+    callback=study_name)]
 ColdOpt = Annotated[bool, typer.Option(
     "--cold", help="Compile every trial afresh: no reuse of an earlier trial's graphs.",
     show_default="budget.cold")]

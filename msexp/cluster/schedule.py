@@ -34,6 +34,40 @@ STOP_NOTICE_S = 60  # SIGTERM this long before Slurm's time limit; the pod's gra
 SKIPPED = 75  # flock's exit code when an earlier scheduled run still holds the lock
 PASSED_ENV = ("PGPASSFILE",)  # paths, not secrets: cron starts jobs with an empty environment
 K8S_MOUNT = "/work"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # a newline ends a crontab or #SBATCH line
+# sbatch splits #SBATCH lines on blanks and reads quotes; Slurm's own syntax (a
+# --constraint's & | [ ] *, a %x in a path) is no shell's business there
+_SBATCH_VALUE = re.compile(r"[^\s'\"\\\x00-\x1f\x7f]+")
+_CRON_FIELD = re.compile(r"[A-Za-z0-9*,/-]+")
+
+
+def one_line(option: str, value: str) -> str:
+    """`value`, if it holds no newline or other control character, which would start a
+    line of its own in a crontab or a batch script; else a SpecError."""
+    if _CONTROL.search(value):
+        raise SpecError(WHERE, option, "must not hold a newline or other control character",
+                        ascii(value))
+    return value
+
+
+def _sbatch_value(option: str, value: str) -> str:
+    if not _SBATCH_VALUE.fullmatch(one_line(option, value)):
+        raise SpecError(WHERE, option, "one #SBATCH value: no blank, quote, backslash "
+                        "or control character", value)
+    return value
+
+
+def cron_schedule(schedule: str) -> str:
+    """`schedule` if it is five crontab fields, else a SpecError."""
+    fields = one_line("--cron", schedule).split()
+    if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
+        raise SpecError(WHERE, "--cron", "a schedule has 5 fields "
+                        "(minute hour day month weekday)", schedule)
+    return schedule
+
+
+def _workdir() -> str:
+    return one_line("the current folder", str(Path.cwd()))
 
 
 @dataclass(frozen=True)
@@ -46,8 +80,11 @@ class Target:
     study: str | None = None
 
     def __post_init__(self) -> None:
+        one_line("FILE", str(self.sweep_file.resolve()))
+        if self.study is not None:
+            one_line("--study", self.study)
         for name in ("storage", "tracking_uri"):
-            value = getattr(self, name)
+            value = one_line(f"--{name.replace('_', '-')}", getattr(self, name))
             if redact(value) != value:
                 raise SpecError(WHERE, f"--{name.replace('_', '-')}",
                                 "put the password in PGPASSWORD/PGPASSFILE (or a Secret), "
@@ -86,13 +123,22 @@ class SlurmJob:
 
     def __post_init__(self) -> None:
         for option in self.extra:
-            if not option.startswith("-") or "\n" in option:
+            if not option.startswith("-") or not _SBATCH_VALUE.fullmatch(option):
                 raise SpecError(WHERE, "--sbatch", "one sbatch option, such as "
-                                "--constraint=v100", option)
+                                "--constraint=v100", ascii(option))
+        for name in ("time", "partition", "account", "qos"):
+            if getattr(self, name) is not None:
+                _sbatch_value(f"--{name}", getattr(self, name))
+        for line in self.setup:
+            one_line("--setup", line)
+
+
+def _python_folder() -> str:
+    return one_line("the Python", str(Path(sys.executable).parent))
 
 
 def _local_program() -> str:
-    return str(Path(sys.executable).parent / "msexp")
+    return str(Path(_python_folder()) / "msexp")
 
 
 def _study_argument(study: str, dated: bool) -> str:
@@ -102,9 +148,10 @@ def _study_argument(study: str, dated: bool) -> str:
 
 
 def _sbatch_options(job: SlurmJob, resources: Resources, name: str) -> list[str]:
+    output = _sbatch_value("the current folder", f"{SLURM_DIR.resolve()}/%x-%A_%a.out")
     options = [f"--job-name=msexp-{name}", f"--array=0-{job.array - 1}", f"--time={job.time}",
                "--ntasks=1", f"--cpus-per-task={resources.cpus}",
-               f"--output={SLURM_DIR.resolve()}/%x-%A_%a.out", "--open-mode=append",
+               f"--output={output}", "--open-mode=append",
                "--requeue", f"--signal=B:TERM@{STOP_NOTICE_S}"]
     named = {"partition": job.partition, "account": job.account, "qos": job.qos,
              "mem": resources.mem, "gpus-per-task": resources.gpus or None}
@@ -128,8 +175,8 @@ def slurm_script(target: Target, job: SlurmJob, resources: Resources, name: str)
              "# Credentials come from the submitting environment (sbatch exports it):",
              "# PGPASSWORD or PGPASSFILE for PostgreSQL, MLFLOW_TRACKING_* for the MLflow server.",
              "set -eo pipefail",
-             f"cd {shlex.quote(str(Path.cwd()))}",
-             f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"',
+             f"cd {shlex.quote(_workdir())}",
+             f'export PATH={shlex.quote(_python_folder())}:"$PATH"',
              f"export OMP_NUM_THREADS={resources.cpus}",
              *job.setup,
              'echo "array task ${SLURM_ARRAY_TASK_ID:-0} on $(hostname),'
@@ -172,18 +219,17 @@ def cron_line(target: Target, schedule: str, fresh_study: bool, name: str,
     schedule still runs is skipped, with a line in the log. PGPASSFILE (a path, not a
     secret) is passed on from `environment`, since cron starts jobs with an empty one.
     """
-    if len(schedule.split()) != 5:
-        raise SpecError(WHERE, "--cron", "a schedule has 5 fields "
-                        "(minute hour day month weekday)", schedule)
+    cron_schedule(schedule)
     study = target.study or name
     lock = str(cron_lock(target, name))
-    passed = [f"{key}={environment[key]}" for key in PASSED_ENV if environment.get(key)]
+    passed = [f"{key}={one_line(key, environment[key])}" for key in PASSED_ENV
+              if environment.get(key)]
     argv = ["flock", "-n", "-E", str(SKIPPED), lock, *(["env", *passed] if passed else []),
             *target.command("sweep", _local_program(), str(target.sweep_file.resolve()))]
     sweep = f"{shlex.join(argv)} --study {_study_argument(study, fresh_study)}"
     skipped = shlex.quote(f"{study}: skipped, an earlier run still holds {lock}")
     log = shlex.quote(str(CRON_LOG.resolve()))
-    command = (f"cd {shlex.quote(str(Path.cwd()))} && {{ {sweep}; test $? -ne {SKIPPED} || "
+    command = (f"cd {shlex.quote(_workdir())} && {{ {sweep}; test $? -ne {SKIPPED} || "
                f"echo \"$(date '+%F %T')\" {skipped}; }} >> {log} 2>&1 "
                + cron_marker(target.sweep_file, study))
     return f"{schedule} {_crontab_escape(command)}"
@@ -299,6 +345,7 @@ def k8s_cronjob(target: Target, schedule: str, pods: Pods, resources: Resources,
     """A ConfigMap with the sweep file and a CronJob running `pods.parallelism` worker pods
     per scheduled run; a run never starts while the previous one runs (Forbid)."""
     study = _study_argument(target.study or name, fresh_study)
+    cron_schedule(schedule)
     command = ["/bin/sh", "-c", f"exec {shlex.join(_pod_worker(target))} --study {study}"]
     manifest = {
         "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": k8s_name(name)},

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import json
 import os
 import pwd
 import secrets
@@ -24,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from msexp.errors import MsexpError
-from msexp.execution.process import free_port
+from msexp.execution.process import alive, descendants, free_port, kill_processes
 from msexp.paths import SERVICES_DIR
 
 USER = "msexp"
@@ -153,7 +154,7 @@ def _start_mlflow(s: Services) -> None:
          "--artifacts-destination", str(s.root / "artifacts"), "--host", "127.0.0.1",
          "--port", str(s.mlflow_port), "--workers", "1"],
         stdout=log, stderr=subprocess.STDOUT, env=s.env(), start_new_session=True)
-    (s.root / "mlflow.pid").write_text(str(proc.pid))
+    record_process(s.root / "mlflow.pid", proc.pid)
     deadline = time.monotonic() + 120
     while not _healthy(s.tracking_uri):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -167,7 +168,8 @@ def down(root: Path = SERVICES_DIR) -> list[str]:
     stopped = []
     pid_file = root / "mlflow.pid"
     if pid_file.exists():
-        if _stop_group(int(pid_file.read_text())):
+        server = recorded_process(pid_file)
+        if server is not None and _stop_group(server):
             stopped.append("mlflow server")
         pid_file.unlink()
     data = Services(root, 0, 0).pg_data
@@ -177,17 +179,38 @@ def down(root: Path = SERVICES_DIR) -> list[str]:
     return stopped
 
 
-def _stop_group(pid: int, grace_s: float = 15.0) -> bool:
-    """SIGTERM the process group led by `pid`, wait for its leader to exit (SIGKILL for
-    the group after `grace_s`); False if it was not running."""
+def record_process(pid_file: Path, pid: int) -> None:
+    """Write what `pid` is now (its start time and command line) into `pid_file`, so a
+    later `down` signals only that process, never one that got its pid since."""
+    proc = psutil.Process(pid)
+    pid_file.write_text(json.dumps({"pid": pid, "create_time": proc.create_time(),
+                                    "cmdline": proc.cmdline()}) + "\n")
+
+
+def recorded_process(pid_file: Path) -> psutil.Process | None:
+    """The process `pid_file` records, if it still runs and is that process (same start
+    time and command line); None for a gone process, a reused pid or a file not ours."""
     try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
+        record = json.loads(pid_file.read_text())
+        proc = psutil.Process(int(record["pid"]))
+        same = (proc.create_time() == record["create_time"]
+                and proc.cmdline() == record["cmdline"])
+    except (OSError, ValueError, TypeError, KeyError, psutil.Error):
+        return None
+    return proc if same else None
+
+
+def _stop_group(server: psutil.Process, grace_s: float = 15.0) -> bool:
+    """SIGTERM the process group `server` leads, wait for it to exit, then SIGKILL what is
+    left of it and of the processes it had started; False if it was not running."""
+    if not alive(server):
         return False
+    family = [server, *descendants(server.pid)]
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(server.pid, signal.SIGTERM)
     with contextlib.suppress(psutil.NoSuchProcess, psutil.TimeoutExpired):
-        psutil.Process(pid).wait(grace_s)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)  # what the server left, or the server itself
+        server.wait(grace_s)
+    kill_processes(family)  # psutil refuses a pid reused since
     return True
 
 

@@ -3,7 +3,7 @@
 The command runs in the trial's own folder (`outputs/`, its MSEXP_OUTPUT_DIR) with the
 trial's params as arguments (only the values the sweep file sets; the script keeps its own
 defaults), in this process's group, so a timeout or a prune kills it with the trial; what
-it leaves running when it exits is killed then (see `process.strays`). Its output goes to
+it leaves running when it exits is killed then (see `process.kill_leftovers`). Its output goes to
 the trial's log and is read for metrics by `log_metrics.MetricReader`; the last value of
 each metric is final. A script that uses `msexp.hooks` also reports epochs through the
 events file in MSEXP_EVENTS, which is what pruning acts on.
@@ -27,17 +27,20 @@ from typing import Any, Callable, TextIO
 
 from msexp.execution.log_metrics import MetricReader
 from msexp.execution.process import (
+    become_subreaper,
+    descendants,
     die_with_parent,
     exit_reason,
-    kill_processes,
+    kill_leftovers,
     msrun_argv,
-    strays,
+    secret_name,
 )
 from msexp.execution.protocol import Command, Epoch, EventReader, Start, TrialRequest
 from msexp.execution.script_help import switches
 from msexp.keys import TrialEnv
 from msexp.paths import newest_checkpoint, search_path, write_atomic
 from msexp.training.records import Stopped
+from msexp.urls import redact
 
 POLL_S = 0.05
 DRAIN_S = 5.0  # reading what the command wrote after it exited (a stray may hold it open)
@@ -125,6 +128,8 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     """
     argv, env, outputs = _launch_plan(request)
     command = request.command
+    become_subreaper()  # helpers that leave the session and the marker stay ours to kill
+    kept = descendants(os.getpid())  # what this process ran before: not the trial's
     proc = subprocess.Popen(argv, cwd=outputs, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace",
                             preexec_fn=die_with_parent)
@@ -141,7 +146,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
             stopped = True
             proc.send_signal(signal.SIGUSR1)
         time.sleep(POLL_S)
-    kill_processes(strays())  # a daemon it left would hold its output open forever
+    kill_leftovers(kept)  # a daemon it left would hold its output open forever
     lines.join(DRAIN_S)
     epochs.forward()
     if stopped:
@@ -168,8 +173,10 @@ def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path
     params_file.write_text(json.dumps(request.params), encoding="utf-8")
     channel = folder / "reports.jsonl"
     channel.write_text("")
-    env = {**os.environ, TrialEnv.PARAMS: str(params_file), TrialEnv.OUTPUT_DIR: str(outputs),
-           TrialEnv.EVENTS: str(channel), "PYTHONUNBUFFERED": "1", "PATH": search_path()}
+    passed = {name: os.environ[name] for name in command.pass_env if name in os.environ}
+    env = {**public_environment(), **passed, TrialEnv.PARAMS: str(params_file),
+           TrialEnv.OUTPUT_DIR: str(outputs), TrialEnv.EVENTS: str(channel),
+           "PYTHONUNBUFFERED": "1", "PATH": search_path()}
     if any(outputs.iterdir()):
         env[TrialEnv.RESUME] = str(outputs)
     sweep_folder = Path(command.cwd)
@@ -184,11 +191,20 @@ def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path
     return argv, env, outputs
 
 
+def public_environment() -> dict[str, str]:
+    """This process's environment without secrets, for a user's command: no variable whose
+    name says it holds one (PASSWORD, TOKEN, SECRET, KEY), none holding a URL's password
+    (the sweep file's `experiment.pass_env` names those it passes on purpose)."""
+    return {name: value for name, value in os.environ.items()
+            if not secret_name(name) and redact(value) == value}
+
+
 def _copy_output(proc: subprocess.Popen, reader: MetricReader, log: TextIO) -> None:
-    """Copy the command's output into the trial log, reading metrics on the way."""
+    """Copy the command's output into the trial log (passwords in URLs redacted), reading
+    metrics on the way."""
     assert proc.stdout is not None
     for line in proc.stdout:
-        log.write(line)
+        log.write(redact(line))
         log.flush()
         reader.feed(line)
 

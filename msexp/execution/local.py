@@ -61,7 +61,7 @@ def train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[]
 def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool],
                    shard: tuple[int, int], reducer: Callable | None, scratch: Path,
                    warm: WarmGraphs) -> tuple[dict[str, float], Workload]:
-    from msexp.training.checkpoint import latest  # lazy: a failing MindSpore import shows
+    from msexp.training.checkpoint import resumable  # lazy: a failing MindSpore import shows
     from msexp.training.loop import prepare, train  # in the trial's log
 
     signature = request.graph_signature if reducer is None else None
@@ -73,7 +73,7 @@ def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[
                       else prepare(workload, params, earlier_graphs, scratch))
     warm.keep(signature, graphs)
     plan = _plan(request)
-    earlier = latest(plan.folder) if plan else None
+    earlier = resumable(plan) if plan else None
     emit(Start(workload.data_source, os.getpid(), impl, earlier.epoch if earlier else 0,
                reused))
     if earlier:
@@ -94,13 +94,13 @@ def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[
 
 def _plan(request: TrialRequest) -> Any:
     """The checkpoint plan of a request that has a folder and asks for checkpoints."""
-    from msexp.training.checkpoint import CheckpointPlan  # lazy: as train_request's
+    from msexp.training.checkpoint import CheckpointPlan, owner  # lazy: as train_request's
 
     wanted = request.checkpoint
     if wanted is None or request.folder is None:
         return None
     return CheckpointPlan(request.checkpoint_dir, wanted.every, wanted.keep, wanted.metric,
-                          wanted.maximize)
+                          wanted.maximize, owner(request.trial, request.params))
 
 
 def build_workload(request: TrialRequest) -> Workload:

@@ -16,19 +16,39 @@ from pathlib import Path
 import psutil
 
 from msexp.keys import TrialEnv
+from msexp.paths import TRIALS_DIR
 
 REAP_S = 5.0
+LOW_SPACE_BYTES = 1 << 20  # a process that failed with less free space likely ran out of it
 
 
-def exit_reason(code: int, who: str = "trial process") -> str:
-    """How a process ended, from its return code (negative: the signal)."""
+def exit_reason(code: int, who: str = "trial process", folder: Path | None = TRIALS_DIR
+                ) -> str:
+    """How a process ended, from its return code (negative: the signal), and whether the
+    disk of `folder` (where trials write) is full."""
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"{who} was killed by {name}"
-    return f"{who} exited with code {code}"
+        return f"{who} was killed by {name}" + space_note(folder)
+    return f"{who} exited with code {code}" + (space_note(folder) if code else "")
+
+
+def space_note(folder: Path | None) -> str:
+    """"; no space left on the device of FOLDER ..." if that disk is (nearly) full, else ""."""
+    if folder is None:
+        return ""
+    where = folder.resolve()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return ""
+    if free >= LOW_SPACE_BYTES:
+        return ""
+    return f"; no space left on the device of {folder.resolve()} ({free} bytes free)"
 
 
 def tail(path: Path, lines: int) -> str:
@@ -44,6 +64,38 @@ def die_with_parent() -> None:
     """In a child: get SIGKILL when the parent dies, even by kill -9 (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def become_subreaper() -> bool:
+    """Adopt this process's orphaned descendants (Linux PR_SET_CHILD_SUBREAPER): a helper
+    that left its session with `setsid` and cleared its environment stays a descendant,
+    so `adopted` finds it. False where the platform does not allow it."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return False
+    return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+
+
+def kill_leftovers(kept: Iterable[psutil.Process] = (), wait_s: float = REAP_S) -> None:
+    """Kill what a finished trial left: processes with its marker, then every descendant of
+    this process but those in `kept` (orphans it adopted as a subreaper included), and reap
+    them."""
+    kill_processes(strays(), wait_s)
+    kept = set(kept)
+    for _ in range(3):  # a killed stray's own orphans are adopted only once it is gone
+        left = [p for p in descendants(os.getpid()) if p not in kept and alive(p)]
+        kill_processes(left, wait_s)
+        for proc in left:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(proc.pid, os.WNOHANG)  # an adopted zombie is ours to reap
+        if not left:
+            return
+
+
+def secret_name(name: str) -> bool:
+    """Whether an environment variable's name says it holds a secret."""
+    return any(word in name.upper() for word in ("PASSWORD", "TOKEN", "SECRET", "KEY"))
 
 
 def kill_group(pid: int) -> None:

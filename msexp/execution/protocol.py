@@ -31,13 +31,15 @@ class Command:
     the trial's own folder, and its relative paths that exist in `cwd` go absolute);
     `args` says how params become arguments (flags, hydra or none); `metrics` are regexes
     whose named groups are metrics; `switches` are flags passed alone for true and left
-    out for false (None: those its `--help` shows without a value)."""
+    out for false (None: those its `--help` shows without a value); `pass_env` are
+    secret-looking environment variables the sweep file passes on purpose."""
 
     argv: list[str]
     cwd: str
     args: str = "flags"
     metrics: list[str] = field(default_factory=list)
     switches: list[str] | None = None
+    pass_env: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,9 @@ class TrialRequest:
     `folder` holds `trial.log` and `events.jsonl`; None runs the trial in the
     foreground with events going only to the caller (`msexp run`). A trial of a user's
     own command has `command`; `experiment` then names it for logs. `cold` forbids
-    reusing the graphs an earlier trial compiled in the same worker.
+    reusing the graphs an earlier trial compiled in the same worker. `trial` names the
+    trial of the study it is (stable across its attempts, unique across studies): its
+    checkpoints record it, and a checkpoint of another trial is never resumed.
     """
 
     experiment: str
@@ -76,6 +80,7 @@ class TrialRequest:
     checkpoint: Checkpointing | None = None
     init_from: str | None = None
     cold: bool = False
+    trial: str | None = None
 
     @property
     def graph_signature(self) -> str | None:
@@ -117,7 +122,7 @@ class TrialRequest:
                    Target(**data["target"]) if data.get("target") else None, data.get("data"),
                    Command(**data["command"]) if data.get("command") else None,
                    Checkpointing(**data["checkpoint"]) if data.get("checkpoint") else None,
-                   data.get("init_from"), data.get("cold", False))
+                   data.get("init_from"), data.get("cold", False), data.get("trial"))
 
 
 @dataclass

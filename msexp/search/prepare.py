@@ -9,7 +9,7 @@ import optuna
 
 from msexp.execution.protocol import TrialRequest
 from msexp.execution.subscribers import TrialInfo
-from msexp.keys import TrialKey
+from msexp.keys import StudyKey, TrialKey
 from msexp.knobs import value_text
 from msexp.paths import TRIALS_DIR
 from msexp.search.requests import trial_request
@@ -28,7 +28,8 @@ def prepare_trial(spec: SweepSpec, study: optuna.Study, handle: optuna.Trial
     logged = {**params, **derived(params), "experiment": spec.experiment.ref}
     trial = TrialInfo(handle.number, name, params, logged, time.time(),
                       rerun=TrialKey.ATTEMPT in handle.user_attrs, handle=handle)
-    return trial, trial_request(spec, params, folder)
+    identity = f"{study.user_attrs.get(StudyKey.UID, study.study_name)}/{handle.number}"
+    return trial, trial_request(spec, params, folder, identity)
 
 
 def unprepared(spec: SweepSpec, handle: optuna.Trial) -> TrialInfo:

@@ -10,18 +10,22 @@ from msexp.spec import SweepSpec
 from msexp.spec.command import split_command
 
 
-def trial_request(spec: SweepSpec, params: dict[str, Any], folder: Path) -> TrialRequest:
-    """The request of one trial of `spec` with complete `params`, its files in `folder`."""
+def trial_request(spec: SweepSpec, params: dict[str, Any], folder: Path,
+                  trial: str | None = None) -> TrialRequest:
+    """The request of one trial of `spec` with complete `params`, its files in `folder`;
+    `trial` names it (see `TrialRequest.trial`)."""
     first = spec.objectives[0]
     checkpoint = Checkpointing(spec.checkpoint.every, spec.checkpoint.keep, first.metric,
                                first.direction == "maximize")
     if spec.command is not None:
         command = Command(split_command(str(spec.path), spec.command.command), str(spec.folder),
-                          spec.command.args, list(spec.command.metrics), spec.command.switches)
+                          spec.command.args, list(spec.command.metrics), spec.command.switches,
+                          list(spec.command.pass_env))
         return TrialRequest(spec.experiment.ref, params, folder, spec.target(), None, command,
-                            checkpoint)
+                            checkpoint, trial=trial)
     return TrialRequest(_experiment_ref(spec.experiment.ref), params, folder, spec.target(),
-                        spec.data_section(), checkpoint=checkpoint, cold=spec.budget.cold)
+                        spec.data_section(), checkpoint=checkpoint, cold=spec.budget.cold,
+                        trial=trial)
 
 
 def _experiment_ref(ref: str) -> str:

@@ -17,7 +17,7 @@ import optuna
 from optuna.storages.journal import JournalFileBackend
 
 from msexp.errors import MsexpError
-from msexp.paths import JOURNAL
+from msexp.paths import JOURNAL, not_regular
 from msexp.search.optuna_private import BaseJournalFileLock
 from msexp.urls import redact
 
@@ -65,6 +65,10 @@ def storage_errors(url: str | None) -> Iterator[None]:
 
 
 def _open_journal(path: Path) -> optuna.storages.JournalStorage:
+    kind = not_regular(path.stat().st_mode) if path.exists() else None
+    if kind:  # a device or a FIFO: Optuna would read it without end, or block
+        raise MsexpError(f"cannot use the Optuna storage {path} (it is a {kind}, not a "
+                         "regular file)")
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FlockLock(str(path) + ".flock")
     if not path.exists() or os.access(path, os.W_OK):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 
 import optuna
 from optuna.trial import TrialState
@@ -126,6 +127,7 @@ def _set_up(study: optuna.Study, spec: SweepSpec) -> None:
     study.set_user_attr(StudyKey.OBJECTIVES, [o.metric for o in spec.objectives])
     study.set_user_attr(StudyKey.SWEEP, spec.name)
     study.set_user_attr(StudyKey.EXPERIMENT, spec.experiment.ref)
+    study.set_user_attr(StudyKey.UID, uuid.uuid4().hex)
     study.set_user_attr(StudyKey.FINGERPRINT, fingerprint(spec))  # last: marks it complete
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from msexp.datasets import FORMATS
 from msexp.errors import SpecError
+from msexp.paths import NAME_PATTERN
 
 
 class Method(str, Enum):
@@ -115,6 +116,9 @@ class CommandSection(_Strict):
     switches: Optional[list[str]] = None  # None: the flags `--help` shows without a value
     hooks: Optional[bool] = None  # the script uses msexp.hooks; None: seen in its imports
     own: list[str] = Field(default_factory=list)  # names that are the script's, not msexp's
+    # environment variables the command gets though their names say they hold a secret
+    pass_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list)
 
     @field_validator("metrics", mode="before", json_schema_input_type=Union[str, list[str]])
     @classmethod
@@ -125,7 +129,7 @@ class CommandSection(_Strict):
 class SweepFile(_Strict):
     """The YAML document as written, checked for keys and types."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    name: str = Field(pattern=NAME_PATTERN, max_length=100)
     experiment: Union[Annotated[str, Field(min_length=1)], CommandSection]
     method: Method = Method.grid
     objective: list[Objective] = Field(

@@ -11,6 +11,7 @@ from msexp.datasets import check_data
 from msexp.errors import ExperimentError, SpecError
 from msexp.experiment import Experiment, Workload, is_builtin, load_experiment
 from msexp.knobs import KNOBS, infer_knob
+from msexp.paths import read_regular
 from msexp.spec.checks import (
     check_command_sweep,
     check_constraints,
@@ -36,6 +37,8 @@ from msexp.spec.file import (
 from msexp.spec.precision import check_precision
 from msexp.spec.space import Space, parse_params
 from msexp.training.records import Target
+
+MAX_SWEEP_FILE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,7 @@ def trial_params(ref: str, fixed: Mapping[str, Any], source: str = "--set") -> d
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return read_regular(path, MAX_SWEEP_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(str(path), "", f"must be UTF-8 text (byte {exc.start} is not)",
                         show_value=False) from None

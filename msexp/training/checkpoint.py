@@ -38,6 +38,8 @@ class CheckpointPlan:
         every: save every this many epochs (and after the last one).
         keep: last, best (the best epoch by `metric`), all, or none (deleted at the end).
         metric, maximize: what `keep: best` compares.
+        owner: which trial of which study saves here, and its params (see `owner`): a
+            checkpoint recorded with another owner is never resumed.
     """
 
     folder: Path
@@ -45,6 +47,7 @@ class CheckpointPlan:
     keep: str = "last"
     metric: str | None = None
     maximize: bool = True
+    owner: dict[str, Any] | None = None
 
 
 @dataclass
@@ -57,6 +60,13 @@ class Saved:
     history: list[Epoch] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)  # thor_steps, overflow, skipped
     best: dict[str, Any] | None = None  # {"epoch", "value", "file"}
+    owner: dict[str, Any] | None = None  # the plan's owner when it was saved
+
+
+def owner(trial: str | None, params: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint records about the trial that trains it: `trial` (its study and
+    number, as the orchestrator names it) and its params, as JSON keeps them."""
+    return {"trial": trial, "params": json.loads(json.dumps(params, default=str))}
 
 
 def latest(folder: Path) -> Saved | None:
@@ -67,6 +77,49 @@ def latest(folder: Path) -> Saved | None:
         return None
     data["history"] = [Epoch(**e) for e in data.get("history", [])]
     return Saved(**data)
+
+
+def resumable(plan: CheckpointPlan) -> Saved | None:
+    """The latest checkpoint's record in the plan's folder, if this trial may continue from
+    it: its file is there, not empty, and was saved by this trial (same owner). Otherwise
+    None: the folder's files are moved aside, and one line says why the trial starts
+    afresh."""
+    saved = latest(plan.folder)
+    problem = None if saved is None else _not_resumable(plan, saved)
+    if problem is None:
+        return saved
+    aside = _move_aside(plan.folder)
+    print(f"msexp: starting afresh, not resuming: {problem}; its files are now in {aside}",
+          flush=True)
+    return None
+
+
+def _not_resumable(plan: CheckpointPlan, saved: Saved) -> str | None:
+    path = plan.folder / saved.file
+    if not path.is_file():
+        return f"{path}, which {STATE} names, is gone"
+    if path.stat().st_size == 0:
+        return f"{path} is empty (0 bytes)"
+    if saved.owner == plan.owner:
+        return None
+    theirs, mine = saved.owner or {}, plan.owner or {}
+    if theirs.get("trial") != mine.get("trial"):
+        return (f"{path} was saved by {theirs.get('trial') or 'an unrecorded trial'}, "
+                f"not by {mine.get('trial') or 'this trial'}")
+    params = {**theirs.get("params", {}), **mine.get("params", {})}
+    changed = sorted(k for k in params if theirs.get("params", {}).get(k) !=
+                     mine.get("params", {}).get(k))
+    return f"{path} was trained with other params ({', '.join(changed)})"
+
+
+def _move_aside(folder: Path) -> Path:
+    """Rename `folder` to a free `NAME.replaced-N` beside it, and make `folder` afresh."""
+    number = 1
+    while (aside := folder.with_name(f"{folder.name}.replaced-{number}")).exists():
+        number += 1
+    folder.rename(aside)
+    folder.mkdir()
+    return aside
 
 
 def state_parameters(*cells: Any) -> dict[str, ms.Parameter]:
@@ -107,9 +160,10 @@ class Checkpoints:
         plan.folder.mkdir(parents=True, exist_ok=True)
 
     def restore(self) -> Saved | None:
-        """Load the latest checkpoint into the parameters; its record, or None."""
-        saved = latest(self.plan.folder)
-        if saved is None or not (self.plan.folder / saved.file).is_file():
+        """Load the latest checkpoint into the parameters if this trial may continue from it
+        (see `resumable`); its record, or None."""
+        saved = resumable(self.plan)
+        if saved is None:
             return None
         load_into(self.parameters, self.plan.folder / saved.file, self.write)
         return saved
@@ -122,15 +176,19 @@ class Checkpoints:
         """Save after `epoch`; return the new record (the best one is kept as the plan says)."""
         name = f"epoch-{epoch:04d}.ckpt"
         partial = self.plan.folder / f".partial-{name}"
-        ms.save_checkpoint([{"name": n, "data": p} for n, p in self.parameters.items()],
-                           str(partial))
+        try:
+            ms.save_checkpoint([{"name": n, "data": p} for n, p in self.parameters.items()],
+                               str(partial))
+        except OSError as exc:  # MindSpore's names no file: say where, e.g. a full disk
+            partial.unlink(missing_ok=True)
+            raise OSError(exc.errno, exc.strerror, str(partial)) from exc
         os.replace(partial, self.plan.folder / name)
         best = previous.best if previous else None
         value = history[-1].metrics.get(self.plan.metric) if self.plan.metric else None
         if value is not None and (best is None or _better(value, best["value"],
                                                           self.plan.maximize)):
             best = {"epoch": epoch, "value": value, "file": name}
-        saved = Saved(epoch, step, name, list(history), dict(counters), best)
+        saved = Saved(epoch, step, name, list(history), dict(counters), best, self.plan.owner)
         record = {**dataclasses.asdict(saved)}
         write_atomic(self.plan.folder / STATE, json.dumps(record, default=float))
         self._prune(saved, final=False)

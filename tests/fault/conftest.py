@@ -84,6 +84,25 @@ def assert_no_process_left(value: str, deadline_s: float = 20.0) -> None:
     assert not left, [" ".join(p.cmdline()[:6]) for p in left if alive(p)]
 
 
+def assert_no_secret_under_mlruns(secrets: list[str]) -> None:
+    """No file under mlruns/ (journal, MLflow store, trial logs, artifacts, spool) holds any
+    of `secrets`."""
+    leaked = {str(path): [s for s in secrets if s.encode() in path.read_bytes()]
+              for path in Path("mlruns").rglob("*") if path.is_file()}
+    assert not {path: found for path, found in leaked.items() if found}
+
+
+def assert_nothing_running(name: str, storage: str | None = None,
+                           tracking_uri: str | None = None) -> None:
+    """No trial of study `name` is RUNNING, and no MLflow run of it is."""
+    trials = load_study(name, storage).get_trials(deepcopy=False)
+    assert not [t.number for t in trials if t.state is TrialState.RUNNING]
+    client = tracking_client(tracking_uri)
+    experiment = client.get_experiment_by_name(name)
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING"]
+
+
 def load_study(name: str, storage: str | None = None) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=open_storage(storage))
 

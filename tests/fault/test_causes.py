@@ -1,0 +1,102 @@
+"""Clear causes: a value no trial can run with is refused by `validate` in the one-line
+format, before anything runs; a full disk is named as such, with where."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import child_runs, msexp_cmd, write
+from tests.fault.conftest import (
+    DEADLINE_S,
+    assert_no_process_left,
+    assert_nothing_running,
+    load_study,
+)
+
+
+@pytest.mark.parametrize(("section", "line"), [
+    ("fixed: {seed: 100000000000000000000}",
+     "fixed.seed: must be <= 4294967295, got 100000000000000000000"),
+    ("params: {seed: {low: 0, high: 4294967296}}",
+     "params.seed.high: must be <= 4294967295, got 4294967296"),
+    ("fixed: {seed: 4294967295}\nbudget: {repeats: 2}",
+     "params.seed.1: must be <= 4294967295, got 4294967296"),
+])
+@pytest.mark.parametrize("command", ["validate", "sweep"])
+def test_a_seed_out_of_range_is_one_line_before_anything_runs(workdir: Path, section: str,
+                                                              line: str, command: str) -> None:
+    sweep = write(workdir / "seed.yaml", "name: seed\nexperiment: mlp_digits\n"
+                  f"{section}\n")
+    done = subprocess.run(msexp_cmd(command, str(sweep)), capture_output=True, text=True,
+                          timeout=DEADLINE_S)
+    assert (done.returncode, done.stderr) == (2, f"{sweep}: {line}\n"), done.stdout
+    assert not Path("mlruns").exists()
+
+
+def test_the_largest_seed_runs(workdir: Path) -> None:
+    """The bound is the libraries' own: their largest seed is a valid one."""
+    from msexp.execution import trial as trial_process
+    from msexp.execution.protocol import TrialRequest
+    from msexp.spec.load import trial_params
+
+    params = trial_params("mlp_digits", {"epochs": 1, "hidden": 8, "seed": 2**32 - 1})
+    assert "eval_accuracy" in trial_process.run(TrialRequest("mlp_digits", params),
+                                                lambda event: None)
+
+
+def can_mount_tmpfs() -> bool:
+    return subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=4k tmpfs /mnt"],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs a mount namespace (unshare -m) and "
+                    "tmpfs mounts (root)")
+@pytest.mark.parametrize("fill", ["full before the trial", "full while it saves"])
+def test_a_full_disk_says_no_space_left_and_where(mark: str, fill: str) -> None:
+    """mlruns/trials on a tmpfs of its own, seen only by this sweep (a private mount)."""
+    name = "full-" + fill.split()[-1]
+    sweep = write(Path(f"{name}.yaml"), f"""
+        name: {name}
+        experiment: mlp_digits
+        fixed: {{epochs: 2, hidden: 16}}
+        budget: {{retries: 0}}
+        params: {{lr: [0.1]}}
+    """)
+    Path("mlruns/trials").mkdir(parents=True, exist_ok=True)
+    size, filled = ("64k", "dd if=/dev/zero of=mlruns/trials/fill bs=1k 2>/dev/null;"
+                    ) if fill.endswith("trial") else ("8k", "")
+    script = (f"mount -t tmpfs -o size={size} tmpfs mlruns/trials && {filled} "
+              f"exec {shlex.join(msexp_cmd('sweep', str(sweep)))}")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=DEADLINE_S)
+    assert done.returncode == 1 and "every trial failed" in done.stderr, done.stdout
+    (trial,) = load_study(name).trials
+    assert trial.state.name == "FAIL"
+    error = trial.user_attrs["error"]
+    assert "no space left" in error.lower() and str(Path("mlruns/trials").resolve()) in error
+    (run,) = child_runs(name)
+    assert run.info.status == "FAILED" and run.data.tags["status"] == "FAILED"
+    assert_nothing_running(name)
+    assert_no_process_left(mark)
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs a mount namespace (unshare -m) and "
+                    "tmpfs mounts (root)")
+def test_a_file_written_whole_on_a_full_disk_names_itself(tmp_path: Path) -> None:
+    """What `write_atomic` writes (a spooled result, a checkpoint's state.json) on a full
+    disk fails naming the file, and leaves no partial file behind."""
+    (tmp_path / "full").mkdir()
+    code = ("from pathlib import Path; from msexp.paths import write_atomic\n"
+            "try:\n    write_atomic(Path('full/result.json'), 'x' * 100000)\n"
+            "except OSError as exc:\n    print(exc)")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=8k tmpfs full "
+                           f"&& {shlex.join([sys.executable, '-c', code])} && ls -A full"],
+                          cwd=tmp_path,
+                          capture_output=True, text=True, timeout=DEADLINE_S)
+    assert done.stdout.splitlines() == [
+        "[Errno 28] No space left on device: 'full/result.json'"], done.stderr

@@ -1,0 +1,74 @@
+"""Only processes msexp started: `msexp services down` signals the MLflow server its pid
+file records, never a process that has that pid (or any other) now."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import psutil
+
+from msexp.cluster import services
+from msexp.execution.process import alive, descendants
+from tests.conftest import msexp_cmd
+from tests.fault.conftest import DEADLINE_S, wait_for
+
+
+def group_leader() -> subprocess.Popen:
+    """A process group leader with a child of its own, as the MLflow server is."""
+    leader = subprocess.Popen(["sh", "-c", "sleep 1000 & wait"], start_new_session=True)
+    wait_for("the leader's child starts", lambda: bool(descendants(leader.pid)), leader)
+    return leader
+
+
+def down() -> subprocess.CompletedProcess:
+    return subprocess.run(msexp_cmd("services", "down"), capture_output=True, text=True,
+                          timeout=DEADLINE_S)
+
+
+def test_a_strangers_pid_in_the_pid_file_is_never_signalled(workdir: Path) -> None:
+    stranger = group_leader()
+    try:
+        Path("mlruns/services").mkdir(parents=True)
+        Path("mlruns/services/mlflow.pid").write_text(str(stranger.pid))  # as in issue 25
+        done = down()
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "stopped: nothing was running"
+        assert stranger.poll() is None and all(
+            alive(p) for p in psutil.Process(stranger.pid).children(recursive=True))
+    finally:
+        os.killpg(stranger.pid, 9)
+        stranger.wait()
+
+
+def test_a_pid_reused_by_another_process_is_never_signalled(workdir: Path) -> None:
+    """The record names the pid of a process that started at another time, or with another
+    command line: that pid is someone else's now."""
+    stranger = group_leader()
+    try:
+        pid_file = Path("mlruns/services/mlflow.pid")
+        pid_file.parent.mkdir(parents=True)
+        services.record_process(pid_file, stranger.pid)
+        record = json.loads(pid_file.read_text())
+        for changed in ({"create_time": record["create_time"] - 5},
+                        {"cmdline": [*record["cmdline"][:-1], "other"]}):
+            pid_file.write_text(json.dumps({**record, **changed}))
+            assert services.down(pid_file.parent) == []
+            assert stranger.poll() is None and not pid_file.exists()
+    finally:
+        os.killpg(stranger.pid, 9)
+        stranger.wait()
+
+
+def test_the_recorded_server_and_what_it_started_are_stopped(workdir: Path) -> None:
+    server = group_leader()
+    pid_file = Path("mlruns/services/mlflow.pid")
+    pid_file.parent.mkdir(parents=True)
+    services.record_process(pid_file, server.pid)
+    family = [psutil.Process(server.pid), *psutil.Process(server.pid).children(recursive=True)]
+    done = down()
+    assert done.stdout.strip() == "stopped: mlflow server", done.stdout + done.stderr
+    server.wait(timeout=DEADLINE_S)
+    assert not any(alive(p) for p in family) and not pid_file.exists()
