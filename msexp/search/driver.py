@@ -146,6 +146,7 @@ class Sweep:
         shown. A trial whose claim another process took meanwhile is left to it."""
         judge(self.spec, trial, result)
         if not self.source.still_held(trial.handle):
+            self.source.done(trial.handle)
             return
         self.recorder.on_trial_end(trial, result)  # MLflow has it before Optuna is told
         tell(self.study, self.spec, trial, result)
