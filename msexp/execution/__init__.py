@@ -1,1 +1,1 @@
-"""Running trials: the trial protocol, trial processes, the worker pool and msrun trials."""
+"""Running trials: the trial protocol, hosts and their trial children, slots and msrun trials."""

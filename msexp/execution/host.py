@@ -8,11 +8,11 @@ whose status says what happened.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -44,7 +44,6 @@ READY_S = 600.0  # a host's start-up (MindSpore's import) on a loaded machine, a
 STOP_GRACE_S = 1.5  # for a pruned trial to stop by itself before its child is killed
 END_S = 10.0  # for a host to write the end of a trial whose child was killed
 FAMILY_S = 0.5  # how often a running trial's process tree is noted
-_serial = itertools.count()
 
 
 OnEpoch = Callable[[Epoch], bool]
@@ -73,7 +72,7 @@ class Host:
     def __init__(self, threads: int | None = None, cwd: Path | None = None,
                  slot: int | None = None):
         self.threads, self.cwd, self.slot = threads, cwd, slot
-        self.marker = f"{owner()}/{next(_serial)}"
+        self.marker = f"{owner()}/{uuid.uuid4().hex[:12]}"
         self._proc: subprocess.Popen | None = None
         self._link: SweepEnd | None = None
         self._ready = False

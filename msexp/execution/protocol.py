@@ -66,7 +66,7 @@ class TrialRequest:
     `folder` holds `trial.log` and `events.jsonl`; None runs the trial in the
     foreground with events going only to the caller (`msexp run`). A trial of a user's
     own command has `command`; `experiment` then names it for logs. `cold` forbids
-    reusing the graphs an earlier trial compiled in the same worker. `trial` names the
+    reusing the graphs an earlier trial compiled in the same host. `trial` names the
     trial of the study it is (stable across its attempts, unique across studies): its
     checkpoints record it, and a checkpoint of another trial is never resumed.
     """
@@ -142,7 +142,7 @@ class Start:
     pid: int
     impl: dict[str, str] = field(default_factory=dict)
     resumed_from: int = 0  # the epoch of the checkpoint it continues from; 0: from scratch
-    warm: bool = False  # runs on graphs an earlier trial of this worker compiled
+    warm: bool = False  # runs on graphs an earlier trial of this host compiled
 
 
 @dataclass

@@ -237,7 +237,7 @@ def _preload() -> bool:
             ms.set_context(runtime_num_threads=int(threads))
         device = ms.get_context("device_target")
         slot = os.environ.get("MSEXP_SLOT")
-        if device != "CPU" and slot is not None:  # one device per worker, round robin
+        if device != "CPU" and slot is not None:  # one device per host, round robin
             count = getattr(ms.device_context, device.lower()).device_count()
             ms.set_device(device, int(slot) % max(1, count))
     except Exception:

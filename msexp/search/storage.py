@@ -45,7 +45,7 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
                 if not _is_db_error(exc):  # e.g. a schema of another Optuna version
                     raise MsexpError(f"cannot open the Optuna storage {redact(url)} "
                                      f"({_reason(exc)})") from None
-                time.sleep(1 + attempt)  # another worker is creating the same schema now
+                time.sleep(1 + attempt)  # another process is creating the same schema now
         return optuna.storages.RDBStorage(url)
 
 
@@ -142,7 +142,7 @@ def _first_bad_line(path: Path) -> int:
 
 def _probe(url: str) -> None:
     """Connect once, failing fast: the retries in `open_storage` are for a schema another
-    worker is creating, not for a database that is not there."""
+    process is creating, not for a database that is not there."""
     import sqlalchemy  # lazy: only RDB storages need it
 
     folder = _sqlite_folder(url)

@@ -21,12 +21,12 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 CREATOR_WAIT_S = 10.0
 
 
-def make_sampler(spec: SweepSpec, worker: str | None = None) -> optuna.samplers.BaseSampler:
+def make_sampler(spec: SweepSpec, joiner: str | None = None) -> optuna.samplers.BaseSampler:
     """The sampler for the sweep's method; grid points are enqueued, so grid samples nothing.
 
-    `worker` names a process other than the study's creator (see `sampler_seed`).
+    `joiner` names a process other than the study's creator (see `sampler_seed`).
     """
-    seed = sampler_seed(spec.space.resolve({}).get("seed", 0), worker)
+    seed = sampler_seed(spec.space.resolve({}).get("seed", 0), joiner)
     samplers = {
         Method.grid: lambda: optuna.samplers.RandomSampler(seed=seed),
         Method.random: lambda: optuna.samplers.RandomSampler(seed=seed),
@@ -39,14 +39,14 @@ def make_sampler(spec: SweepSpec, worker: str | None = None) -> optuna.samplers.
     return samplers[spec.method]()
 
 
-def sampler_seed(seed: int, worker: str | None) -> int:
+def sampler_seed(seed: int, joiner: str | None) -> int:
     """The sampler seed of one process: the study's `seed` for the process that creates
-    the study, a hash of `seed` and `worker` (host:pid) for every process that joins or
+    the study, a hash of `seed` and `joiner` (host:pid) for every process that joins or
     resumes it, so no two processes draw the same points. The threads of one process
     share its sampler, so they never draw the same points either."""
-    if worker is None:
+    if joiner is None:
         return seed
-    digest = hashlib.sha256(f"{seed}:{worker}".encode()).digest()
+    digest = hashlib.sha256(f"{seed}:{joiner}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
 
 
@@ -80,8 +80,8 @@ def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None 
                ) -> tuple[optuna.Study, bool]:
     """Create the sweep's study, or load it to resume or join; returns (study, created).
 
-    A new grid study enqueues its points; workers take them atomically, so no grid
-    point runs twice, whatever the number of workers and machines.
+    A new grid study enqueues its points; processes take them atomically, so no grid
+    point runs twice, whatever the number of processes and machines.
 
     Raises:
         MsexpError: the storage cannot be opened or written (one line naming it), or
