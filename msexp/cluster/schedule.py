@@ -59,9 +59,9 @@ def _sbatch_value(option: str, value: str) -> str:
 
 def cron_schedule(schedule: str) -> str:
     """`schedule` if it is five crontab fields, else a SpecError."""
-    fields = one_line("--cron", schedule).split()
+    fields = one_line("--schedule", schedule).split()
     if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
-        raise SpecError(WHERE, "--cron", "a schedule has 5 fields "
+        raise SpecError(WHERE, "--schedule", "a schedule has 5 fields "
                         "(minute hour day month weekday)", schedule)
     return schedule
 

@@ -66,10 +66,12 @@ def test_hostile_characters_in_a_folder_are_quoted_in_every_generated_file(
     sweep = sweep_in(workdir / HOSTILE)
     python = stand_in_python(workdir / "env")
     monkeypatch.setattr(sys, "executable", str(python))  # msexp "installed" beside it
-    options = {"cron": ["--cron", "* * * * *"], "slurm": ["--slurm"],
-               "k8s": ["--k8s", "--cron", "0 2 * * *"], "k8s-job": ["--k8s-job"]}[kind]
-    done = CliRunner().invoke(app, ["schedule", str(sweep), *options, *SHARED,
-                                    "--study", "nightly", "--continue-study"])
+    command = {"cron": ["cron", str(sweep), "--schedule", "* * * * *", "--continue-study"],
+               "slurm": ["slurm", str(sweep)],
+               "k8s": ["k8s-cronjob", str(sweep), "--schedule", "0 2 * * *",
+                       "--continue-study"],
+               "k8s-job": ["k8s-job", str(sweep)]}[kind]
+    done = CliRunner().invoke(app, ["schedule", *command, *SHARED, "--study", "nightly"])
     assert done.exit_code == 0, done.output
     if kind == "cron":
         (line,) = done.stdout.splitlines()
@@ -112,17 +114,17 @@ def crontab(tmp_path: Path) -> dict[str, str]:
 @pytest.mark.parametrize(("where", "value"), [
     ("folder", f"runs{INJECTED}"), ("--study", f"x{INJECTED}"),
     ("--storage", f"postgresql://db/optuna{INJECTED}"),
-    ("--tracking-uri", f"http://mlflow:5000{INJECTED}"), ("--cron", "0\n2 * * *"),
-    ("--cron", "0 2 * * *;touch PWNED4"), ("PGPASSFILE", f"/p{INJECTED}")])
+    ("--tracking-uri", f"http://mlflow:5000{INJECTED}"), ("--schedule", "0\n2 * * *"),
+    ("--schedule", "0 2 * * *;touch PWNED4"), ("PGPASSFILE", f"/p{INJECTED}")])
 def test_a_line_break_or_structure_cannot_reach_the_crontab(
         workdir: Path, crontab: dict[str, str], where: str, value: str) -> None:
     before = Path(crontab["TABLE"]).read_text()
     sweep = sweep_in(workdir / value if where == "folder" else workdir)
-    options = {"--storage": SHARED[1], "--tracking-uri": SHARED[3], "--cron": "0 2 * * *"}
+    options = {"--storage": SHARED[1], "--tracking-uri": SHARED[3], "--schedule": "0 2 * * *"}
     if where in options:
         options[where] = value
     extra = ["--study", value] if where == "--study" else []
-    done = msexp("schedule", str(sweep), "--install", *extra,
+    done = msexp("schedule", "cron", str(sweep), "--install", *extra,
                  *(x for pair in options.items() for x in pair),
                  env={"PATH": crontab["PATH"],
                       **({"PGPASSFILE": value} if where == "PGPASSFILE" else {})})
@@ -132,7 +134,8 @@ def test_a_line_break_or_structure_cannot_reach_the_crontab(
 
 def test_the_stand_in_crontab_takes_an_entry(workdir: Path, crontab: dict[str, str]) -> None:
     """The test above can fail: the same command with a plain name installs its line."""
-    done = msexp("schedule", str(sweep_in(workdir)), "--install", "--cron", "0 2 * * *",
+    done = msexp("schedule", "cron", str(sweep_in(workdir)), "--install", "--schedule",
+                 "0 2 * * *",
                  *SHARED, env={"PATH": crontab["PATH"]})
     assert done.returncode == 0, done.stderr
     assert len(Path(crontab["TABLE"]).read_text().splitlines()) == 2
@@ -145,7 +148,7 @@ def test_the_stand_in_crontab_takes_an_entry(workdir: Path, crontab: dict[str, s
     ("--sbatch", "--constraint=v100\n#SBATCH --wrap=x")])
 def test_batch_script_options_are_one_token_on_one_line(workdir: Path, option: str,
                                                         value: str) -> None:
-    done = msexp("schedule", str(sweep_in(workdir)), "--slurm", option, value, *SHARED)
+    done = msexp("schedule", "slurm", str(sweep_in(workdir)), option, value, *SHARED)
     assert_one_line_refusal(done, option)
     assert not Path("mlruns/slurm/nightly.sbatch").exists()
 
@@ -155,14 +158,15 @@ def test_a_blank_in_the_folder_of_a_batch_script_is_refused(
     """`#SBATCH --output=PATH` is split on blanks by sbatch: such a path is refused."""
     sweep = sweep_in(workdir / "a b")
     monkeypatch.chdir(sweep.parent)
-    done = msexp("schedule", str(sweep), "--slurm", *SHARED)
+    done = msexp("schedule", "slurm", str(sweep), *SHARED)
     assert_one_line_refusal(done, "the current folder", "no blank")
 
 
-@pytest.mark.parametrize("kind", [["--k8s", "--cron", "0 2 * * *"], ["--k8s-job"]])
+@pytest.mark.parametrize("kind", [["k8s-cronjob", "--schedule", "0 2 * * *"], ["k8s-job"]])
 def test_kubernetes_manifests_with_a_line_break_in_a_name_are_refused(
         workdir: Path, kind: list[str]) -> None:
-    done = msexp("schedule", str(sweep_in(workdir / f"x{INJECTED}")), *kind, *SHARED)
+    done = msexp("schedule", kind[0], str(sweep_in(workdir / f"x{INJECTED}")), *kind[1:],
+                 *SHARED)
     assert_one_line_refusal(done, "FILE", "control character")
 
 
@@ -209,7 +213,7 @@ def test_a_journal_linked_to_a_device_is_one_line(workdir: Path, device: str, ho
 
 def test_slurms_own_syntax_stays_allowed_in_batch_options(workdir: Path) -> None:
     """The refusals above are not a whitelist that breaks Slurm: a constraint's & | [ ]."""
-    done = msexp("schedule", str(sweep_in(workdir)), "--slurm", "--sbatch",
+    done = msexp("schedule", "slurm", str(sweep_in(workdir)), "--sbatch",
                  "--constraint=[rack1|rack2]&v100", "--partition", "cpu,gpu", *SHARED)
     assert done.returncode == 0, done.stderr
     lines = Path("mlruns/slurm/nightly.sbatch").read_text().splitlines()
