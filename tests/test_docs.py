@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import typer
+import yaml
 from typer.testing import CliRunner
 
 from msexp.cli import app
@@ -169,6 +170,11 @@ def test_each_sweep_file_in_the_docs_validates(snippet: Snippet, workdir: Path) 
 def test_each_sweep_file_in_the_docs_passes_plan_check(snippet: Snippet, workdir: Path) -> None:
     result = invoke("plan", str(sweep_in_a_folder(snippet, workdir)), "--check")
     assert result.exit_code == 0, result.output
+    experiment = yaml.safe_load(snippet.body)["experiment"]
+    command = isinstance(experiment, dict) and "command" in experiment
+    assert ("--help` ok" if command else "one micro-batch trains") in result.output, result.output
+    if command and "check" in experiment:
+        assert re.search(r"objective \w+ found", result.output), result.output
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
