@@ -154,6 +154,8 @@ def test_the_readme_is_a_first_page_with_the_commands_ci_runs() -> None:
             ".venv/bin/msexp sweep sweeps/accum.yaml") in readme
     assert ('python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && '
             '.venv/bin/pytest -q -m "not slow"') in readme
+    tabled = set(re.findall(r"^\| `msexp (\w+)", readme, re.M))
+    assert tabled == set(typer.main.get_command(app).commands), "the commands table is stale"
 
 
 @pytest.mark.parametrize("snippet", SWEEPS, ids=lambda s: s.name)
