@@ -76,8 +76,7 @@ def msexp_commands(line: str) -> list[list[str]]:
 class Command:
     snippet: Snippet
     argv: tuple[str, ...]
-
-    line: int
+    line: int  # of the snippet's shell lines, from 1
 
     @property
     def name(self) -> str:
