@@ -23,6 +23,7 @@ from tests.conftest import ROOT
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"(?:^<!-- folder: (?P<folder>\S+) -->\n)?^(?P<indent> *)```(?P<lang>\w*)\n"
                    r"(?P<body>.*?)^(?P=indent)```$", re.M | re.S)
+FENCED = re.compile(r"^ *```.*?^ *```$", re.M | re.S)
 PROGRAMS = ("msexp", ".venv/bin/msexp")
 NOT_RUN = "# not run:"
 
@@ -133,6 +134,19 @@ def options_used(command: Any, args: list[str]) -> list[str]:
     return used
 
 
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings (`## Keep what trials learn`: keep-what-...)."""
+    headings = re.findall(r"^#+ (.+)$", FENCED.sub("", page.read_text(encoding="utf-8")), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def links() -> list[tuple[Path, str, str]]:
+    """(page, target path, anchor) of every relative Markdown link of the pages."""
+    return [(page, m["path"], m["anchor"] or "") for page in PAGES
+            for m in re.finditer(r"\]\((?!https?:)(?P<path>[^)#\s]*)(?:#(?P<anchor>[^)\s]+))?\)",
+                                 FENCED.sub("", page.read_text(encoding="utf-8")))]
+
+
 SWEEPS = sweep_files()
 COMMANDS = commands()
 
@@ -188,3 +202,14 @@ def test_each_command_in_the_docs_is_one_whose_help_lists_its_options(command: C
     for option in options_used(click_command, rest):
         assert option in option_names(click_command) and option in helped.output, (
             f"msexp {' '.join(path)} --help lists no {option}")
+
+
+@pytest.mark.parametrize(("page", "path", "anchor"), links(),
+                         ids=lambda v: v.name if isinstance(v, Path) else v)
+def test_each_link_of_the_docs_reaches_its_file_and_heading(page: Path, path: str,
+                                                            anchor: str) -> None:
+    target = (page.parent / path).resolve() if path else page
+    assert target.exists(), f"{page.name} links to {path}, which does not exist"
+    if anchor:
+        assert target.suffix == ".md" and anchor in anchors(target), (
+            f"{page.name} links to {path}#{anchor}, which has no such heading")
