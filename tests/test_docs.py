@@ -19,11 +19,12 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from tests.conftest import ROOT
+from tests.test_real_scripts import write_mnist
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"(?:^<!-- folder: (?P<folder>\S+) -->\n)?^(?P<indent> *)```(?P<lang>\w*)\n"
-                   r"(?P<body>.*?)^(?P=indent)```$", re.M | re.S)
-FENCED = re.compile(r"^ *```.*?^ *```$", re.M | re.S)
+FENCE = re.compile(r"(?:^<!-- folder: (?P<folder>[^\s;]+)(?:; mnist: (?P<mnist>\S+))? -->\n)?"
+                   r"^(?P<indent> *)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```$", re.M | re.S)
+FENCED = re.compile(r"^( *)```\w*\n.*?^\1```$", re.M | re.S)
 PROGRAMS = ("msexp", ".venv/bin/msexp")
 NOT_RUN = "# not run:"
 
@@ -35,6 +36,7 @@ class Snippet:
     lang: str
     body: str
     folder: str | None
+    mnist: str | None  # where in the folder the test writes MNIST's training files
 
     @property
     def name(self) -> str:
@@ -44,7 +46,7 @@ class Snippet:
 def snippets(page: Path) -> list[Snippet]:
     text = page.read_text(encoding="utf-8")
     return [Snippet(page, text.count("\n", 0, m.start("lang")) + 1, m["lang"],
-                    textwrap.dedent(m["body"]), m["folder"])
+                    textwrap.dedent(m["body"]), m["folder"], m["mnist"])
             for m in FENCE.finditer(text)]
 
 
@@ -91,10 +93,13 @@ def commands() -> list[Command]:
 
 
 def sweep_in_a_folder(snippet: Snippet, tmp_path: Path) -> Path:
-    """The snippet as a file, in a copy of the folder its `<!-- folder: PATH -->` names."""
+    """The snippet as a file, in a copy of the folder its `<!-- folder: PATH -->` names (with
+    `; mnist: DIR`, 64 generated MNIST images there)."""
     folder = tmp_path / "snippet"
     if snippet.folder:
         shutil.copytree(ROOT / snippet.folder, folder)
+    if snippet.mnist:
+        write_mnist(folder / snippet.mnist, 64)
     folder.mkdir(exist_ok=True)
     sweep = folder / "snippet.yaml"
     sweep.write_text(snippet.body, encoding="utf-8")
@@ -157,7 +162,7 @@ def test_the_pages_hold_the_snippets_this_file_checks() -> None:
     assert [s.body for s in readme] == [(ROOT / "sweeps/accum.yaml").read_text(encoding="utf-8")]
     assert {c.argv[0] for c in COMMANDS} >= {"sweep", "validate", "plan", "worker", "schedule",
                                             "services", "status", "best", "report", "run"}
-    assert any(s.folder for s in SWEEPS) and any(s.body.startswith(NOT_RUN) for s in SWEEPS)
+    assert any(s.folder for s in SWEEPS) and any(s.mnist for s in SWEEPS)
 
 
 def test_the_readme_is_a_first_page_with_the_commands_ci_runs() -> None:
