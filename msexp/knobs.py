@@ -132,7 +132,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("thor.damping_init", float, 0.3, "THOR: initial damping", gt=0, when=_THOR, graph=False),
     Knob("thor.damping_decay", float, 0.5, "THOR: damping is multiplied by this every 10 epochs",
          gt=0, when=_THOR, graph=False),
-    Knob("thor.lr_decay", float, 0.0, "THOR: exponent of seed 004's polynomial lr decay "
+    Knob("thor.lr_decay", float, 0.0, "THOR: exponent of the THOR paper's polynomial lr decay "
          "(0: lr_schedule applies)", ge=0, when=_THOR, graph=False),
     Knob("thor_impl", str, "auto", "THOR implementation: auto (MindSpore's on Ascend, else "
          "msexp's), mindspore, msexp", choices=("auto", "mindspore", "msexp"), when=_THOR),

@@ -15,7 +15,7 @@ from msexp.training.optim import make_optimizer
 from msexp.training.step import TrainStep
 
 BATCH = 512
-ERROR = 0.15  # measured / estimate - 1, documented in memory.py and the README
+ERROR = 0.15  # measured / estimate - 1, documented in memory.py and docs/how-a-trial-runs.md
 
 
 def params(**overrides):
