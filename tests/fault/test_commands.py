@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import psutil
 
+from msexp.execution.host import Host
 from msexp.execution.process import kill_processes
-from msexp.execution.protocol import Command, TrialRequest
-from msexp.spec.command import split_command
+from msexp.execution.protocol import Status
+from msexp.search.requests import trial_request
 from msexp.spec.load import load_spec
 from tests.conftest import msexp_cmd, write
 from tests.fault.conftest import (
@@ -103,9 +103,10 @@ def test_no_secret_reaches_the_command_or_a_file_under_mlruns(mark: str) -> None
     assert_invariants("withheld", "withheld", mark, [{"point": 0}, {"point": 1}])
 
 
-def test_the_sweep_file_passes_a_secret_on_purpose(mark: str, tmp_path: Path) -> None:
+def test_the_sweep_file_passes_a_secret_on_purpose(mark: str, tmp_path: Path,
+                                                   monkeypatch) -> None:
     """`experiment.pass_env` names the secrets the command gets; the others stay withheld.
-    A real trial process runs the request `search/loop.py` builds from the sweep file."""
+    A real host runs the request the sweep builds from the sweep file."""
     script = write(tmp_path / "show.sh", "env\necho 'eval_accuracy: 1'\n")
     spec = load_spec(write(tmp_path / "passes.yaml", f"""
         name: passes
@@ -113,13 +114,15 @@ def test_the_sweep_file_passes_a_secret_on_purpose(mark: str, tmp_path: Path) ->
         params: {{point: [0]}}
     """))
     assert spec.command is not None and spec.command.pass_env == ["HF_TOKEN", "NOT_SET"]
-    command = Command(split_command("passes.yaml", spec.command.command), str(tmp_path),
-                      "none", [], list(spec.command.pass_env))
-    request = TrialRequest("passes", {"point": 0}, tmp_path / "trial", command=command)
-    request.folder.mkdir()
-    subprocess.run([sys.executable, "-m", "msexp.execution.trial"], input=request.to_json(),
-                   text=True, check=True, timeout=DEADLINE_S, env={**os.environ, **SECRETS},
-                   stdout=subprocess.DEVNULL)
+    request = trial_request(spec, {"point": 0}, tmp_path / "trial")
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    host = Host(cwd=tmp_path)
+    try:
+        result = host.run(request, DEADLINE_S)
+    finally:
+        host.kill()
+    assert result.status is Status.COMPLETE, result.error
     shown = request.log_path.read_text().splitlines()
     assert "HF_TOKEN=S3CRET-hf" in shown
     assert not [line for line in shown if "S3CRET" in line and "HF_TOKEN" not in line]
