@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.execution.command import CommandFailed, MetricReader, arguments
+from msexp.execution.arguments import arguments
+from msexp.execution.command import CommandFailed, MetricReader
 from msexp.execution.host import Host
 from msexp.execution.protocol import Command, Start, Status, TrialRequest
 from msexp.search.storage import open_storage

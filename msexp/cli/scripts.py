@@ -14,7 +14,8 @@ from rich.table import Table
 from msexp.cli.options import console
 from msexp.cli.render import cell
 from msexp.errors import SpecError
-from msexp.execution.command import check_run, command_argv, run_once
+from msexp.execution.arguments import command_argv
+from msexp.execution.command import check_run, run_once
 from msexp.execution.log_metrics import MetricReader
 from msexp.execution.protocol import Command, TrialRequest
 from msexp.execution.script_help import flags, switches, unknown_flag

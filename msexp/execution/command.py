@@ -3,8 +3,8 @@
 The command runs in the trial's own folder (`outputs/`, its MSEXP_OUTPUT_DIR) with the
 trial's params as arguments (only the values the sweep file sets; the script keeps its own
 defaults), in this process's group, so a timeout or a prune kills it with the trial; what
-it leaves running when it exits is killed then (see `process.kill_leftovers`). Its output goes to
-the trial's log and is read for metrics by `log_metrics.MetricReader`; the last value of
+it leaves running when it exits is killed then (see `process.kill_leftovers`). Its output
+goes to the trial's log and is read for metrics by `log_metrics.MetricReader`; the last value of
 each metric is final. A script that uses `msexp.hooks` also reports epochs through the
 events file in MSEXP_EVENTS, which is what pruning acts on.
 """
@@ -14,17 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from msexp.execution.arguments import arguments, command_argv, trial_params
 from msexp.execution.log_metrics import MetricReader
 from msexp.execution.process import (
     become_subreaper,
@@ -48,67 +47,6 @@ DRAIN_S = 5.0  # reading what the command wrote after it exited (a stray may hol
 
 class CommandFailed(RuntimeError):
     """The command exited with an error; the message says how, and its last output line."""
-
-
-def arguments(params: dict[str, Any], style: str, switches: Iterable[str] = ()) -> list[str]:
-    """The command-line arguments that pass `params` to a script, in `style`.
-
-    As flags, a boolean of a switch is the flag alone (true) or nothing (false); other
-    booleans are `True`/`False`, which `ast.literal_eval` and string-to-bool parsers take.
-    """
-    if style == "none":
-        return []
-    if style == "hydra":
-        return [f"{name}={_text(value, 'true', 'false')}" for name, value in params.items()]
-    on = set(switches)
-    return [f"--{name}" if name in on else f"--{name}={_text(value, 'True', 'False')}"
-            for name, value in params.items()
-            if not (name in on and value is False)]
-
-
-def _text(value: Any, true: str, false: str) -> str:
-    if isinstance(value, bool):
-        return true if value else false
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return str(value)
-
-
-def placeholders(folder: Path) -> dict[str, str]:
-    """What `${name}` in a param's value stands for in the trial with this folder."""
-    number = folder.name.rpartition("-")[2]
-    return {"output_dir": str(folder / "outputs"), "trial_dir": str(folder),
-            "trial": str(int(number)) if number.isdigit() else folder.name}
-
-
-def trial_params(params: dict[str, Any], folder: Path, sweep_folder: Path) -> dict[str, Any]:
-    """The params as the command gets them: `${output_dir}`, `${trial_dir}` and `${trial}`
-    filled in, and a relative path that exists in the sweep file's folder made absolute
-    (the command runs in the trial's own folder)."""
-    values = placeholders(folder)
-    return {name: _absolute(_fill(value, values), sweep_folder)
-            for name, value in params.items()}
-
-
-def _fill(value: Any, values: dict[str, str]) -> Any:
-    if not isinstance(value, str) or "${" not in value:
-        return value
-    return re.sub(r"\$\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), value)
-
-
-def _absolute(value: Any, folder: Path) -> Any:
-    if not isinstance(value, str) or not value or "\n" in value or Path(value).is_absolute():
-        return value
-    try:
-        return str(folder / value) if (folder / value).exists() else value
-    except OSError:  # not a path (too long a name)
-        return value
-
-
-def command_argv(argv: list[str], sweep_folder: Path) -> list[str]:
-    """The command, its relative paths that exist in the sweep file's folder made absolute."""
-    program = argv[0] if "/" not in argv[0] else _absolute(argv[0], sweep_folder)
-    return [program, *(_absolute(a, sweep_folder) for a in argv[1:])]
 
 
 def run_command(request: TrialRequest, emit: Callable[[Any], None],

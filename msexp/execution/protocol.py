@@ -27,12 +27,9 @@ PATHS = ("log_path", "events_path", "rank_logs", "checkpoint")  # TrialResult's 
 @dataclass(frozen=True)
 class Command:
     """A user's own training command, run once per trial (see `execution/command.py`):
-    `argv` split as a shell would; `cwd` is the sweep file's folder (the command runs in
-    the trial's own folder, and its relative paths that exist in `cwd` go absolute);
-    `args` says how params become arguments (flags, hydra or none); `metrics` are regexes
-    whose named groups are metrics; `switches` are flags passed alone for true and left
-    out for false (None: those its `--help` shows without a value); `pass_env` are
-    secret-looking environment variables the sweep file passes on purpose."""
+    `argv` as a shell splits it; `cwd` the sweep file's folder; `args`: flags, hydra or
+    none; `metrics`: regexes with named groups; `switches`: flags passed alone for true
+    (None: those `--help` shows without a value); `pass_env`: secrets passed on purpose."""
 
     argv: list[str]
     cwd: str
@@ -63,12 +60,10 @@ def reusable(held: str | None, wanted: str | None) -> bool:
 class TrialRequest:
     """One trial: the experiment, its complete params, and where its files go.
 
-    `folder` holds `trial.log` and `events.jsonl`; None runs the trial in the
-    foreground with events going only to the caller (`msexp run`). A trial of a user's
-    own command has `command`; `experiment` then names it for logs. `cold` forbids
-    reusing the graphs an earlier trial compiled in the same host. `trial` names the
-    trial of the study it is (stable across its attempts, unique across studies): its
-    checkpoints record it, and a checkpoint of another trial is never resumed.
+    `folder` holds `trial.log` and `events.jsonl` (None: in the foreground, `msexp run`).
+    `command`: a user's command, which `experiment` then names. `cold` forbids reusing
+    an earlier trial's graphs. `trial` names the trial in its study (stable across
+    attempts, unique across studies): a checkpoint of another trial is never resumed.
     """
 
     experiment: str
