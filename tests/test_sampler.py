@@ -41,14 +41,14 @@ def test_each_sampler_draws_from_the_sweeps_seed_or_the_workers(method: str) -> 
         first_point(optuna.samplers.RandomSampler(seed=0))
 
 
-def test_tpe_and_nsga2_get_the_constraints_and_tpe_samples_jointly() -> None:
+def test_tpe_samples_jointly_and_constraints_reach_no_deprecated_constraints_func() -> None:
+    """Optuna 5 reads constraints from each trial (`Trial.set_constraint`, written when
+    the trial is told; see test_constraints), not from the samplers' deprecated
+    `constraints_func`, which warns."""
     tpe = make_sampler(spec_of("tpe", CONSTRAINED))
     assert tpe._multivariate is True and tpe._group is True
-    assert tpe._constraints_func(optuna.trial.create_trial(value=1.0)) == [1.0]
-    assert make_sampler(spec_of("tpe"))._constraints_func is None
-    nsga2 = make_sampler(spec_of("nsga2", CONSTRAINED))
-    assert nsga2._constraints_func(optuna.trial.create_trial(values=[1.0, 1.0])) == [1.0]
-    assert make_sampler(spec_of("nsga2"))._constraints_func is None
+    assert tpe._constraints_func is None
+    assert make_sampler(spec_of("nsga2", CONSTRAINED))._constraints_func is None
     assert make_sampler(spec_of("cmaes"))._warn_independent_sampling is False
 
 

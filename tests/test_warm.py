@@ -19,6 +19,7 @@ from msexp.experiment import load_experiment
 from msexp.knobs import graph_params
 from msexp.spec import trial_params
 from tests.conftest import ASSETS, ROOT, child_runs, msexp_cmd
+from tests.fault.conftest import wait_for
 
 pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
 
@@ -224,5 +225,13 @@ def test_a_trial_that_ignores_its_prune_loses_its_child_and_the_host_stays(tmp_p
     finally:
         host.kill()
     assert pruned.status is Status.PRUNED and [e.epoch for e in pruned.epochs] == [1]
-    assert not psutil.pid_exists(pruned.pid), "the trial child that ignored its stop is gone"
+    wait_for("the script that ignored its stop to end", lambda: ended(pruned.pid))
     assert after.status is Status.COMPLETE, after.error
+
+
+def ended(pid: int) -> bool:
+    """Gone, or a zombie that only waits for its reaper."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
