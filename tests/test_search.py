@@ -319,3 +319,35 @@ def test_a_trial_whose_claim_was_lost_is_not_put_back_by_its_old_owner(workdir: 
     frozen.close()
     (kept,) = study.get_trials()
     assert kept.state is TrialState.RUNNING and kept.user_attrs[TrialKey.OWNER] == "other-host:1"
+
+
+def test_an_rdb_study_tells_silent_trials_by_optunas_own_heartbeat(workdir: Path) -> None:
+    """RDB storages beat in Optuna's heartbeat table; a trial whose beat there is older
+    than the grace period is queued again, counting an attempt."""
+    import sqlalchemy
+
+    url = f"sqlite:///{workdir / 'optuna.db'}"
+    spec = load_spec(write(workdir / "rdb.yaml", """
+        name: rdb
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2]}
+        budget: {retries: 1}
+    """))
+    study, _ = open_study(spec, url)
+    source = TrialSource(study, url, spec.n_trials(), False)
+    silent, alive = source.claim(), source.claim()
+    source.close()
+    for trial in (silent, alive):  # as claimed by another, live process
+        trial.set_user_attr(TrialKey.OWNER, "other-host:1")
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:  # the beat of `silent` an hour old, in Optuna's table
+        connection.execute(sqlalchemy.text(
+            "UPDATE trial_heartbeats SET heartbeat = :old WHERE trial_id = :id"),
+            {"old": "2000-01-01 00:00:00", "id": silent._trial_id})
+    engine.dispose()
+    again = TrialSource(study, url, spec.n_trials(), False)
+    assert again.pending() == 1, "the silent trial is queued again, the live one is not"
+    again.close()
+    states = {t.number: (t.state, t.user_attrs.get(TrialKey.ATTEMPT)) for t in study.trials}
+    assert states == {silent.number: (TrialState.WAITING, 1),
+                      alive.number: (TrialState.RUNNING, None)}

@@ -42,3 +42,8 @@ def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
 def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
     """A trial's id in its storage: storage methods take ids, trials show only numbers."""
     return trial._trial_id
+
+
+def study_id(study: optuna.Study) -> int:
+    """A study's id in its storage, which `BaseHeartbeat._get_stale_trial_ids` takes."""
+    return study._study_id

@@ -18,6 +18,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from msexp.errors import MsexpError
 from msexp.paths import JOURNAL, not_regular
+from msexp.search.heartbeat import HEARTBEAT_S, STALE_AFTER_S
 from msexp.search.optuna_private import BaseJournalFileLock
 from msexp.urls import redact
 
@@ -40,13 +41,19 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
         _probe(url)
         for attempt in range(4):
             try:
-                return optuna.storages.RDBStorage(url)
+                return _rdb_storage(url)
             except Exception as exc:
                 if not _is_db_error(exc):  # e.g. a schema of another Optuna version
                     raise MsexpError(f"cannot open the Optuna storage {redact(url)} "
                                      f"({_reason(exc)})") from None
                 time.sleep(1 + attempt)  # another process is creating the same schema now
-        return optuna.storages.RDBStorage(url)
+        return _rdb_storage(url)
+
+
+def _rdb_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage with its heartbeat on (see `search.heartbeat`)."""
+    return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S,
+                                      grace_period=STALE_AFTER_S)
 
 
 @contextlib.contextmanager
