@@ -35,3 +35,5 @@ def test_popping_waiting_trials_and_putting_one_back_work_on_a_real_study() -> N
     assert [t.state for t in study.get_trials()] == [TrialState.WAITING] * 2
     assert optuna_private.storage_of(study).get_trial(optuna_private.trial_id(frozen)).number == 0
     assert "trial_id" in inspect.signature(optuna.Trial.__init__).parameters
+    storage = optuna_private.storage_of(study)
+    assert storage.get_study_id_from_name(study.study_name) == optuna_private.study_id(study)
