@@ -234,13 +234,7 @@ def test_no_number_of_processes_exceeds_the_trial_budget(workdir: Path) -> None:
     """)) for i in range(ROUNDS)]
     for spec in specs:
         open_study(spec, None)
-    code = _CLAIM_UNTIL_EMPTY.replace("ROUNDS", str(ROUNDS))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    processes = [subprocess.Popen([sys.executable, "-c", code], cwd=workdir, env=env)
-                 for _ in range(3)]
-    wait_for("three processes ready", lambda: len(list(workdir.glob("ready-*"))) == 3)
-    (workdir / "go").touch()
-    assert [p.wait(timeout=600) for p in processes] == [0, 0, 0]
+    three_at_once(_CLAIM_UNTIL_EMPTY.replace("ROUNDS", str(ROUNDS)), workdir)
     for spec in specs:
         study = open_study(spec, None)[0]
         assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE]
@@ -291,12 +285,7 @@ def test_processes_that_retry_failed_trials_at_once_retry_each_once(workdir: Pat
         study.tell(trial, state=TrialState.FAIL)
         source.done(trial)
     source.close()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    processes = [subprocess.Popen([sys.executable, "-c", _RETRY_FAILED], cwd=workdir, env=env)
-                 for _ in range(3)]
-    wait_for("three processes ready", lambda: len(list(workdir.glob("ready-*"))) == 3)
-    (workdir / "go").touch()
-    assert [p.wait(timeout=600) for p in processes] == [0, 0, 0]
+    three_at_once(_RETRY_FAILED, workdir)
     copies = [t.user_attrs.get(TrialKey.RETRY_OF) for t in open_study(spec, None)[0].trials]
     assert sorted(c for c in copies if c is not None) == [0, 1]
 
@@ -351,3 +340,14 @@ def test_an_rdb_study_tells_silent_trials_by_optunas_own_heartbeat(workdir: Path
     states = {t.number: (t.state, t.user_attrs.get(TrialKey.ATTEMPT)) for t in study.trials}
     assert states == {silent.number: (TrialState.WAITING, 1),
                       alive.number: (TrialState.RUNNING, None)}
+
+
+def three_at_once(code: str, folder: Path) -> None:
+    """Run `code` in three processes that start together (each writes ready-PID, then
+    waits for `go`), and wait for all three to succeed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    processes = [subprocess.Popen([sys.executable, "-c", code], cwd=folder, env=env)
+                 for _ in range(3)]
+    wait_for("three processes ready", lambda: len(list(folder.glob("ready-*"))) == 3)
+    (folder / "go").touch()
+    assert [p.wait(timeout=600) for p in processes] == [0, 0, 0]
