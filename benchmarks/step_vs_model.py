@@ -7,6 +7,8 @@ the first epoch (compile excluded):
                step `msexp.training.step.fuses` picks; at micro_size 1 also forced to
                each of its two steps: fused (grad and apply in one graph) and buffered
                (into buffers, then apply);
+  msexp/jit    msexp's step with its graphs under `ms.jit` (as before 2026-11-23), not
+               run by the Cell graph executor;
   model        `Model.train(dataset_sink_mode=False)`, timed per step from step begin to
                step end (what TimeMonitor brackets); with micro_size > 1, seed 001's
                `GradientAccumulation` (forward-backward, optimizer and clear cells);
@@ -87,7 +89,11 @@ def cell(workload: str, micro: int, amp: str, peer: str, epochs: int, threads: i
         from msexp.training import graphs
         from msexp.training.loop import train
 
-        if peer != "msexp":  # force one of the two steps
+        if peer == "msexp/jit":  # msexp before 2026-11-23: its graphs under ms.jit
+            from msexp.training import step
+
+            step.graph = ms.jit
+        elif peer != "msexp":  # force one of the two steps
             graphs.fuses = lambda params: peer == "msexp/fused"
         return train(built, params, lambda epoch: None).metrics["step_ms"]
     if peer == "hand":
