@@ -62,7 +62,9 @@ def fuses(params: dict[str, Any]) -> bool:
     MLP (12.6 vs 27.9 ms); on LeNet5 the two were equal in one run (117 vs 120 ms) and
     buffered faster in another (104 vs 120 ms), so this rule is right on three of the
     four rows measured. On GPU and Ascend, the fused step is `TrainOneStepCell`'s, the
-    devices' usual path (unmeasured).
+    devices' usual path (unmeasured). Those figures are from the steps under `ms.jit`;
+    run by the Cell executor (`graph`), one interleaved LeNet5 run at O0 still had
+    buffered ahead (146 vs 174 ms, 2026-11-23, loaded machine).
     """
     if ms.get_context("device_target") != "CPU":
         return True
