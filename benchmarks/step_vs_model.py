@@ -7,22 +7,35 @@ the first epoch (compile excluded):
                step `msexp.training.step.fuses` picks; at micro_size 1 also forced to
                each of its two steps: fused (grad and apply in one graph) and buffered
                (into buffers, then apply);
+  msexp/jit    msexp's step with its graphs under `ms.jit` (as before 2026-11-23), not
+               run by the Cell graph executor;
   model        `Model.train(dataset_sink_mode=False)`, timed per step from step begin to
                step end (what TimeMonitor brackets); with micro_size > 1, seed 001's
                `GradientAccumulation` (forward-backward, optimizer and clear cells);
   model/sink   `Model.train(dataset_sink_mode=True)`: epoch time / steps (micro_size 1);
   hand         a hand-written loop: grad and update in one `ms.jit` step (micro_size 1),
                else gradients added into buffers and a second jit for the update.
+`model` runs in GRAPH_MODE, as the tutorials and the model zoo set it (`--model-mode
+pynative` for MindSpore's default); msexp and hand run in the default mode, as a trial
+does. Every peer runs with the same threads: `runtime_num_threads` and OMP_NUM_THREADS
+= `--threads` (default: the cores, what msexp gives the trial of a one-worker sweep).
+`--busy` keeps one more core busy (`python3 -c 'while True: pass'`) during the run.
 No loss scaling (`Model` on CPU takes none, or a fixed scale that never skips).
 
-Usage: python benchmarks/step_vs_model.py [--repeats 2] [--epochs 3]
+Workloads: msexp's `mlp_digits` and `lenet_digits` (`SequentialCell`, `CrossEntropyLoss`),
+and `tutorial_lenet` and `small_resnet` of `benchmarks/networks.py` (Cell subclasses,
+`SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")`, on the 32x32 digits).
+
+Usage: python benchmarks/step_vs_model.py [--repeats 5] [--epochs 2]
        python benchmarks/step_vs_model.py --only lenet_digits:1:O0   (one row)
+       python benchmarks/step_vs_model.py --workloads tutorial_lenet,small_resnet --micro 1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -32,32 +45,55 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-BATCH = {"mlp_digits": 64, "lenet_digits": 32}
-ROWS = [(w, m, a) for w in BATCH for m in (1, 2, 4) for a in ("O0", "O2")]
+BATCH = {"tutorial_lenet": 32, "small_resnet": 32, "mlp_digits": 64, "lenet_digits": 32}
+USERS = {"tutorial_lenet": "TutorialLeNet5", "small_resnet": "SmallResNet"}  # networks.py
 
 
 def params_for(workload: str, micro: int, amp: str, epochs: int) -> dict:
     from msexp.spec import trial_params
 
-    return trial_params(workload, {"epochs": epochs, "batch_size": BATCH[workload],
-                                   "micro_size": micro, "amp_level": amp, "lr": 0.01,
-                                   "optimizer": "momentum"})
+    return trial_params("lenet_digits" if workload in USERS else workload,
+                        {"epochs": epochs, "batch_size": BATCH[workload], "micro_size": micro,
+                         "amp_level": amp, "lr": 0.01, "optimizer": "momentum"})
 
 
-def cell(workload: str, micro: int, amp: str, peer: str, epochs: int) -> float:
+def build(workload: str, params: dict):
+    """The workload: a user's network of networks.py on the 32x32 digits, or msexp's own."""
+    from msexp.experiment import Workload, load_experiment
+
+    if workload not in USERS:
+        return load_experiment(workload).build(params)
+    from mindspore import nn
+
+    from benchmarks import networks
+    from experiments._digits import digits
+
+    x, y, x_eval, y_eval = digits(32)
+    network = getattr(networks, USERS[workload])()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    return Workload(network, loss, (x, y), (x_eval, y_eval))
+
+
+def cell(workload: str, micro: int, amp: str, peer: str, epochs: int, threads: int,
+         model_mode: str) -> float:
     """Median steady-state step time in ms of one peer on one row, in this process."""
     import mindspore as ms
 
-    from msexp.experiment import load_experiment
-
+    ms.set_context(runtime_num_threads=threads)  # as msexp's trial host sets it
+    if peer.startswith("model") and model_mode == "graph":
+        ms.set_context(mode=ms.GRAPH_MODE)
     params = params_for(workload, micro, amp, epochs)
     ms.set_seed(0)
-    built = load_experiment(workload).build(params)
+    built = build(workload, params)
     if peer.startswith("msexp"):
         from msexp.training import graphs
         from msexp.training.loop import train
 
-        if peer != "msexp":  # force one of the two steps
+        if peer == "msexp/jit":  # msexp before 2026-11-23: its graphs under ms.jit
+            from msexp.training import step
+
+            step.graph = ms.jit
+        elif peer != "msexp":  # force one of the two steps
             graphs.fuses = lambda params: peer == "msexp/fused"
         return train(built, params, lambda epoch: None).metrics["step_ms"]
     if peer == "hand":
@@ -227,38 +263,71 @@ def peers(micro: int) -> list[str]:
     return COLUMNS if micro == 1 else ["msexp", "model", "hand"]
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--workloads", default=",".join(BATCH))
+    parser.add_argument("--micro", default="1,2,4", help="micro_size values")
+    parser.add_argument("--amp", default="O0,O2", help="amp_level values")
     parser.add_argument("--only", help="one row, WORKLOAD:MICRO:AMP")
+    parser.add_argument("--peers", help="columns to run (default: all for the row)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--model-mode", choices=("graph", "pynative"), default="graph")
+    parser.add_argument("--busy", action="store_true", help="one busy process beside")
     parser.add_argument("--cell", help=argparse.SUPPRESS)  # WORKLOAD:MICRO:AMP:PEER, in-process
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def run_cell(args: argparse.Namespace, row: tuple[str, int, str], peer: str) -> float:
+    """One peer on one row in a fresh process, with the threads every peer gets."""
+    workload, micro, amp = row
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    out = subprocess.run(
+        [sys.executable, __file__, "--cell", f"{workload}:{micro}:{amp}:{peer}",
+         "--epochs", str(args.epochs), "--threads", str(args.threads),
+         "--model-mode", args.model_mode], cwd=ROOT, capture_output=True, text=True, env=env)
+    if out.returncode:
+        sys.exit(f"{workload} {micro} {amp} {peer} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["step_ms"]
+
+
+def main() -> None:
+    args = arguments()
     if args.cell:
         workload, micro, amp, peer = args.cell.split(":", 3)
-        print(json.dumps({"step_ms": cell(workload, int(micro), amp, peer, args.epochs)}))
+        print(json.dumps({"step_ms": cell(workload, int(micro), amp, peer, args.epochs,
+                                          args.threads, args.model_mode)}))
         return
-    rows = ROWS
+    rows = [(w, int(m), a) for w in args.workloads.split(",") for m in args.micro.split(",")
+            for a in args.amp.split(",")]
     if args.only:
         w, m, a = args.only.split(":")
         rows = [(w, int(m), a)]
-    print(f"{'workload':13} {'micro':>5} {'amp':>3}  " + "  ".join(
-        f"{p:>14}" for p in COLUMNS) + "   msexp/fastest peer")
-    for workload, micro, amp in rows:
-        runs: dict[str, list[float]] = {p: [] for p in peers(micro)}
-        for _ in range(args.repeats):
-            for peer in runs:
-                out = subprocess.run(
-                    [sys.executable, __file__, "--cell", f"{workload}:{micro}:{amp}:{peer}",
-                     "--epochs", str(args.epochs)], cwd=ROOT, capture_output=True, text=True)
-                if out.returncode:
-                    sys.exit(f"{workload} {micro} {amp} {peer} failed:\n{out.stderr[-3000:]}")
-                runs[peer].append(json.loads(out.stdout.strip().splitlines()[-1])["step_ms"])
-        med = {p: statistics.median(v) for p, v in runs.items()}
-        fastest = min(v for p, v in med.items() if p in PEERS)
-        cells = "  ".join(f"{med[p]:14.2f}" if p in med else f"{'-':>14}" for p in COLUMNS)
-        print(f"{workload:13} {micro:5d} {amp:>3}  {cells}   {med['msexp'] / fastest:8.2f}x",
-              flush=True)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
+    print(f"threads {args.threads}, model in {args.model_mode} mode, busy {args.busy}, "
+          f"load average {os.getloadavg()[0]:.1f}; median ms (min-max) of {args.repeats}")
+    try:
+        for row in rows:
+            columns = args.peers.split(",") if args.peers else peers(row[1])
+            runs: dict[str, list[float]] = {p: [] for p in columns}
+            for _ in range(args.repeats):
+                for peer in runs:
+                    runs[peer].append(run_cell(args, row, peer))
+            print_row(row, runs)
+    finally:
+        if busy is not None:
+            busy.kill()
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+def print_row(row: tuple[str, int, str], runs: dict[str, list[float]]) -> None:
+    med = {p: statistics.median(v) for p, v in runs.items()}
+    cells = "  ".join(f"{p} {med[p]:.1f} ({min(v):.1f}-{max(v):.1f})" for p, v in runs.items())
+    fastest = min((v for p, v in med.items() if p in PEERS), default=None)
+    ratio = f"   msexp/fastest peer {med['msexp'] / fastest:.2f}x" if fastest and "msexp" in med \
+        else ""
+    print(f"{row[0]} micro {row[1]} {row[2]}:  {cells}{ratio}", flush=True)
 
 
 if __name__ == "__main__":

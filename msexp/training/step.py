@@ -31,6 +31,28 @@ def tensors_of(inputs: Any) -> Any:
     return ms.Tensor(inputs)
 
 
+class _Graph(nn.Cell):
+    """`fn` as a Cell, run by MindSpore's Cell graph executor (what `Model.train` runs in
+    graph mode), whatever the context's mode."""
+
+    def __init__(self, fn: Callable):
+        super().__init__(auto_prefix=False)
+        self.fn = fn
+
+    def construct(self, *args):
+        return self.fn(*args)
+
+
+def graph(fn: Callable) -> Callable:
+    """`fn` compiled as one graph, like `ms.jit`, but run the way a Cell is.
+
+    On CPU (MindSpore 2.10) `ms.jit` runs its graph through the PyNative executor
+    (`grad_jit`), which took 1.5-2x the time per LeNet5 update of the same graph run by
+    the Cell graph executor (benchmarks/README.md, "Why msexp was slower").
+    """
+    return _Graph(fn).compile_and_run
+
+
 def fuses(params: dict[str, Any]) -> bool:
     """Whether the fused step is the faster one for these params, as measured.
 
@@ -40,7 +62,9 @@ def fuses(params: dict[str, Any]) -> bool:
     MLP (12.6 vs 27.9 ms); on LeNet5 the two were equal in one run (117 vs 120 ms) and
     buffered faster in another (104 vs 120 ms), so this rule is right on three of the
     four rows measured. On GPU and Ascend, the fused step is `TrainOneStepCell`'s, the
-    devices' usual path (unmeasured).
+    devices' usual path (unmeasured). Those figures are from the steps under `ms.jit`;
+    run by the Cell executor (`graph`), one interleaved LeNet5 run at O0 still had
+    buffered ahead (146 vs 174 ms, 2026-11-23, loaded machine).
     """
     if ms.get_context("device_target") != "CPU":
         return True
@@ -107,19 +131,19 @@ class TrainStep:
                                                                  init="zeros")
         self.buffers = tuple(buffers)
 
-        @ms.jit
+        @graph
         def accumulate(x, y):
             (_, loss), grads = grad_fn(x, y)
             hyper_map(ops.partial(ops.assign_add), buffers, grads)
             return loss
 
-        @ms.jit
+        @graph
         def update():
             finite = apply(buffers)
             hyper_map(ops.partial(ops.assign), buffers, hyper_map(ops.zeros_like, buffers))
             return finite
 
-        @ms.jit
+        @graph
         def update_reduced(loss):
             grads, loss = reducer(buffers, loss)
             finite = apply(grads)
@@ -131,7 +155,7 @@ class TrainStep:
             grad_with_probes = ms.value_and_grad(forward, None,
                                                  ParameterTuple([*weights, *probes]), has_aux=True)
 
-            @ms.jit
+            @graph
             def accumulate_capturing(x, y):
                 (_, loss), grads = grad_with_probes(x, y)
                 hyper_map(ops.partial(ops.assign_add), buffers, grads[:n])
@@ -139,7 +163,7 @@ class TrainStep:
 
             return accumulate_capturing
 
-        @ms.jit
+        @graph
         def grad_and_apply(x, y):
             (_, loss), grads = grad_fn(x, y)
             return loss, apply(grads)
