@@ -77,7 +77,7 @@ def test_mlflow_outage_loses_no_result_and_secrets_stay_out(cluster, workdir: Pa
     sweep = write(workdir / "outage.yaml", """
         name: outage
         experiment: broken:build
-        fixed: {hidden: 16, epochs: 2}
+        fixed: {hidden: 16, epochs: 2, pause_s: 0.3}
         params:
           lr: [0.01, 0.02, 0.03, 0.04]
     """)
@@ -87,7 +87,7 @@ def test_mlflow_outage_loses_no_result_and_secrets_stay_out(cluster, workdir: Pa
         text=True, env={**os.environ, "COLUMNS": "200"})
     deadline = time.time() + 300
     while time.time() < deadline:
-        time.sleep(1)
+        time.sleep(0.2)
         try:
             done = [t for t in study_of(cluster, "outage").trials if t.state.name == "COMPLETE"]
         except KeyError:

@@ -20,7 +20,6 @@ from typing import IO, Any, Union
 from msexp.knobs import graph_params
 from msexp.training.records import Epoch, Target
 
-LOG_TAIL_LINES = 40
 PATHS = ("log_path", "events_path", "rank_logs", "checkpoint")  # TrialResult's Path fields
 
 
@@ -264,8 +263,9 @@ class TrialResult:
             self.resumed_from, self.warm, self.pid = event.resumed_from, event.warm, event.pid
         elif isinstance(event, Epoch):
             self.epochs.append(event)
-        elif isinstance(event, Result):
-            self.metrics, self.status = event.metrics, Status.COMPLETE
+        elif isinstance(event, Result):  # a trial the pruner stopped stays PRUNED
+            self.metrics, self.status = event.metrics, (
+                Status.PRUNED if self.status is Status.PRUNED else Status.COMPLETE)
             self.checkpoint = Path(event.checkpoint) if event.checkpoint else None
         elif isinstance(event, Error) and self.status is not Status.PRUNED:
             self.status, self.error = Status.FAILED, event.message
@@ -287,13 +287,6 @@ class TrialResult:
         for key in PATHS:
             data[key] = Path(data[key]) if data.get(key) else None
         return cls(**data)
-
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        """The last lines of the trial's log."""
-        if not self.log_path or not self.log_path.exists():
-            return ""
-        text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
 
     def last_epoch_metrics(self) -> dict[str, float]:
         """Per-epoch metrics of the last epoch that finished (for pruned/failed trials)."""
