@@ -366,7 +366,7 @@ def test_a_command_experiments_params_are_the_scripts_own(tmp_path: Path) -> Non
     ("params: {lr: {values: [0.1], when: {lr: [0.1]}}}\n",
      "params.lr.when.lr: a param cannot depend on itself, got [0.1]"),
     ("params: {lr: {values: [0.1], when: {optimizer: [nope]}}}\n",
-     "params.lr.when.optimizer: must be one of sgd, momentum, adam, adamw, thor, got nope"),
+     "params.lr.when.optimizer.0: must be one of sgd, momentum, adam, adamw, thor, got nope"),
     ("params: {lr: {values: [0.1], when: {weight_decay: [0.1]}}, "
      "weight_decay: {values: [0.1], when: {lr: [0.1]}}}\n",
      'params.lr.when: conditions must not form a cycle, got {"weight_decay": [0.1]}'),

@@ -12,11 +12,10 @@ from rich.table import Table
 
 from msexp.cli import templates
 from msexp.cli.options import console
-from msexp.cli.render import cell, when_text
 from msexp.experiment import Experiment, builtin_names, load_experiment
 from msexp.knobs import KNOBS, METRICS, Knob
 from msexp.spec import load_spec
-from msexp.spec.schema import sweep_schema
+from msexp.spec.model import knob_rows, sweep_schema
 
 
 def new_experiment(
@@ -77,15 +76,11 @@ def knobs(
     Example: msexp knobs --experiment mlp_digits
     """
     table = Table(title="knobs" + (f" of {experiment}" if experiment else ""))
-    for column in ("knob", "type", "allowed", "default", "when", "graph", "meaning"):
+    rows = knob_rows(_knob_table(experiment))
+    for column in rows[0]:
         table.add_column(column)
-    for knob in _knob_table(experiment).values():
-        allowed = (", ".join(map(str, knob.choices)) if knob.choices else
-                   " ".join(f"{op} {getattr(knob, attr):g}" for attr, op in
-                            (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
-                            if getattr(knob, attr) is not None))
-        table.add_row(knob.name, knob.type.__name__, allowed, cell(knob.default),
-                      when_text(knob.when), "yes" if knob.graph else "no", knob.help)
+    for row in rows:
+        table.add_row(*row.values())
     console.print(table)
 
 

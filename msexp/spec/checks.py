@@ -20,7 +20,7 @@ from msexp.experiment import (
     workload_problem,
 )
 from msexp.interrupts import import_mindspore
-from msexp.knobs import EPOCH_METRICS, METRICS
+from msexp.knobs import EPOCH_METRICS
 from msexp.spec.file import Method, Objective, Pruner
 from msexp.spec.space import Space
 
@@ -46,17 +46,13 @@ def check_method(source: str, method: Method, objectives: list[Objective], prune
 
 def check_objectives(source: str, objectives: list[Objective], pruner: Pruner,
                      experiment: Experiment) -> None:
-    """Objectives name known metrics once each; targets and pruning need per-epoch ones.
+    """Objectives name a metric once each; targets and pruning need per-epoch ones.
 
     A command may report any metric, each epoch or at its end, so its names are its own.
     """
-    known = METRICS + experiment.metrics
     per_epoch = EPOCH_METRICS + experiment.metrics  # an experiment's own metrics: each eval
     seen = set()
     for i, objective in enumerate(objectives):
-        if objective.metric not in known and not experiment.is_command:
-            raise SpecError(source, f"objective.{i}.metric",
-                            "must be one of " + ", ".join(known), objective.metric)
         if objective.metric in seen:
             raise SpecError(source, f"objective.{i}.metric", "is listed twice", objective.metric)
         seen.add(objective.metric)
@@ -100,15 +96,6 @@ def _may_be(space: Space, name: str, values: tuple[Any, ...]) -> bool:
     if param is not None:
         return param.values is None or any(v in values for v in param.values)
     return space.resolve({}).get(name) in values
-
-
-def check_constraints(source: str, constraints: list[Any], experiment: Experiment) -> None:
-    """A constraint bounds a metric trials report (any name, for a command)."""
-    known = METRICS + experiment.metrics
-    for i, constraint in enumerate(constraints):
-        if constraint.metric not in known and not experiment.is_command:
-            raise SpecError(source, f"constraints.{i}.metric",
-                            "must be one of " + ", ".join(known), constraint.metric)
 
 
 def check_command_sweep(source: str, pruner: Pruner, data: Any, space: Space) -> None:

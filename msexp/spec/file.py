@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from msexp.datasets import FORMATS
 from msexp.errors import SpecError
 from msexp.paths import NAME_PATTERN
+
+Valid = TypeVar("Valid", bound=BaseModel)
 
 
 class Method(str, Enum):
@@ -154,17 +156,37 @@ class SweepFile(_Strict):
         return Method(value) if value in Method._value2member_map_ else value
 
 
+PARAM_KEYS = ("values", "when", "low", "high", "log", "step")
+FORMS = ("[list]", "[one]", "[values]", "[range]")
+"""The tags of a param's written forms, as pydantic puts them in an error's key path."""
+_KNOB_SECTIONS = (["fixed"], ["params"])
+
+
 def read_file(text: str, source: str) -> SweepFile:
     """Parse and type-check sweep-file text; `source` names it in errors.
 
     Raises:
         SpecError: invalid YAML, or a key or type the file format does not allow.
     """
+    return validate(SweepFile, read_data(text, source), source)
+
+
+def read_data(text: str, source: str) -> dict[str, Any]:
+    """The sweep file's YAML as a mapping of sections, not yet validated."""
     data = load_yaml(text, source) or {}
     if not isinstance(data, dict):
         raise SpecError(source, "", "the file must be a mapping of sections", data)
+    return data
+
+
+def validate(model: type[Valid], data: dict[str, Any], source: str) -> Valid:
+    """`data` as `model` (a `SweepFile`, or part of one), or its first error as one line.
+
+    Raises:
+        SpecError: a key or value the model does not allow.
+    """
     try:
-        return SweepFile.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise _first_error(source, exc, data) from None
 
@@ -175,23 +197,54 @@ def _first_error(source: str, exc: ValidationError, data: dict[str, Any]) -> Spe
         return SpecError(source, "experiment", "must be an experiment name (built-in, "
                          "package.module:build or file.py) or a mapping with a command",
                          data.get("experiment"))
-    loc = [str(p) for p in err["loc"]]
+    written = [str(p) for p in err["loc"]]
+    loc = [p for p in written if p not in FORMS]
     key = ".".join(loc)
     kind = err["type"]
-    if kind == "extra_forbidden":
-        allowed = _allowed_keys(loc[:-1])
-        return SpecError(source, key, "unknown key (allowed: " + ", ".join(allowed) + ")",
-                         err["input"])
     if kind == "missing":
         return SpecError(source, key, "required key is missing", show_value=False)
     if kind == "enum" or key == "method":
         return SpecError(source, key, "must be one of " + ", ".join(m.value for m in Method),
                          err["input"])
-    rule = err["msg"].removeprefix("Value error, ")
+    rule = _knob_rule(kind, loc, written) or _section_rule(kind, loc) or _reworded(err["msg"])
+    return SpecError(source, key, rule, err.get("input"))
+
+
+def _knob_rule(kind: str, loc: list[str], written: list[str]) -> str | None:
+    """The wording of an error in `fixed`, `params` or a `when`."""
+    parent = loc[:-1]
+    if kind == "extra_forbidden" and (parent in _KNOB_SECTIONS or parent[-1:] == ["when"]):
+        return "is not a knob of msexp or of the experiment (see `msexp knobs`)"
+    if kind == "extra_forbidden" and parent[:1] == ["params"]:
+        if "[values]" in written and loc[-1] in PARAM_KEYS:
+            return "use either values or low/high"
+        return "unknown key (allowed: " + ", ".join(PARAM_KEYS) + ")"
+    if kind == "union_tag_not_found" and parent == ["params"]:
+        return "must be a list of values or a mapping with values or low/high"
+    if kind == "union_tag_invalid" and parent == ["params"]:
+        return f"a range needs a numeric knob; {loc[-1]} takes a list of values"
+    if kind == "model_type" and loc[-1:] == ["when"]:
+        return "must map knob names to a value or a list of values"
+    return None
+
+
+def _section_rule(kind: str, loc: list[str]) -> str | None:
+    if kind == "extra_forbidden":
+        return "unknown key (allowed: " + ", ".join(_allowed_keys(loc[:-1])) + ")"
+    if kind == "too_short":
+        return "must be a non-empty list"
+    if kind in ("model_type", "dict_type"):
+        return "must be a mapping"
+    return None
+
+
+def _reworded(message: str) -> str:
+    """pydantic's message as a rule: "Input should be X" becomes "must be X"."""
+    rule = message.removeprefix("Value error, ")
     for prefix in ("Input should be ", "String should "):  # pydantic 2 wording
         if rule.startswith(prefix):
             rule = ("must " if prefix == "String should " else "must be ") + rule[len(prefix):]
-    return SpecError(source, key, rule[0].lower() + rule[1:], err.get("input"))
+    return rule[0].lower() + rule[1:]
 
 
 def _first_relevant(errors: list[Any], experiment: Any) -> Any:

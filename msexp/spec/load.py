@@ -10,11 +10,10 @@ from typing import Any
 from msexp.datasets import check_data
 from msexp.errors import ExperimentError, SpecError
 from msexp.experiment import Experiment, Workload, is_builtin, load_experiment
-from msexp.knobs import KNOBS, infer_knob
+from msexp.knobs import KNOBS, METRICS, Knob, infer_knob
 from msexp.paths import read_regular
 from msexp.spec.checks import (
     check_command_sweep,
-    check_constraints,
     check_method,
     check_objectives,
     check_reported,
@@ -32,8 +31,11 @@ from msexp.spec.file import (
     Pruner,
     SweepFile,
     load_yaml,
+    read_data,
     read_file,
+    validate,
 )
+from msexp.spec.model import sweep_model, values_model
 from msexp.spec.precision import check_precision
 from msexp.spec.space import Space, parse_params
 from msexp.training.records import Target
@@ -109,7 +111,8 @@ def load_spec(path: str | Path, local: bool = True) -> SweepSpec:
 def parse_spec(text: str, source: str, path: Path | None = None, local: bool = True
                ) -> SweepSpec:
     """Validate sweep-file text; `source` names it in errors (`local`: see `load_spec`)."""
-    file = read_file(text, source)
+    data = read_data(text, source)
+    file = validate(SweepFile, data, source)
     path = path or Path(source)
     command = file.experiment if isinstance(file.experiment, CommandSection) else None
     if command is None and (local or is_builtin(file.experiment)):
@@ -119,6 +122,8 @@ def parse_spec(text: str, source: str, path: Path | None = None, local: bool = T
     else:
         experiment = command_experiment(source, command, path.parent.resolve(), file.fixed,
                                         file.params)
+    if command is None:  # a command's fixed and params take any name and value
+        validate(sweep_model(experiment.knobs, METRICS + experiment.metrics), data, source)
     fixed, params = with_repeats(source, file, experiment.knobs)
     space = parse_params(source, experiment.knobs, fixed, params)
     spec = SweepSpec(path, file.name, experiment, file.method, file.objective, file.budget,
@@ -128,7 +133,6 @@ def parse_spec(text: str, source: str, path: Path | None = None, local: bool = T
     if command is not None:
         check_command_sweep(source, spec.pruner, spec.data, space)
     check_objectives(source, spec.objectives, spec.pruner, experiment)
-    check_constraints(source, spec.constraints, experiment)
     check_reported(source, spec.objectives, space, experiment)
     space.check_trials(spec.method is Method.grid, spec.n_trials())
     if spec.data is not None:
@@ -211,10 +215,21 @@ def trial_params(ref: str, fixed: Mapping[str, Any], source: str = "--set") -> d
     Raises:
         SpecError: a value breaks a knob's rule (one line naming `source` and the key).
     """
-    space = parse_params(source, load_experiment(ref, source).knobs, fixed, {})
+    knobs = load_experiment(ref, source).knobs
+    check_values(source, knobs, fixed)
+    space = parse_params(source, knobs, fixed, {})
     space.check_trials(is_grid=True)
     check_precision(source, space)
     return space.resolve({})
+
+
+def check_values(source: str, knobs: Mapping[str, Knob], fixed: Mapping[str, Any]) -> None:
+    """Check `fixed` values against the sweep file's model of an experiment with `knobs`.
+
+    Raises:
+        SpecError: one line naming `source` and the key (`fixed.NAME`).
+    """
+    validate(values_model(knobs), {"fixed": dict(fixed)}, source)
 
 
 def _read_text(path: Path) -> str:

@@ -15,9 +15,6 @@ from msexp.knobs import Knob, condition_holds, graph_params
 if TYPE_CHECKING:
     import optuna
 
-_PARAM_KEYS = ("values", "when", "low", "high", "log", "step")
-
-
 @dataclass(frozen=True)
 class Param:
     """One swept knob: a list of values, or a range for samplers."""
@@ -245,115 +242,49 @@ class Space:
 
 def parse_params(source: str, knobs: Mapping[str, Knob], fixed: Mapping[str, Any],
                  params: Mapping[str, Any]) -> Space:
-    """Check `fixed` and `params` against the knobs and build the search space."""
-    for name, value in fixed.items():
-        knob = _knob(source, knobs, f"fixed.{name}", name, value)
-        rule = knob.check(value)
-        if rule:
-            raise SpecError(source, f"fixed.{name}", rule, value)
+    """Build the search space of `fixed` and `params`, values the sweep file's model
+    (`spec/model.py`) has checked, and check the rules across their keys."""
     parsed = []
     for name, written in params.items():
         key = f"params.{name}"
-        knob = _knob(source, knobs, key, name, written)
         if name in fixed:
             raise SpecError(source, key, "is also set in fixed; set a knob in one place", written)
-        parsed.append(_parse_param(source, key, knob, knobs, written))
-    space = Space(source, knobs, fixed, _dependency_order(source, parsed, knobs))
-    return space
+        parsed.append(_parse_param(source, key, knobs[name], written))
+    return Space(source, knobs, fixed, _dependency_order(source, parsed, knobs))
 
 
-def _knob(source: str, knobs: Mapping[str, Knob], key: str, name: str, value: Any) -> Knob:
-    if name not in knobs:
-        raise SpecError(source, key, "is not a knob of msexp or of the experiment "
-                        "(see `msexp knobs`)", value)
-    return knobs[name]
-
-
-def _parse_param(source: str, key: str, knob: Knob, knobs: Mapping[str, Knob],
-                 written: Any) -> Param:
-    if isinstance(written, list):
-        written = {"values": written}
-    if not isinstance(written, dict):
-        raise SpecError(source, key, "must be a list of values or a mapping with values "
-                        "or low/high", written)
-    for extra in set(written) - set(_PARAM_KEYS):
-        raise SpecError(source, f"{key}.{extra}", "unknown key (allowed: "
-                        + ", ".join(_PARAM_KEYS) + ")", written[extra])
-    when = _parse_when(source, f"{key}.when", knobs, knob.name, written.get("when", {}))
-    if "values" in written:
-        return _parse_values(source, key, knob, written, when)
-    return _parse_range(source, key, knob, written, when)
-
-
-def _parse_values(source: str, key: str, knob: Knob, written: dict, when: dict) -> Param:
-    for other in ("low", "high", "log", "step"):
-        if other in written:
-            raise SpecError(source, f"{key}.{other}", "use either values or low/high",
-                            written[other])
-    values = written["values"]
-    if not isinstance(values, list) or not values:
-        raise SpecError(source, f"{key}.values", "must be a non-empty list", values)
-    for i, value in enumerate(values):
-        rule = knob.check(value)
-        if rule:
-            raise SpecError(source, f"{key}.values.{i}" if "when" in written else f"{key}.{i}",
-                            rule, value)
-    if len({repr(v) for v in values}) != len(values):
-        raise SpecError(source, key, "values must be unique", values)
-    return Param(knob.name, written, values=tuple(values), when=when)
+def _parse_param(source: str, key: str, knob: Knob, written: Any) -> Param:
+    form = {"values": written} if isinstance(written, list) else written
+    when = _parse_when(source, f"{key}.when", knob.name, form.get("when") or {})
+    if "values" in form:
+        values = form["values"]
+        if len({repr(v) for v in values}) != len(values):
+            raise SpecError(source, key, "values must be unique", values)
+        return Param(knob.name, form, values=tuple(values), when=when)
+    return _parse_range(source, key, knob, form, when)
 
 
 def _parse_range(source: str, key: str, knob: Knob, written: dict, when: dict) -> Param:
-    if knob.type not in (int, float):
-        raise SpecError(source, key, f"a range needs a numeric knob; {knob.name} takes "
-                        "a list of values", written)
-    for bound in ("low", "high"):
-        if bound not in written:
-            raise SpecError(source, f"{key}.{bound}", "required key is missing",
-                            show_value=False)
-        rule = knob.check(written[bound])
-        if rule:
-            raise SpecError(source, f"{key}.{bound}", rule, written[bound])
-        if not math.isfinite(written[bound]):
-            raise SpecError(source, f"{key}.{bound}", "must be a finite number", written[bound])
     low, high = written["low"], written["high"]
     log, step = written.get("log", False), written.get("step")
     if low > high:
         raise SpecError(source, key, "low <= high must hold",
                         f"low={low} high={high}")
-    if not isinstance(log, bool):
-        raise SpecError(source, f"{key}.log", "must be a boolean", log)
     if log and low <= 0:
         raise SpecError(source, f"{key}.low", "a log range needs low > 0", low)
-    if step is not None:
-        if log:
-            raise SpecError(source, f"{key}.step", "a log range takes no step", step)
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0:
-            raise SpecError(source, f"{key}.step", "must be a number > 0", step)
-        if knob.type is int and not isinstance(step, int):
-            raise SpecError(source, f"{key}.step", f"{knob.name} is an integer knob, "
-                            "so step must be an integer", step)
+    if log and step is not None:
+        raise SpecError(source, f"{key}.step", "a log range takes no step", step)
     return Param(knob.name, written, low=low, high=high, log=log, step=step,
                  is_int=knob.type is int, when=when)
 
 
-def _parse_when(source: str, key: str, knobs: Mapping[str, Knob], owner: str,
-                written: Any) -> dict[str, tuple[Any, ...]]:
-    if not isinstance(written, dict):
-        raise SpecError(source, key, "must map knob names to a value or a list of values",
-                        written)
-    when = {}
-    for name, allowed in written.items():
-        knob = _knob(source, knobs, f"{key}.{name}", name, allowed)
-        if name == owner:
-            raise SpecError(source, f"{key}.{name}", "a param cannot depend on itself", allowed)
-        allowed = tuple(allowed) if isinstance(allowed, list) else (allowed,)
-        for value in allowed:
-            rule = knob.check(value)
-            if rule:
-                raise SpecError(source, f"{key}.{name}", rule, value)
-        when[name] = allowed
-    return when
+def _parse_when(source: str, key: str, owner: str, written: dict[str, Any]
+                ) -> dict[str, tuple[Any, ...]]:
+    if owner in written:
+        raise SpecError(source, f"{key}.{owner}", "a param cannot depend on itself",
+                        written[owner])
+    return {name: tuple(allowed) if isinstance(allowed, list) else (allowed,)
+            for name, allowed in written.items()}
 
 
 def _dependency_order(source: str, params: list[Param], knobs: Mapping[str, Knob]) -> list[Param]:
