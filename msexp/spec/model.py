@@ -199,6 +199,8 @@ def knob_rows(knobs: Mapping[str, Knob]) -> list[dict[str, str]]:
     return [_row(properties[knob.name], knob) for knob in knobs.values()]
 
 
+_TYPES = {"integer": "int", "number": "float", "string": "str", "boolean": "bool",
+          "array": "list"}
 _BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
            ("exclusiveMaximum", "<"))
 
@@ -206,9 +208,8 @@ _BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
 def _row(schema: dict[str, Any], knob: Knob) -> dict[str, str]:
     allowed = (", ".join(map(str, schema["enum"])) if "enum" in schema else
                " ".join(f"{op} {schema[key]:g}" for key, op in _BOUNDS if key in schema))
-    when = "; ".join(f"{name} in {', '.join(map(str, values))}"
-                     for name, values in knob.when.items())
-    return {"knob": knob.name, "type": schema.get("type", "string"), "allowed": allowed,
+    when = ", ".join(f"{name} in {list(values)}" for name, values in knob.when.items())
+    return {"knob": knob.name, "type": _TYPES[schema.get("type", "string")], "allowed": allowed,
             "default": _text(schema.get("default")), "when": when,
             "graph": "yes" if knob.graph else "no", "meaning": schema["description"]}
 
