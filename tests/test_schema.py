@@ -1,5 +1,6 @@
-"""`msexp schema` and `msexp validate` agree: every file validate accepts, the JSON Schema
-accepts; every bad file of the corpus that breaks a rule of one key, it refuses."""
+"""`msexp schema` and `msexp validate` agree, both from one model of the sweep file: every
+example sweep file, every sweep file of the docs and every bad file of the corpus gets
+the same verdict from both, except the rules JSON Schema cannot state (BEYOND_SCHEMA)."""
 
 from __future__ import annotations
 
@@ -14,18 +15,23 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from tests.conftest import ASSETS, ROOT, write
 from tests.test_byom import MODEL
+from tests.test_docs import SWEEPS, Snippet, sweep_in_a_folder
 
 SCHEMA_REJECTS = {
     "unknown_top_key", "unknown_nested_key", "wrong_type", "out_of_range", "knob_out_of_range",
     "knob_wrong_type", "knob_bad_choice", "unknown_knob", "missing_name", "bad_method",
     "bad_objective", "bad_direction", "when_unknown_knob", "not_mapping", "bad_pruner",
+    "unknown_experiment",
 }
-# Rules JSON Schema cannot state: YAML syntax, divisibility, low <= high, experiment import,
-# grid-only lists, a knob both fixed and swept. `msexp validate` checks those.
+# Rules JSON Schema cannot state: YAML syntax, and rules that compare values (divisibility,
+# low <= high, grid-only lists under `method`, a knob both fixed and swept). `msexp
+# validate` checks those after the model.
 BEYOND_SCHEMA = {"malformed", "indivisible", "indivisible_fixed", "range_inverted",
-                 "unknown_experiment", "grid_with_range", "fixed_and_swept"}
+                 "grid_with_range", "fixed_and_swept"}
+EXAMPLES = sorted(p for folder in ("sweeps", "experiments", "benchmarks")
+                  for p in (ROOT / folder).rglob("*.y*ml"))
 
-# Sweep files validate accepts, one per feature of the format (with sweeps/*.yaml).
+# Sweep files validate accepts, one per feature of the format (with EXAMPLES).
 ACCEPTED = {
     "constraints": """
         name: capped
@@ -91,8 +97,24 @@ def validate(path: Path):
 def accepted_files(folder: Path) -> list[Path]:
     write(folder / "own_net.py", MODEL)
     write(folder / "train.py", "print('top1: 0.5')\n")
-    written = [write(folder / f"{name}.yaml", text) for name, text in ACCEPTED.items()]
-    return sorted((ROOT / "sweeps").glob("*.yaml")) + written
+    return [write(folder / f"{name}.yaml", text) for name, text in ACCEPTED.items()]
+
+
+def verdicts(path: Path, validator: jsonschema.Draft202012Validator) -> tuple[bool, bool]:
+    """(validate accepts, the schema accepts)."""
+    return validate(path).exit_code == 0, validator.is_valid(yaml.safe_load(path.read_text()))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[str(p.relative_to(ROOT)) for p in EXAMPLES])
+def test_each_example_gets_the_same_verdict_from_validate_and_the_schema(
+        path: Path, validator: jsonschema.Draft202012Validator) -> None:
+    assert verdicts(path, validator) == (True, True)
+
+
+@pytest.mark.parametrize("snippet", SWEEPS, ids=[s.name for s in SWEEPS])
+def test_each_sweep_file_of_the_docs_gets_the_same_verdict_from_validate_and_the_schema(
+        snippet: Snippet, workdir: Path, validator: jsonschema.Draft202012Validator) -> None:
+    assert verdicts(sweep_in_a_folder(snippet, workdir), validator) == (True, True)
 
 
 def test_the_schema_accepts_every_file_validate_accepts(

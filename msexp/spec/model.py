@@ -142,8 +142,24 @@ def _knob_sections(knobs: Mapping[str, Knob], closed: bool) -> dict[str, Any]:
     return {"fixed": (fixed, {}), "params": (params, {})}
 
 
+_MODELS: dict[str, Any] = {}
+"""Models built, by what they were built from: building one takes about 0.1 s."""
+
+
+def _built(build: Callable[..., Any], *args: Any) -> Any:
+    key = repr((build.__name__, [list(a.values()) if isinstance(a, Mapping) else a
+                                 for a in args]))
+    if key not in _MODELS:
+        _MODELS[key] = build(*args)
+    return _MODELS[key]
+
+
 def values_model(knobs: Mapping[str, Knob]) -> type[BaseModel]:
     """Only `fixed` and `params` of `sweep_model(knobs)`: one trial's values (`--set`)."""
+    return _built(_values_model, knobs)
+
+
+def _values_model(knobs: Mapping[str, Knob]) -> type[BaseModel]:
     return create_model("Values", __config__=_config(True), **_knob_sections(knobs, True))
 
 
@@ -154,6 +170,11 @@ def sweep_model(knobs: Mapping[str, Knob], metrics: Optional[tuple[str, ...]] = 
     `closed=False` also takes names of the experiment's own, of any value; `experiment`
     narrows the `experiment` key's type (the schema's variants).
     """
+    return _built(_sweep_model, knobs, metrics, experiment, closed)
+
+
+def _sweep_model(knobs: Mapping[str, Knob], metrics: Optional[tuple[str, ...]],
+                 experiment: Any, closed: bool) -> type[SweepFile]:
     fields = _knob_sections(knobs, closed)
     validators: dict[str, Any] = {}
     if metrics is not None:
@@ -169,10 +190,12 @@ def sweep_schema(knobs: Mapping[str, Knob], metrics: tuple[str, ...],
     """JSON Schema (draft 2020-12) of sweep files: one of three forms of the model.
 
     A file of a `known` experiment is held to `knobs` and `metrics` exactly; a file of
-    another experiment may add knobs of its own (msexp's keep their rules); a command's
+    another experiment (not built in: its name has a `:`, `.` or `/`) may add knobs of its
+    own (msexp's keep their rules); a command's
     `fixed` and `params` take any name and value.
     """
-    other = Annotated[str, Field(min_length=1, json_schema_extra={"not": {"enum": list(known)}})]
+    other = Annotated[str, Field(pattern="[:./]", json_schema_extra={"not": {"enum": list(known)}},
+                                 description="package.module:build or path/to/file.py:build")]
     forms = Union[
         Annotated[sweep_model(knobs, metrics, Literal[known]), Tag("known")],
         Annotated[sweep_model(KNOBS, None, other, closed=False), Tag("other")],
