@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from msexp.cli import app
+from msexp.knobs import KNOBS, Knob
+from msexp.spec.model import values_model
 from tests.conftest import ASSETS, ROOT, write
 from tests.test_byom import MODEL
 from tests.test_docs import SWEEPS, Snippet, sweep_in_a_folder
@@ -154,3 +158,44 @@ def test_the_schema_refuses_what_validate_refuses_in_one_key(
     result = validate(path)
     assert result.exit_code == 2 and f"s.yaml: {key}" in result.output, result.output
     assert not validator.is_valid(data)
+
+
+def test_the_knob_table_of_the_docs_is_the_models() -> None:
+    """docs/sweep-file.md holds `msexp knobs --markdown` as it prints now."""
+    result = CliRunner().invoke(app, ["knobs", "--markdown"])
+    assert result.exit_code == 0, result.output
+    table = result.output.strip()
+    assert table.startswith("| knob | type |") and "| `micro_size` | int | >= 1 | `1` |" in table
+    assert table in (ROOT / "docs" / "sweep-file.md").read_text(encoding="utf-8"), \
+        "paste `msexp knobs --markdown` into docs/sweep-file.md (### Every knob)"
+
+
+def probes(knob: Knob) -> list[Any]:
+    """Values around each rule of `knob`: its default, choices, bounds and other types."""
+    values: list[Any] = [knob.default, None, "text", True, 1, 1.5, -1, [1], {"a": 1}]
+    values += list(knob.choices or ())
+    for bound in (knob.ge, knob.gt, knob.le, knob.lt):
+        if bound is not None:
+            values += [bound, bound - 1, bound + 1, float(bound), bound - 0.5, bound + 0.5]
+    return values
+
+
+@pytest.mark.parametrize("name", list(KNOBS))
+def test_the_model_and_its_schema_take_a_knobs_value_as_its_rule_does(name: str) -> None:
+    """The fields of `fixed` and `params` are generated from KNOBS: the model, its JSON
+    Schema and `Knob.check` agree on every value near a rule of the knob."""
+    knob, model = KNOBS[name], values_model(KNOBS)
+    schema = jsonschema.Draft202012Validator(model.model_json_schema())
+    for value in probes(knob):
+        allowed = knob.check(value) is None
+        # JSON does not tell 2.0 from 2: an integer knob's schema takes 2.0 (YAML does tell)
+        json_allowed = allowed or (knob.type is int and isinstance(value, float)
+                                   and value.is_integer() and knob.check(int(value)) is None)
+        for section, written in (("fixed", value), ("params", [value])):
+            data = {section: {name: written}}
+            try:
+                model.model_validate(data)
+                validated = True
+            except ValidationError:
+                validated = False
+            assert (validated, schema.is_valid(data)) == (allowed, json_allowed), (section, value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -69,19 +70,37 @@ def new_sweep(
 def knobs(
     experiment: Annotated[Optional[str], typer.Option(
         "--experiment", help="Add this experiment's own knobs and defaults.")] = None,
+    markdown: Annotated[bool, typer.Option(
+        "--markdown", help="Print the table as Markdown (docs/sweep-file.md holds it).")
+                        ] = False,
 ) -> None:
     """List every knob: type, allowed values, default, condition (when), and whether it
     shapes the compiled graphs (a "no" knob varies between warm trials of one compile).
 
     Example: msexp knobs --experiment mlp_digits
     """
-    table = Table(title="knobs" + (f" of {experiment}" if experiment else ""))
     rows = knob_rows(_knob_table(experiment))
+    if markdown:
+        typer.echo(markdown_table(rows))
+        return
+    table = Table(title="knobs" + (f" of {experiment}" if experiment else ""))
     for column in rows[0]:
         table.add_column(column)
     for row in rows:
         table.add_row(*row.values())
     console.print(table)
+
+
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    """Rows as a Markdown table, values in code spans where they are values."""
+    def line(cells: Iterable[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+    return "\n".join([line(rows[0]), line("---" for _ in rows[0]),
+                      *(line(_cell(k, v) for k, v in row.items()) for row in rows)])
+
+
+def _cell(column: str, value: str) -> str:
+    return f"`{value}`" if value and column in ("knob", "default") else value
 
 
 def schema(

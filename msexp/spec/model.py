@@ -230,7 +230,7 @@ _BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
 
 def _row(schema: dict[str, Any], knob: Knob) -> dict[str, str]:
     allowed = (", ".join(map(str, schema["enum"])) if "enum" in schema else
-               " ".join(f"{op} {schema[key]:g}" for key, op in _BOUNDS if key in schema))
+               " ".join(f"{op} {_text(schema[key])}" for key, op in _BOUNDS if key in schema))
     when = ", ".join(f"{name} in {list(values)}" for name, values in knob.when.items())
     return {"knob": knob.name, "type": _TYPES[schema.get("type", "string")], "allowed": allowed,
             "default": _text(schema.get("default")), "when": when,
