@@ -86,20 +86,27 @@ def _when_model(knobs: Mapping[str, Knob], closed: bool) -> type[BaseModel]:
         return Annotated[Union[Annotated[value, Tag("[one]")],
                                Annotated[list[value], Tag("[list]")]],
                          Discriminator(_one_or_list)], None
-    return create_model("When", __config__=_config(closed), **_fields(knobs, field))
+    return create_model(_named("When", closed), __config__=_config(closed),
+                        **_fields(knobs, field))
 
 
-def _param_type(knob: Knob, when: type[BaseModel]) -> Any:
+def _named(name: str, closed: bool) -> str:
+    """The model's name; an open model's differs, as the schema holds both."""
+    name = name.replace(".", "_")  # a `.` in a name would not be kept in the schema's $defs
+    return name if closed else f"Open{name}"
+
+
+def _param_type(knob: Knob, when: type[BaseModel], closed: bool) -> Any:
     """A swept knob: a list of values, `{values, when}`, or for numbers `{low, high, ...}`."""
     values = Annotated[list[knob_value(knob)], Field(min_length=1)]
-    listed = create_model(f"{knob.name} values", __config__=_config(True),
+    listed = create_model(_named(f"{knob.name} values", closed), __config__=_config(True),
                           values=(values, ...), when=(when, None))
     forms: list[Any] = [Annotated[values, Tag("[list]")], Annotated[listed, Tag("[values]")]]
     if knob.type in (int, float):
         bound = knob_value(knob, finite=True)
         step = Annotated[knob.type, Field(gt=0, description="sample low, low + step, ..."),
                          _ruled(_step_rule(knob))]
-        ranged = create_model(f"{knob.name} range", __config__=_config(True),
+        ranged = create_model(_named(f"{knob.name} range", closed), __config__=_config(True),
                               low=(bound, ...), high=(bound, ...),
                               log=(knob_value(_LOG), False), step=(step, None),
                               when=(when, None))
@@ -118,8 +125,8 @@ def _one_or_many(cls: Any, value: Any) -> Any:
 
 def _metric_fields(metrics: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
     """`objective` and `constraints` whose metrics are `metrics`."""
-    objective = create_model("Objective", __base__=Objective, metric=(_metric(metrics), ...))
-    constraint = create_model("Constraint", __base__=Constraint,
+    objective = create_model("KnownObjective", __base__=Objective, metric=(_metric(metrics), ...))
+    constraint = create_model("KnownConstraint", __base__=Constraint,
                               metric=(_metric(metrics), ...))
     fields = {
         "objective": (list[objective], Field(  # type: ignore[valid-type]
@@ -135,10 +142,10 @@ def _metric_fields(metrics: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, 
 def _knob_sections(knobs: Mapping[str, Knob], closed: bool) -> dict[str, Any]:
     """`fixed` and `params`: a field per knob (the knob's default; a param's forms)."""
     when = _when_model(knobs, closed)
-    fixed = create_model("Fixed", __config__=_config(closed),
+    fixed = create_model(_named("Fixed", closed), __config__=_config(closed),
                          **_fields(knobs, lambda k: (knob_value(k), k.default)))
-    params = create_model("Params", __config__=_config(closed),
-                          **_fields(knobs, lambda k: (_param_type(k, when), None)))
+    params = create_model(_named("Params", closed), __config__=_config(closed),
+                          **_fields(knobs, lambda k: (_param_type(k, when, closed), None)))
     return {"fixed": (fixed, {}), "params": (params, {})}
 
 
@@ -182,7 +189,8 @@ def _sweep_model(knobs: Mapping[str, Knob], metrics: Optional[tuple[str, ...]],
         fields.update(extra)
     if experiment is not None:
         fields["experiment"] = (experiment, ...)
-    return create_model("SweepFile", __base__=SweepFile, __validators__=validators, **fields)
+    return create_model(_named("SweepFile", closed), __base__=SweepFile,
+                        __validators__=validators, **fields)
 
 
 def sweep_schema(knobs: Mapping[str, Knob], metrics: tuple[str, ...],
