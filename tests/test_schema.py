@@ -149,10 +149,16 @@ def test_the_bad_corpus_is_refused_by_validate_and_where_one_key_breaks_by_the_s
     ({"experiment": {"command": "python train.py", "shell": True}}, "experiment"),
     ({"fixed": {"widths": 8}}, "fixed"),  # no experiment has a knob widths
     ({"objective": []}, "objective"),
+    ({"experiment": "own_net.py:build", "fixed": {"lr": -1}}, "fixed.lr"),  # msexp's rule
+    ({"experiment": "own_net.py:build", "params": {"width": {"values": [8], "when": 1}}},
+     "params.width.when"),
+    ({"experiment": {"command": "python train.py"}, "objective": {"metric": "top1"},
+      "params": {"lr": {"low": 0.1}}}, "params.lr.high"),
 ])
 def test_the_schema_refuses_what_validate_refuses_in_one_key(
         workdir: Path, validator: jsonschema.Draft202012Validator, change: dict, key: str
 ) -> None:
+    accepted_files(workdir)  # the experiment and the script they name
     data = {"name": "s", "experiment": "mlp_digits", **change}
     path = write(workdir / "s.yaml", yaml.safe_dump(data))
     result = validate(path)

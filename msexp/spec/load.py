@@ -122,8 +122,8 @@ def parse_spec(text: str, source: str, path: Path | None = None, local: bool = T
     else:
         experiment = command_experiment(source, command, path.parent.resolve(), file.fixed,
                                         file.params)
-    if command is None:  # a command's fixed and params take any name and value
-        validate(sweep_model(experiment.knobs, METRICS + experiment.metrics), data, source)
+    metrics = None if command else METRICS + experiment.metrics  # a command's: any name
+    validate(sweep_model(experiment.knobs, metrics), data, source)
     fixed, params = with_repeats(source, file, experiment.knobs)
     space = parse_params(source, experiment.knobs, fixed, params)
     spec = SweepSpec(path, file.name, experiment, file.method, file.objective, file.budget,

@@ -26,8 +26,9 @@ from msexp.spec.file import CommandSection, Constraint, Objective, SweepFile
 _LOG = Knob("log", bool, False, "sample on a log scale (needs low > 0)")
 
 
-def _config(closed: bool) -> ConfigDict:
-    return ConfigDict(extra="forbid" if closed else "allow", strict=True, frozen=True)
+def _config(open_as: str) -> ConfigDict:
+    """Strict; an open model (`open_as` names it) also takes names it does not declare."""
+    return ConfigDict(extra="allow" if open_as else "forbid", strict=True, frozen=True)
 
 
 def _ruled(rule: Callable[[Any], Optional[str]]) -> WrapValidator:
@@ -79,39 +80,64 @@ def _fields(knobs: Mapping[str, Knob], field: Callable[[Knob], tuple[Any, Any]]
             for i, knob in enumerate(knobs.values()) for kind, default in [field(knob)]}
 
 
-def _when_model(knobs: Mapping[str, Knob], closed: bool) -> type[BaseModel]:
+def _when_model(knobs: Mapping[str, Knob], open_as: str) -> type[BaseModel]:
     """`when`: knob names, each with one value or a list of values of that knob."""
     def field(knob: Knob) -> tuple[Any, Any]:
         value = knob_value(knob)
         return Annotated[Union[Annotated[value, Tag("[one]")],
                                Annotated[list[value], Tag("[list]")]],
                          Discriminator(_one_or_list)], None
-    return create_model(_named("When", closed), __config__=_config(closed),
+    return create_model(_named("When", open_as), __config__=_config(open_as),
                         **_fields(knobs, field))
 
 
-def _named(name: str, closed: bool) -> str:
-    """The model's name; an open model's differs, as the schema holds both."""
-    name = name.replace(".", "_")  # a `.` in a name would not be kept in the schema's $defs
-    return name if closed else f"Open{name}"
+def _named(name: str, open_as: str) -> str:
+    """The model's name; an open model's differs, as the schema holds each form."""
+    return open_as + name.replace(".", "_")  # a `.` would not be kept in the schema's $defs
 
 
-def _param_type(knob: Knob, when: type[BaseModel], closed: bool) -> Any:
+def _param_type(knob: Knob, when: type[BaseModel], open_as: str) -> Any:
     """A swept knob: a list of values, `{values, when}`, or for numbers `{low, high, ...}`."""
-    values = Annotated[list[knob_value(knob)], Field(min_length=1)]
-    listed = create_model(_named(f"{knob.name} values", closed), __config__=_config(True),
+    return _forms(knob.name, knob_value(knob), _range_fields(knob), when, open_as, knob.help)
+
+
+_OWN = Knob("own", float, None, "a knob of the experiment's own")
+
+
+def _own_param(when: type[BaseModel], open_as: str) -> Any:
+    """A knob of an experiment not imported: any values, or a range of numbers."""
+    return _forms("own", Any, _range_fields(_OWN), when, open_as, _OWN.help)
+
+
+def _range_fields(knob: Knob) -> Optional[dict[str, Any]]:
+    if knob.type not in (int, float):
+        return None
+    bound = knob_value(knob, finite=True)
+    step = Annotated[knob.type, Field(gt=0, description="sample low, low + step, ..."),
+                     _ruled(_step_rule(knob))]
+    return {"low": (bound, ...), "high": (bound, ...), "log": (knob_value(_LOG), False),
+            "step": (step, None)}
+
+
+def _forms(name: str, value: Any, ranged: Optional[dict[str, Any]], when: type[BaseModel],
+           open_as: str, description: str) -> Any:
+    values = Annotated[list[value], Field(min_length=1)]
+    listed = create_model(_named(f"{name} values", open_as), __config__=_config(""),
                           values=(values, ...), when=(when, None))
     forms: list[Any] = [Annotated[values, Tag("[list]")], Annotated[listed, Tag("[values]")]]
-    if knob.type in (int, float):
-        bound = knob_value(knob, finite=True)
-        step = Annotated[knob.type, Field(gt=0, description="sample low, low + step, ..."),
-                         _ruled(_step_rule(knob))]
-        ranged = create_model(_named(f"{knob.name} range", closed), __config__=_config(True),
-                              low=(bound, ...), high=(bound, ...),
-                              log=(knob_value(_LOG), False), step=(step, None),
-                              when=(when, None))
-        forms.append(Annotated[ranged, Tag("[range]")])
-    return Annotated[Union[tuple(forms)], Discriminator(_form), Field(description=knob.help)]
+    if ranged is not None:
+        forms.append(Annotated[create_model(_named(f"{name} range", open_as),
+                                            __config__=_config(""), **ranged,
+                                            when=(when, None)), Tag("[range]")])
+    return Annotated[Union[tuple(forms)], Discriminator(_form), Field(description=description)]
+
+
+def _open(extra: Any) -> type[BaseModel]:
+    """A base whose model also takes other names, each of type `extra`."""
+    class Open(BaseModel):
+        model_config = _config("Open")
+        __pydantic_extra__: dict[str, extra]  # type: ignore[valid-type]
+    return Open
 
 
 def _metric(metrics: tuple[str, ...]) -> Any:
@@ -139,13 +165,17 @@ def _metric_fields(metrics: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, 
     return fields, validators
 
 
-def _knob_sections(knobs: Mapping[str, Knob], closed: bool) -> dict[str, Any]:
+def _knob_sections(knobs: Mapping[str, Knob], open_as: str) -> dict[str, Any]:
     """`fixed` and `params`: a field per knob (the knob's default; a param's forms)."""
-    when = _when_model(knobs, closed)
-    fixed = create_model(_named("Fixed", closed), __config__=_config(closed),
+    when = _when_model(knobs, open_as)
+    config: dict[str, Any] = ({"__base__": _open(Any)} if open_as
+                              else {"__config__": _config("")})
+    fixed = create_model(_named("Fixed", open_as), **config,
                          **_fields(knobs, lambda k: (knob_value(k), k.default)))
-    params = create_model(_named("Params", closed), __config__=_config(closed),
-                          **_fields(knobs, lambda k: (_param_type(k, when, closed), None)))
+    if open_as:
+        config = {"__base__": _open(_own_param(when, open_as))}
+    params = create_model(_named("Params", open_as), **config,
+                          **_fields(knobs, lambda k: (_param_type(k, when, open_as), None)))
     return {"fixed": (fixed, {}), "params": (params, {})}
 
 
@@ -167,29 +197,30 @@ def values_model(knobs: Mapping[str, Knob]) -> type[BaseModel]:
 
 
 def _values_model(knobs: Mapping[str, Knob]) -> type[BaseModel]:
-    return create_model("Values", __config__=_config(True), **_knob_sections(knobs, True))
+    return create_model("Values", __config__=_config(""), **_knob_sections(knobs, ""))
 
 
 def sweep_model(knobs: Mapping[str, Knob], metrics: Optional[tuple[str, ...]] = None,
-                experiment: Any = None, closed: bool = True) -> type[SweepFile]:
+                experiment: Any = None, open_as: str = "") -> type[SweepFile]:
     """The sweep file of an experiment with `knobs` (and, if given, only `metrics`).
 
-    `closed=False` also takes names of the experiment's own, of any value; `experiment`
-    narrows the `experiment` key's type (the schema's variants).
+    An `open_as` model (the name its parts start with) also takes the names of knobs it
+    does not know, as any values or a range; `experiment` narrows the `experiment` key's
+    type (the schema's forms).
     """
-    return _built(_sweep_model, knobs, metrics, experiment, closed)
+    return _built(_sweep_model, knobs, metrics, experiment, open_as)
 
 
 def _sweep_model(knobs: Mapping[str, Knob], metrics: Optional[tuple[str, ...]],
-                 experiment: Any, closed: bool) -> type[SweepFile]:
-    fields = _knob_sections(knobs, closed)
+                 experiment: Any, open_as: str) -> type[SweepFile]:
+    fields = _knob_sections(knobs, open_as)
     validators: dict[str, Any] = {}
     if metrics is not None:
         extra, validators = _metric_fields(metrics)
         fields.update(extra)
     if experiment is not None:
         fields["experiment"] = (experiment, ...)
-    return create_model(_named("SweepFile", closed), __base__=SweepFile,
+    return create_model(_named("SweepFile", open_as), __base__=SweepFile,
                         __validators__=validators, **fields)
 
 
@@ -206,9 +237,8 @@ def sweep_schema(knobs: Mapping[str, Knob], metrics: tuple[str, ...],
                                  description="package.module:build or path/to/file.py:build")]
     forms = Union[
         Annotated[sweep_model(knobs, metrics, Literal[known]), Tag("known")],
-        Annotated[sweep_model(KNOBS, None, other, closed=False), Tag("other")],
-        Annotated[create_model("CommandSweepFile", __base__=SweepFile,
-                               experiment=(CommandSection, ...)), Tag("command")],
+        Annotated[sweep_model(KNOBS, None, other, "Open"), Tag("other")],
+        Annotated[sweep_model({}, None, CommandSection, "Command"), Tag("command")],
     ]
 
     def form(data: Any) -> Optional[str]:
