@@ -129,7 +129,8 @@ class CommandSection(_Strict):
 
 
 class SweepFile(_Strict):
-    """The YAML document as written, checked for keys and types."""
+    """The YAML document as written, checked for keys and types; `fixed` and `params` as
+    any mapping here, typed by an experiment's knobs in `spec/model.py`."""
 
     name: str = Field(pattern=NAME_PATTERN, max_length=100)
     experiment: Union[Annotated[str, Field(min_length=1)], CommandSection]
