@@ -48,6 +48,14 @@ def test_bad_file_is_one_line_with_exit_code_2(path: Path, monkeypatch) -> None:
      'constraints.0: needs max or min, got {"metric": "eval_loss"}'),
     ("experiment: mlp_digits\npruner: {type: median, percentile: 100}",
      "pruner.percentile: must be less than 100, got 100"),
+    ("experiment: mlp_digits\nbudget: 5", "budget: must be a mapping, got 5"),
+    ("experiment: mlp_digits\nobjective: []", "objective: must be a non-empty list, got []"),
+    ("experiment: mlp_digits\nparams: {lr: 0.1}",
+     "params.lr: must be a list of values or a mapping with values or low/high, got 0.1"),
+    ("experiment: mlp_digits\nparams: {lr: []}", "params.lr: must be a non-empty list, got []"),
+    ("experiment: mlp_digits\nparams: {lr: {values: [0.1], when: optimizer}}",
+     "params.lr.when: must map knob names to a value or a list of values, got optimizer"),
+    ("experiment: mlp_digits\nfixed: {lr: null}", "fixed.lr: must be a number, got null"),
 ])
 def test_each_kind_of_schema_error_is_one_exact_line(text: str, line: str) -> None:
     """Each branch of the pydantic-error rewording (mutations: the "Value error, " or
