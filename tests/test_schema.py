@@ -205,3 +205,17 @@ def test_the_model_and_its_schema_take_a_knobs_value_as_its_rule_does(name: str)
             except ValidationError:
                 validated = False
             assert (validated, schema.is_valid(data)) == (allowed, json_allowed), (section, value)
+
+
+def test_the_schema_of_one_experiment_holds_its_files_to_its_knobs(workdir: Path) -> None:
+    accepted_files(workdir)  # own_net.py, whose own knob is width
+    result = CliRunner().invoke(app, ["schema", "--experiment", "own_net.py"])
+    assert result.exit_code == 0, result.output
+    schema = jsonschema.Draft202012Validator(json.loads(result.output))
+    own = {"name": "s", "experiment": "own_net.py"}
+    assert schema.is_valid({**own, "fixed": {"width": 8}, "params": {"lr": [0.1]}})
+    assert not schema.is_valid({**own, "fixed": {"width": "wide"}})
+    assert not schema.is_valid({**own, "fixed": {"depth": 3}}), "not a knob of own_net.py"
+    assert not schema.is_valid({**own, "objective": {"metric": "top1"}})
+    assert schema.is_valid({"name": "s", "experiment": "mlp_digits"}), "a built-in's file"
+    assert not schema.is_valid({"name": "s", "experiment": "mlp_digit"})

@@ -20,6 +20,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from msexp.experiment import builtin_names
 from msexp.knobs import KNOBS, Knob
 from msexp.spec.file import CommandSection, Constraint, Objective, SweepFile
 
@@ -229,12 +230,15 @@ def sweep_schema(knobs: Mapping[str, Knob], metrics: tuple[str, ...],
     """JSON Schema (draft 2020-12) of sweep files: one of three forms of the model.
 
     A file of a `known` experiment is held to `knobs` and `metrics` exactly; a file of
-    another experiment (not built in: its name has a `:`, `.` or `/`) may add knobs of its
+    another experiment (a built-in, or a name with a `:`, `.` or `/`) may add knobs of its
     own (msexp's keep their rules); a command's
     `fixed` and `params` take any name and value.
     """
-    other = Annotated[str, Field(pattern="[:./]", json_schema_extra={"not": {"enum": list(known)}},
-                                 description="package.module:build or path/to/file.py:build")]
+    builtins = tuple(name for name in builtin_names() if name not in known)
+    other: Any = Annotated[str, Field(pattern="[:./]", description="package.module:build or "
+                                      "path/to/file.py:build", json_schema_extra={
+                                          "not": {"enum": list(known)}})]
+    other = Union[other, Literal[builtins]] if builtins else other
     forms = Union[
         Annotated[sweep_model(knobs, metrics, Literal[known]), Tag("known")],
         Annotated[sweep_model(KNOBS, None, other, "Open"), Tag("other")],
