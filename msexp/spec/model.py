@@ -106,7 +106,8 @@ _OWN = Knob("own", float, None, "a knob of the experiment's own")
 
 
 def _own_param(when: type[BaseModel], open_as: str) -> Any:
-    """A knob of an experiment not imported: any values, or a range of numbers."""
+    """A knob the model does not know (a command's, an own experiment's): any values in a
+    list or `{values, when}`, or a range of numbers."""
     return _forms("own", Any, _range_fields(_OWN), when, open_as, _OWN.help)
 
 
@@ -181,7 +182,7 @@ def _knob_sections(knobs: Mapping[str, Knob], open_as: str) -> dict[str, Any]:
 
 
 _MODELS: dict[str, Any] = {}
-"""Models built, by what they were built from: building one takes about 0.1 s."""
+"""Models built, by what they were built from: building one takes 0.1-0.3 s."""
 
 
 def _built(build: Callable[..., Any], *args: Any) -> Any:
@@ -231,8 +232,8 @@ def sweep_schema(knobs: Mapping[str, Knob], metrics: tuple[str, ...],
 
     A file of a `known` experiment is held to `knobs` and `metrics` exactly; a file of
     another experiment (a built-in, or a name with a `:`, `.` or `/`) may add knobs of its
-    own (msexp's keep their rules); a command's
-    `fixed` and `params` take any name and value.
+    own (msexp's keep their rules); a command's `fixed` and `params` take any name (a
+    param still in one of the forms: a list, values or a range).
     """
     builtins = tuple(name for name in builtin_names() if name not in known)
     other: Any = Annotated[str, Field(pattern="[:./]", description="package.module:build or "
