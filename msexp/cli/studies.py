@@ -271,6 +271,7 @@ def _existing_study(file: Path | None, study: str | None, storage: str | None) -
         storage_errors,
         storage_label,
     )
+    from msexp.search.versions import newest_name  # lazy: as above
 
     optuna_to_log()
     if file is None and study is None:
@@ -278,7 +279,10 @@ def _existing_study(file: Path | None, study: str | None, storage: str | None) -
     name = study or read_name(file)
     try:
         with storage_errors(storage):
-            return optuna.load_study(study_name=name, storage=open_storage(storage))
+            opened = open_storage(storage)
+            if study is None:  # the sweep's newest version (see `msexp sweep --restart`)
+                name = newest_name(opened, name)
+            return optuna.load_study(study_name=name, storage=opened)
     except KeyError:
         raise MsexpError(f"no study named {name!r} in {storage_label(storage)}") from None
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from msexp.errors import MsexpError
 from msexp.keys import RunTag, StudyKey, TrialKey
+from msexp.quiet import warnings_to_log
 from msexp.tracking.effects import KnobEffects, knob_effects, short
 from msexp.tracking.replicates import (
     SEED,
@@ -27,7 +26,6 @@ from msexp.tracking.replicates import (
 from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
 from msexp.urls import redact
 
-_optuna_log = logging.getLogger("optuna")  # the CLI sends it to mlruns/msexp.log only
 UNRANKED = "will be equal"  # Optuna's warning when it cannot rank the params
 
 
@@ -128,24 +126,16 @@ def importances(study: optuna.Study, complete: list[FrozenTrial], objective: str
     if not ranked:
         return {}, "importance: none, only the replicate seed varies"
     target = (lambda t: t.values[0]) if len(study.directions) > 1 else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings_to_log() as caught:
         try:
             found = dict(optuna.importance.get_param_importances(study, params=ranked,
                                                                  target=target))
         except (RuntimeError, ValueError):
             found = {}
-    _to_log(caught)
     unranked = next((str(w.message) for w in caught if UNRANKED in str(w.message)), None)
     if unranked:
         return {}, f"importance: none ({unranked.split('. ')[0].lower()})"
     return found, None
-
-
-def _to_log(caught: list[warnings.WarningMessage]) -> None:
-    """Optuna's warnings go to msexp's log file, never to the console."""
-    for w in caught:
-        _optuna_log.warning(f"{w.category.__name__}: {w.message}")
 
 
 def _varied_params(trials: list[FrozenTrial]) -> list[str]:
@@ -155,10 +145,8 @@ def _varied_params(trials: list[FrozenTrial]) -> list[str]:
 
 def _write_plots(report: Report, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings_to_log():
         figures = _figures(report)
-    _to_log(caught)
     paths = []
     for name, figure in figures.items():
         path = folder / f"{name}.html"
