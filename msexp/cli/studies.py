@@ -91,8 +91,9 @@ def report(
     for note in rep.knob_effects.notes if rep.knob_effects else []:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
     if rep.importances:
-        console.print("importance: " + ", ".join(f"{k}={v:.2f}" for k, v in
-                                                  rep.importances.items()))
+        of = f" for {names[0]}" if rep.multi_objective else ""
+        console.print(f"importance{of}: " + ", ".join(f"{k}={v:.2f}" for k, v in
+                                                       rep.importances.items()))
     elif rep.importance_note:
         console.print(rep.importance_note, highlight=False)
     for path in rep.plots:
