@@ -5,6 +5,7 @@ MLflow parent run, and commands without --study follow the newest version."""
 from __future__ import annotations
 
 import threading
+import uuid
 from pathlib import Path
 
 import optuna
@@ -22,8 +23,9 @@ from msexp.tracking.runs import Tracker, mark_superseded
 from tests.conftest import write
 
 
-def sweep_file(workdir: Path, lrs: list[float]) -> Path:
-    return write(workdir / "v.yaml", f"name: v\nexperiment: mlp_digits\nparams: {{lr: {lrs}}}\n")
+def sweep_file(workdir: Path, lrs: list[float], name: str = "v") -> Path:
+    return write(workdir / "v.yaml", f"name: {name}\nexperiment: mlp_digits\n"
+                                     f"params: {{lr: {lrs}}}\n")
 
 
 def test_restart_starts_the_next_version_and_marks_the_old_one(workdir: Path) -> None:
@@ -56,15 +58,31 @@ def test_restart_starts_the_next_version_and_marks_the_old_one(workdir: Path) ->
     assert explicit.output.startswith("v: 0 finished of 2"), explicit.output
 
 
-def test_processes_that_restart_at_once_make_one_version(workdir: Path) -> None:
-    open_study(load_spec(sweep_file(workdir, [0.1])), None)
-    changed = load_spec(sweep_file(workdir, [0.3, 0.4]))
+@pytest.fixture(params=["journal", "sqlite", "postgresql"])
+def storage_url(request: pytest.FixtureRequest, workdir: Path,
+                monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """Each kind of study lock: a file lock beside the journal or the SQLite file, and
+    PostgreSQL's advisory lock (the shared services' database)."""
+    if request.param == "journal":
+        return None
+    if request.param == "sqlite":
+        return f"sqlite:///{workdir / 'optuna.db'}"
+    services = request.getfixturevalue("shared_services")
+    monkeypatch.setenv("PGPASSFILE", str(services.pgpass))
+    return services.storage_url
+
+
+def test_processes_that_restart_at_once_make_one_version(workdir: Path,
+                                                         storage_url: str | None) -> None:
+    name = f"v{uuid.uuid4().hex[:8]}"  # the PostgreSQL database is shared by tests
+    open_study(load_spec(sweep_file(workdir, [0.1], name)), storage_url)
+    changed = load_spec(sweep_file(workdir, [0.3, 0.4], name))
     start, opened, errors = threading.Barrier(4), [], []
 
     def restart() -> None:
         start.wait()
         try:
-            study, created = open_study(changed, None, restart=True)
+            study, created = open_study(changed, storage_url, restart=True)
             opened.append((study.study_name, created))
         except Exception as exc:
             errors.append(exc)
@@ -75,10 +93,11 @@ def test_processes_that_restart_at_once_make_one_version(workdir: Path) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
-    assert sorted(opened) == [("v-v2", False)] * 3 + [("v-v2", True)]
-    assert sorted(study_attrs(open_storage(None))) == ["v", "v-v2"]
-    queued = optuna.load_study(study_name="v-v2", storage=open_storage(None)).get_trials()
-    assert len(queued) == 2, "the grid is queued once"
+    assert sorted(opened) == [(f"{name}-v2", False)] * 3 + [(f"{name}-v2", True)]
+    assert sorted(n for n in study_attrs(open_storage(storage_url)) if n.startswith(name)) \
+        == [name, f"{name}-v2"]
+    queued = optuna.load_study(study_name=f"{name}-v2", storage=open_storage(storage_url))
+    assert len(queued.get_trials()) == 2, "the grid is queued once"
 
 
 def test_the_newest_version_follows_the_marks_and_skips_taken_names() -> None:
