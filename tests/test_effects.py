@@ -18,7 +18,12 @@ from msexp.cli import app
 from msexp.errors import MsexpError
 from msexp.keys import StudyKey, TrialKey
 from msexp.tracking.curves import curves_of, epoch_table
-from msexp.tracking.effects import MAX_CATEGORIES, knob_effects, parse_baselines
+from msexp.tracking.effects import (
+    MAX_CATEGORIES,
+    is_fraction_name,
+    knob_effects,
+    parse_baselines,
+)
 from msexp.tracking.report import build_report
 from msexp.training.records import Epoch
 from tests.conftest import mlflow_client, write
@@ -268,6 +273,13 @@ def test_effects_cover_the_objective_and_every_metric_the_script_printed(
     assert "| lr | 0.01 -> 0.1 | +21.0 pp" in (tmp_path / "effects.md").read_text()
     assert_sensible_png(tmp_path / "effects_lr.png")
     assert set(report.importances) == {"lr"}, "the replicate seed is not ranked"
+
+
+def test_fractions_are_known_by_a_word_of_their_name() -> None:
+    assert all(map(is_fraction_name, ["eval_acc", "Top_1_Accuracy", "val_top5", "best_acc",
+                                      "eval_accuracy", "f1", "val_mIoU", "auc"]))
+    assert not any(map(is_fraction_name, ["accum_ms", "train_loss", "step_ms", "topology",
+                                          "eval_loss", "epoch_time"]))
 
 
 def test_a_percent_recorded_as_a_number_is_a_ratio_with_a_note() -> None:

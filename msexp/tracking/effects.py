@@ -22,8 +22,9 @@ EFFECT_METRICS = ("eval_accuracy", "eval_loss", "samples_per_s", "step_ms", "tra
                   "epochs_to_target", "time_to_target_s", "overflow_steps")
 MEMORY_FALLBACK = {"train_mem_mb": "peak_mem_mb"}  # studies from before train_mem_mb
 NOT_EFFECTS = frozenset({"epoch"})  # bookkeeping, not a measurement
-# a metric named so is a fraction: its differences are shown in percentage points
-FRACTION_NAME = re.compile(r"acc|top_?\d|precision|recall|f1|iou|auc", re.IGNORECASE)
+# a metric with one of these words in its name is a fraction: its differences are shown
+# in percentage points (eval_acc, Top_1_Accuracy, val_top5, f1)
+FRACTION_WORDS = re.compile(r"acc|accuracy|top\d*|precision|recall|f1|m?iou|auc")
 MAX_LEVELS = 8  # a numeric knob with more distinct values is a range: scatter and trend
 MAX_CATEGORIES = 12  # the most frequent categories shown; the rest are counted
 RANGE_BINS = 5
@@ -200,7 +201,7 @@ def fractions(trials: list[FrozenTrial], metrics: list[str]) -> tuple[frozenset[
     values = _recorded(trials)
     points, notes = set(), []
     for metric in metrics:
-        if not FRACTION_NAME.search(metric):
+        if not is_fraction_name(metric):
             continue
         low, high = min(values[metric]), max(values[metric])
         if low >= 0 and high <= 1:
@@ -210,6 +211,12 @@ def fractions(trials: list[FrozenTrial], metrics: list[str]) -> tuple[frozenset[
                          f"{short(high)}, outside [0, 1] (a percent printed without %?): "
                          "shown as ratios")
     return frozenset(points), notes
+
+
+def is_fraction_name(metric: str) -> bool:
+    """Whether a word of the metric's name says fraction (`accum_ms` is no accuracy)."""
+    return any(FRACTION_WORDS.fullmatch(word)
+               for word in re.split(r"[^a-z0-9]+", metric.lower()))
 
 
 def knob_of(name: str, trials: list[FrozenTrial]) -> SweptKnob:
