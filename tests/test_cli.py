@@ -7,6 +7,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import optuna
 import pytest
 import typer
 from optuna.trial import TrialState
@@ -48,6 +49,19 @@ def test_sync_to_an_unreachable_store_is_one_line_without_the_password(workdir: 
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "cannot reach the MLflow tracking store http://user:***@127.0.0.1:9" in done.stderr
     assert "s3cret" not in done.stderr + done.stdout
+
+
+def test_optunas_warnings_go_to_the_log_not_the_console(workdir: Path) -> None:
+    """Optuna warns that the RDB storage's heartbeat is experimental, every time msexp
+    opens one; a user sees msexp's output only."""
+    url = f"sqlite:///{workdir / 'o.db'}"
+    optuna.create_study(study_name="quiet", storage=url)
+    done = subprocess.run(msexp_cmd("status", "--study", "quiet", "--storage", url),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("quiet: 0 finished of ?") and done.stderr == ""
+    log = (workdir / "mlruns" / "msexp.log").read_text(encoding="utf-8")
+    assert "ExperimentalWarning: Argument ``heartbeat_interval`` is an experimental" in log
 
 
 def test_report_to_an_unreachable_store_is_one_line(sweep: Path) -> None:
