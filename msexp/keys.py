@@ -17,6 +17,10 @@ class StudyKey:
     UID = "msexp.uid"  # unique per study, even one recreated under the same name
     FINGERPRINT = "msexp.fingerprint"  # written last: marks the study complete
     PARENT_RUN = "mlflow_parent_run_id"
+    VERSION = "msexp.version"  # 2 for NAME-v2; a study without it is version 1
+    SUPERSEDES = "msexp.supersedes"  # the study this version replaced (--restart)
+    SUPERSEDES_RUN = "msexp.supersedes_run"  # that study's MLflow parent run
+    SUPERSEDED_BY = "msexp.superseded_by"  # the next version: commands follow it
 
 
 class TrialKey:
@@ -50,6 +54,9 @@ class RunTag:
     RESUMED_FROM = "resumed_from_epoch"  # a trial continued from a checkpoint of this epoch
     BEST_CHECKPOINT = "best_checkpoint"  # on the parent run: the best trial's model
     WARM = "warm"  # true: the trial ran on graphs an earlier trial of its worker compiled
+    SUPERSEDED_BY = "msexp.superseded_by"  # on a parent run: the study version replacing it
+    SUPERSEDES = "msexp.supersedes"  # on a parent run: the study version it replaces
+    NOTE = "mlflow.note.content"  # the run's description in the UI
 
 
 class TrialEnv:

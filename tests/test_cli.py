@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 from pathlib import Path
 
+import optuna
 import pytest
 import typer
 from optuna.trial import TrialState
@@ -48,6 +51,19 @@ def test_sync_to_an_unreachable_store_is_one_line_without_the_password(workdir: 
     assert "s3cret" not in done.stderr + done.stdout
 
 
+def test_optunas_warnings_go_to_the_log_not_the_console(workdir: Path) -> None:
+    """Optuna warns that the RDB storage's heartbeat is experimental, every time msexp
+    opens one; a user sees msexp's output only."""
+    url = f"sqlite:///{workdir / 'o.db'}"
+    optuna.create_study(study_name="quiet", storage=url)
+    done = subprocess.run(msexp_cmd("status", "--study", "quiet", "--storage", url),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("quiet: 0 finished of ?") and done.stderr == ""
+    log = (workdir / "mlruns" / "msexp.log").read_text(encoding="utf-8")
+    assert "ExperimentalWarning: Argument ``heartbeat_interval`` is an experimental" in log
+
+
 def test_report_to_an_unreachable_store_is_one_line(sweep: Path) -> None:
     open_study(load_spec(sweep), None)
     result = invoke("report", str(sweep), "--tracking-uri", UNREACHABLE)
@@ -66,8 +82,10 @@ def test_an_unforeseen_error_is_one_line_and_debug_shows_the_traceback(
     result = invoke("status", str(sweep))
     assert result.exit_code == 1
     assert one_line(result).startswith("msexp: RuntimeError: nobody saw this coming")
-    assert result.output.strip().endswith("(--debug shows the traceback)")
-    debug = invoke("--debug", "status", str(sweep))
+    printed = re.fullmatch(r".*\(the traceback: (msexp --debug .*)\)", one_line(result))
+    assert printed, result.output
+    assert shlex.split(printed[1]) == ["msexp", "--debug", "status", str(sweep)]
+    debug = invoke(*shlex.split(printed[1])[1:])  # the printed command, as copied
     assert debug.exit_code == 1 and isinstance(debug.exception, RuntimeError)
 
 
@@ -102,7 +120,8 @@ def test_an_unforeseen_error_is_printed_verbatim_and_cut_at_300_characters(
     monkeypatch.setattr("msexp.cli.studies.read_name", unforeseen)
     result = invoke("status", str(write(workdir / "s.yaml", "name: s\n")))
     text = "[bold]x[/bold] " + "y" * (300 - len("[bold]x[/bold] "))
-    assert one_line(result) == f"msexp: RuntimeError: {text} (--debug shows the traceback)"
+    assert one_line(result) == (f"msexp: RuntimeError: {text} (the traceback: msexp --debug "
+                                f"status {workdir / 's.yaml'})")
 
 
 def test_each_command_group_has_the_boundary_help_without_arguments_and_no_completion(
@@ -124,7 +143,7 @@ def test_each_command_group_has_the_boundary_help_without_arguments_and_no_compl
     failed = CliRunner().invoke(group, ["boom"])
     assert failed.exit_code == 1 and failed.exception.__class__ is SystemExit
     assert one_line(failed) == ("msexp: RuntimeError: first second "
-                                "(--debug shows the traceback)")
+                                "(the traceback: msexp --debug boom)")
     bare = CliRunner().invoke(group, [], env={"COLUMNS": "200"})
     assert "Tools for a test." in bare.output and "boom" in bare.output, bare.output
     assert "Usage:" in bare.output and "--install-completion" not in bare.output

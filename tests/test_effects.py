@@ -18,7 +18,12 @@ from msexp.cli import app
 from msexp.errors import MsexpError
 from msexp.keys import StudyKey, TrialKey
 from msexp.tracking.curves import curves_of, epoch_table
-from msexp.tracking.effects import MAX_CATEGORIES, knob_effects, parse_baselines
+from msexp.tracking.effects import (
+    MAX_CATEGORIES,
+    is_fraction_name,
+    knob_effects,
+    parse_baselines,
+)
 from msexp.tracking.report import build_report
 from msexp.training.records import Epoch
 from tests.conftest import mlflow_client, write
@@ -234,3 +239,79 @@ def test_report_of_a_real_sweep_logs_the_pngs_on_the_parent_run(workdir: Path) -
     assert {"report/effects_micro_size.png", "report/learning_curves.png",
             "report/effects.html", "report/effects.md"} <= artifacts
     assert_sensible_png(Path("mlruns/reports/fx/learning_curves.png"))
+
+
+def command_study(accuracy: dict[tuple[float, int], float], *, name: str = "cmd",
+                  storage: optuna.storages.BaseStorage | None = None) -> optuna.Study:
+    """A command experiment's study: the script's own metric names, an objective of its
+    own, a constant metric, `epoch`, and the replicate seed beside the swept lr."""
+    study = optuna.create_study(study_name=name, direction="maximize", storage=storage)
+    study.set_user_attr(StudyKey.OBJECTIVES, ["eval_acc"])
+    dists = {"lr": CategoricalDistribution([0.01, 0.1]), "seed": CategoricalDistribution([0, 1])}
+    for (lr, seed), value in accuracy.items():
+        metrics = {"eval_acc": value, "train_loss": 2.0 - 10 * lr + seed / 100,
+                   "Top_1_Accuracy": value / 2, "epoch_time": 14.0 + lr, "epoch": 3,
+                   "device_count": 1, "wall_s": 3.0 + seed}
+        study.add_trial(optuna.trial.create_trial(
+            params={"lr": lr, "seed": seed}, distributions=dists, value=value,
+            user_attrs={TrialKey.METRICS: metrics}))
+    return study
+
+
+def test_effects_cover_the_objective_and_every_metric_the_script_printed(
+        tmp_path: Path) -> None:
+    study = command_study({(0.01, 0): 0.50, (0.01, 1): 0.52, (0.1, 0): 0.70, (0.1, 1): 0.74})
+    report = build_report(study, tmp_path)
+    found = report.knob_effects
+    assert found.metrics == ["eval_acc", "Top_1_Accuracy", "epoch_time", "train_loss",
+                             "wall_s"], "objective first; constants and `epoch` left out"
+    assert found.points == {"eval_acc", "Top_1_Accuracy"}
+    changes = {c.metric: c.text() for c in found.summary["lr"]}
+    assert changes["eval_acc"].startswith("eval_acc +21.0 pp +/- ")
+    assert changes["train_loss"].startswith(f"train_loss x{(2.0 - 1 + 0.005) / 1.905:.3g}")
+    assert found.notes == []
+    assert "| lr | 0.01 -> 0.1 | +21.0 pp" in (tmp_path / "effects.md").read_text()
+    assert_sensible_png(tmp_path / "effects_lr.png")
+    assert set(report.importances) == {"lr"}, "the replicate seed is not ranked"
+
+
+def test_fractions_are_known_by_a_word_of_their_name() -> None:
+    assert all(map(is_fraction_name, ["eval_acc", "Top_1_Accuracy", "val_top5", "best_acc",
+                                      "eval_accuracy", "f1", "val_mIoU", "auc"]))
+    assert not any(map(is_fraction_name, ["accum_ms", "train_loss", "step_ms", "topology",
+                                          "eval_loss", "epoch_time"]))
+
+
+def test_a_percent_recorded_as_a_number_is_a_ratio_with_a_note() -> None:
+    study = command_study({(0.01, 0): 10.0, (0.01, 1): 10.0, (0.1, 0): 5.0, (0.1, 1): 5.0})
+    found = knob_effects(study)
+    assert "eval_acc" not in found.points
+    changes = {c.metric: c.text() for c in found.summary["lr"]}
+    assert changes["eval_acc"] == "eval_acc x0.5 +/- 0"
+    assert not any("pp" in line for line in found.lines())
+    assert found.notes == [
+        "eval_acc is named as a fraction but runs from 5 to 10, outside [0, 1] (a percent "
+        "printed without %?): shown as ratios",
+        "Top_1_Accuracy is named as a fraction but runs from 2.5 to 5, outside [0, 1] (a "
+        "percent printed without %?): shown as ratios"]
+
+
+def test_a_constant_objective_ranks_nothing_and_says_so(workdir: Path) -> None:
+    from msexp.search.storage import open_storage
+
+    command_study({(0.01, 0): 0.1, (0.01, 1): 0.1, (0.1, 0): 0.1, (0.1, 1): 0.1},
+                  name="flat", storage=open_storage(None))
+    report = build_report(optuna.load_study(study_name="flat", storage=open_storage(None)))
+    assert report.importances == {}
+    assert report.importance_note == "importance: none, every complete trial has eval_acc = 0.1"
+    result = CliRunner().invoke(app, ["report", "--study", "flat"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "importance: none, every complete trial has eval_acc = 0.1" in result.output
+    assert "0.50" not in result.output and "Warning" not in result.output
+    seed_only = optuna.create_study(direction="maximize")
+    for seed, value in ((0, 0.5), (1, 0.6)):
+        seed_only.add_trial(optuna.trial.create_trial(
+            params={"seed": seed}, distributions={"seed": CategoricalDistribution([0, 1])},
+            value=value))
+    assert build_report(seed_only).importance_note == \
+        "importance: none, only the replicate seed varies"

@@ -166,7 +166,8 @@ def test_a_new_grid_study_queues_its_capped_points_and_says_what_it_is(workdir) 
     with pytest.raises(MsexpError) as caught:
         queue.open_study(other, None, "g")
     assert str(caught.value) == ("h.yaml: study 'g' in mlruns/optuna.journal was created from a "
-                                 "different sweep; pass --study NEW_NAME")
+                                 "different sweep file; to start its next version: msexp "
+                                 "sweep h.yaml --restart --study g (or pass --study NEW_NAME)")
 
 
 def test_the_creator_samples_with_the_sweep_seed_and_a_joiner_with_its_own(
@@ -209,7 +210,9 @@ def test_a_study_of_other_directions_or_another_sweep_is_refused_naming_the_stor
     with pytest.raises(MsexpError) as caught:
         queue.open_study(other, url, "e")
     assert str(caught.value) == (f"f.yaml: study 'e' in {url} was created from a different "
-                                 "sweep; pass --study NEW_NAME")
+                                 "sweep file; to start its next version: msexp sweep f.yaml "
+                                 f"--restart --study e --storage {url} (or pass --study "
+                                 "NEW_NAME)")
 
 
 def test_the_budget_counts_started_trials_but_not_queued_retries(study: optuna.Study) -> None:

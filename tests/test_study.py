@@ -521,7 +521,8 @@ def test_a_changed_sweep_file_does_not_resume_the_old_study(workdir: Path) -> No
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
         f"{sweep}: study 'changed' in mlruns/optuna.journal was created from a different "
-        "sweep; pass --study NEW_NAME"]
+        f"sweep file; to start its next version: msexp sweep {sweep} --restart (or pass "
+        "--study NEW_NAME)"]
 
 
 def stale_trial(workdir: Path, name: str, owner: str, heartbeat: float,

@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 
 from msexp import interrupts
 from msexp.cli import cluster, scaffold, scripts, studies, sweeps
-from msexp.cli.options import err_console, state
+from msexp.cli.options import debug_command, err_console, state
 from msexp.errors import MsexpError
 from msexp.paths import LOG_FILE
 from msexp.urls import redact, redact_logs
@@ -27,6 +27,10 @@ from msexp.urls import redact, redact_logs
 
 class OneLineErrors(TyperGroup):
     """Runs a command; an MsexpError (or any other error) becomes one line on stderr."""
+
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        state["argv"] = list(args) if args is not None else sys.argv[1:]
+        return super().main(args, *rest, **kwargs)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -51,7 +55,7 @@ def _exit(exc: Exception) -> typer.Exit:
         message, code = str(exc), exc.exit_code
     else:  # a bug, or an environment msexp did not foresee
         text = " ".join(str(exc).split())[:300]
-        message, code = f"msexp: {type(exc).__name__}: {text} (--debug shows the traceback)", 1
+        message, code = f"msexp: {type(exc).__name__}: {text} (the traceback: {debug_command()})", 1
     err_console.print(redact(message), markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 

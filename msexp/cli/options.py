@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -32,7 +33,13 @@ class RedactingConsole(Console):
 
 console = RedactingConsole()
 err_console = RedactingConsole(stderr=True)
-state = {"debug": False}
+state: dict[str, Any] = {"debug": False, "argv": []}  # argv: the command line's arguments
+
+
+def debug_command() -> str:
+    """The command that failed, again with --debug (which shows the traceback)."""
+    argv = [a for a in state["argv"] if a != "--debug"]
+    return shlex.join(["msexp", "--debug", *argv])
 
 SweepFileArg = Annotated[Path, typer.Argument(help="The sweep YAML file.", show_default=False)]
 OptionalSweepFileArg = Annotated[Optional[Path], typer.Argument(

@@ -59,7 +59,7 @@ def report(
     --json prints {"study", "trials": [{"number", "status", "params", "metrics",
     "feasible"}], "best": [{"number", "values", "params"}], "multi_objective",
     "replicates": [{"params", "mean", "std", "seeds"}], "replicate_effects",
-    "knob_effects", "importances", "plots", "run_id"}.
+    "knob_effects", "importances", "importance_note", "notes", "plots", "run_id"}.
 
     Example: msexp report sweeps/accum.yaml --baseline micro_size=1
     """
@@ -88,9 +88,14 @@ def report(
         console.print("knob effects (baseline -> value):")
         for line in rep.knob_effects.lines():
             console.print(f"  {line}", highlight=False, soft_wrap=True)
+    for note in rep.knob_effects.notes if rep.knob_effects else []:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
     if rep.importances:
-        console.print("importance: " + ", ".join(f"{k}={v:.2f}" for k, v in
-                                                  rep.importances.items()))
+        of = f" for {names[0]}" if rep.multi_objective else ""
+        console.print(f"importance{of}: " + ", ".join(f"{k}={v:.2f}" for k, v in
+                                                       rep.importances.items()))
+    elif rep.importance_note:
+        console.print(rep.importance_note, highlight=False)
     for path in rep.plots:
         console.print(f"plot: {path}")
     run_id = log_report(rep, Tracker(tracking_uri))
@@ -113,6 +118,8 @@ def _report_document(rep: Any, run_id: str | None) -> dict[str, Any]:
         "replicate_effects": [effect.line() for effect in rep.effects],
         "knob_effects": rep.knob_effects.lines() if rep.knob_effects else [],
         "importances": rep.importances,
+        "importance_note": rep.importance_note,
+        "notes": rep.knob_effects.notes if rep.knob_effects else [],
         "plots": [str(path) for path in rep.plots],
         "run_id": run_id,
     }
@@ -265,6 +272,7 @@ def _existing_study(file: Path | None, study: str | None, storage: str | None) -
         storage_errors,
         storage_label,
     )
+    from msexp.search.versions import newest_name  # lazy: as above
 
     optuna_to_log()
     if file is None and study is None:
@@ -272,7 +280,10 @@ def _existing_study(file: Path | None, study: str | None, storage: str | None) -
     name = study or read_name(file)
     try:
         with storage_errors(storage):
-            return optuna.load_study(study_name=name, storage=open_storage(storage))
+            opened = open_storage(storage)
+            if study is None:  # the sweep's newest version (see `msexp sweep --restart`)
+                name = newest_name(opened, name)
+            return optuna.load_study(study_name=name, storage=opened)
     except KeyError:
         raise MsexpError(f"no study named {name!r} in {storage_label(storage)}") from None
 

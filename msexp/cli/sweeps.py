@@ -10,6 +10,7 @@ import typer
 import yaml
 from rich.table import Table
 
+from msexp import hints
 from msexp.cli.options import (
     ColdOpt,
     StorageOpt,
@@ -18,6 +19,7 @@ from msexp.cli.options import (
     TrackingOpt,
     cold_spec,
     console,
+    debug_command,
     err_console,
     optuna_to_log,
     state,
@@ -43,6 +45,10 @@ from msexp.training.records import Epoch
 RetryOpt = Annotated[bool, typer.Option(
     "--retry-failed", help="Run the FAILED and TIMEOUT trials of the resumed study again "
                            "(same params), e.g. after fixing the experiment.")]
+RestartOpt = Annotated[bool, typer.Option(
+    "--restart", help="After a changed sweep file: start the study's next version (NAME-v2, "
+                      "NAME-v3, ...) and mark the old one superseded; later commands use the "
+                      "newest version. Where the newest version is this file's, resume it.")]
 CheckOpt = Annotated[bool, typer.Option(
     "--check", help="Also train one micro-batch of the first trial; for a command, run it "
                     "with --help (its flags must include every name the sweep passes) and, "
@@ -163,22 +169,26 @@ def sweep(
     workers: Annotated[Optional[int], typer.Option(
         "--workers", min=1, help="Trials run at once.", show_default="budget.workers")] = None,
     retry_failed: RetryOpt = False,
+    restart: RestartOpt = False,
     cold: ColdOpt = False,
 ) -> None:
     """Run a sweep: every trial is a MindSpore job, every result lands in MLflow.
 
     Running the same command again resumes the study without re-running finished trials;
-    a trial stopped midway continues from its last checkpoint.
+    a trial stopped midway continues from its last checkpoint. After a changed sweep file,
+    --restart starts the study's next version.
 
     Example: msexp sweep sweeps/accum.yaml --workers 2
     """
     spec = cold_spec(load_spec(file), cold)
     outcome = _run(spec, workers or spec.budget.workers, SweepProgress(spec), tracking_uri,
-                   storage, study, retry_failed)
+                   storage, study, retry_failed, restart)
     summary(outcome)
-    console.print(f"plots, importances: msexp report {file}; best model: msexp best {file}",
-                  highlight=False)
-    _finish(outcome, file)
+    where = _where(outcome, study, storage)
+    report = hints.command("report", file, **where, tracking_uri=tracking_uri)
+    best = hints.command("best", file, **where, tracking_uri=tracking_uri)
+    console.print(f"plots, importances: {report}; best model: {best}", highlight=False)
+    _finish(outcome, file, where)
 
 
 def worker(
@@ -190,6 +200,7 @@ def worker(
         "--workers", min=1, help="Trials this worker runs at once.",
         show_default="budget.workers")] = None,
     retry_failed: RetryOpt = False,
+    restart: RestartOpt = False,
     cold: ColdOpt = False,
 ) -> None:
     """Join a sweep's study from another process or machine and run trials until none are left.
@@ -201,22 +212,29 @@ def worker(
     """
     spec = cold_spec(load_spec(file), cold)
     outcome = _run(spec, workers or spec.budget.workers, LineProgress(spec), tracking_uri,
-                   storage, study, retry_failed)
+                   storage, study, retry_failed, restart)
     missing = missing_objectives(outcome.study)
     if missing:
         console.print(missing, markup=False, highlight=False)
-    _finish(outcome, file)
+    _finish(outcome, file, _where(outcome, study, storage))
 
 
-def _finish(outcome: Any, file: Path) -> None:
+def _where(outcome: Any, study: str | None, storage: str | None) -> dict[str, Any]:
+    """The study and storage options a printed command needs: `--study` only where one was
+    given (then the version that ran); without it, commands find the newest version."""
+    return {"study": outcome.study.study_name if study else None, "storage": storage}
+
+
+def _finish(outcome: Any, file: Path, where: dict[str, Any]) -> None:
     """How a sweep or worker ends: a line on failed trials; the exit code says whether it
     was stopped by a signal (128 + the signal: 130 Ctrl-C, 143 SIGTERM) or nothing worked."""
     from msexp.search.study import failed_trials  # lazy: as in _run
 
     failed = failed_trials(outcome.study)
     if failed:
+        retry = hints.command("sweep", file, "--retry-failed", **where)
         err_console.print(f"{len(failed)} trial(s) failed or timed out; after fixing the "
-                          f"experiment: msexp sweep {file} --retry-failed", highlight=False)
+                          f"experiment: {retry}", highlight=False, soft_wrap=True)
     if outcome.interrupted:
         err_console.print("interrupted: run the same command again to resume (stopped "
                           "trials continue from their last checkpoint)")
@@ -228,7 +246,8 @@ def _finish(outcome: Any, file: Path) -> None:
 
 
 def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
-         storage: str | None, study: str | None, retry: bool = False) -> Any:
+         storage: str | None, study: str | None, retry: bool = False,
+         restart: bool = False) -> Any:
     """Run the sweep's trials in `workers` trial processes, showing `progress` (a context
     manager) while they run: the body of the sweep and worker commands.
 
@@ -245,7 +264,7 @@ def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
 
     optuna_to_log()
     with progress:
-        return run_sweep(spec, progress, hosts, tracking_uri, storage, study, retry)
+        return run_sweep(spec, progress, hosts, tracking_uri, storage, study, retry, restart)
 
 
 def run_one(
@@ -287,7 +306,8 @@ def run_one(
     except Exception as exc:
         if state["debug"]:
             raise
-        err_console.print(f"trial failed: {type(exc).__name__}: {exc} (--debug shows the "
-                          "traceback)", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"trial failed: {type(exc).__name__}: {exc} (the traceback: "
+                          f"{debug_command()})", markup=False, highlight=False,
+                          soft_wrap=True)
         raise typer.Exit(1) from None
     console.print(kv(metrics))

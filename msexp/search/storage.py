@@ -18,6 +18,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from msexp.errors import MsexpError
 from msexp.paths import JOURNAL, not_regular
+from msexp.quiet import warnings_to_log
 from msexp.search.heartbeat import HEARTBEAT_S, STALE_AFTER_S
 from msexp.search.optuna_private import BaseJournalFileLock
 from msexp.urls import redact
@@ -51,9 +52,11 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
 
 
 def _rdb_storage(url: str) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage with its heartbeat on (see `search.heartbeat`)."""
-    return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S,
-                                      grace_period=STALE_AFTER_S)
+    """Optuna's RDB storage with its heartbeat on (see `search.heartbeat`); Optuna's
+    warning that the heartbeat is experimental goes to the log."""
+    with warnings_to_log():
+        return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S,
+                                          grace_period=STALE_AFTER_S)
 
 
 @contextlib.contextmanager

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 import uuid
 
 import optuna
 from optuna.trial import TrialState
 
+from msexp import hints
 from msexp.errors import MsexpError
 from msexp.execution.process import owner
 from msexp.keys import StudyKey, TrialKey
 from msexp.search.storage import open_storage, storage_errors, storage_label, study_lock
+from msexp.search.versions import newest, newest_name, next_version, study_attrs
 from msexp.spec import Method, SweepSpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+_log = logging.getLogger("msexp")
 
 CREATOR_WAIT_S = 10.0
 
@@ -76,23 +80,59 @@ def fingerprint(spec: SweepSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None = None
-               ) -> tuple[optuna.Study, bool]:
+def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None = None,
+               restart: bool = False) -> tuple[optuna.Study, bool]:
     """Create the sweep's study, or load it to resume or join; returns (study, created).
+
+    Without `study_name`, the study is the newest version of the sweep's `name` (see
+    `search.versions`). With `restart`, a newest version created from another sweep file
+    is superseded by a new version, which this process creates (or joins, when another
+    process restarted it first).
 
     A new grid study enqueues its points; processes take them atomically, so no grid
     point runs twice, whatever the number of processes and machines.
 
     Raises:
         MsexpError: the storage cannot be opened or written (one line naming it), or
-            holds a study of that name from another sweep.
+            holds a study of that name from another sweep (without `restart`).
     """
     with storage_errors(storage_url):
-        return _open_study(spec, storage_url, study_name or spec.name)
+        if restart:
+            restarted = _restart(spec, storage_url, study_name or spec.name)
+            if restarted is not None:
+                return restarted, True
+        name = study_name or newest_name(open_storage(storage_url), spec.name)
+        return _open_study(spec, storage_url, name, study_name)
 
 
-def _open_study(spec: SweepSpec, storage_url: str | None, name: str
-                ) -> tuple[optuna.Study, bool]:
+def _restart(spec: SweepSpec, storage_url: str | None, base: str) -> optuna.Study | None:
+    """Under the study lock, so that processes restarting at once make one new version:
+    the new version of `base`, or None when its newest version is this sweep's (or none)."""
+    storage = open_storage(storage_url)
+    with study_lock(storage_url):
+        attrs = study_attrs(storage)
+        current = newest(attrs, base)
+        if attrs.get(current, {}).get(StudyKey.FINGERPRINT) in (None, fingerprint(spec)):
+            return None
+        name, number = next_version(attrs, base, current)
+        study = optuna.create_study(directions=[o.direction for o in spec.objectives],
+                                    sampler=make_sampler(spec), pruner=make_pruner(spec),
+                                    study_name=name, storage=storage)
+        optuna.load_study(study_name=current, storage=storage).set_user_attr(
+            StudyKey.SUPERSEDED_BY, name)
+        study.set_user_attr(StudyKey.VERSION, number)
+        study.set_user_attr(StudyKey.SUPERSEDES, current)
+        if attrs[current].get(StudyKey.PARENT_RUN):
+            study.set_user_attr(StudyKey.SUPERSEDES_RUN, attrs[current][StudyKey.PARENT_RUN])
+        _set_up(study, spec)
+    _log.warning(f"{spec.path}: the sweep file changed since study {current!r} was created; "
+                 f"started its next version {name!r} ({current!r} is marked superseded)")
+    return study
+
+
+def _open_study(spec: SweepSpec, storage_url: str | None, name: str,
+                given: str | None = None) -> tuple[optuna.Study, bool]:
+    """Open study `name`; `given`: the --study the user gave, for the hint."""
     storage = open_storage(storage_url)
     directions = [o.direction for o in spec.objectives]
     kwargs = dict(study_name=name, storage=storage, pruner=make_pruner(spec))
@@ -104,8 +144,11 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str
         created = False
         study = optuna.load_study(sampler=make_sampler(spec, owner()), **kwargs)
         if study.user_attrs.get(StudyKey.FINGERPRINT) not in (None, fingerprint(spec)):
+            restart = hints.command("sweep", spec.path, "--restart", study=given,
+                                    storage=storage_url)
             raise MsexpError(f"{spec.path}: study {name!r} in {storage_label(storage_url)} was "
-                             "created from a different sweep; pass --study NEW_NAME") from None
+                             f"created from a different sweep file; to start its next "
+                             f"version: {restart} (or pass --study NEW_NAME)") from None
         if [d.name.lower() for d in study.directions] != directions:
             raise MsexpError(
                 f"{spec.path}: study {name!r} has other objective directions") from None

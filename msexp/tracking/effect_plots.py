@@ -31,7 +31,7 @@ def write_effects(study: optuna.Study, found: KnobEffects, folder: Path,
     pngs = []
     for knob in found.knobs:
         if found.metrics:
-            pngs.append(_save(_knob_figure(knob, found.metrics),
+            pngs.append(_save(_knob_figure(knob, found.metrics, found.points),
                               folder / f"effects_{_safe(knob.name)}.png"))
     knob = next((k for k in found.knobs if k.name == color_by), None) or \
         (found.knobs[0] if found.knobs else None)
@@ -45,7 +45,7 @@ def write_effects(study: optuna.Study, found: KnobEffects, folder: Path,
     return [*pngs, summary, page]
 
 
-def _knob_figure(knob: SweptKnob, metrics: list[str]) -> Any:
+def _knob_figure(knob: SweptKnob, metrics: list[str], points: frozenset[str]) -> Any:
     import matplotlib.pyplot as plt  # lazy: as above
 
     columns = min(3, len(metrics))
@@ -55,7 +55,7 @@ def _knob_figure(knob: SweptKnob, metrics: list[str]) -> Any:
                                 squeeze=False, layout="constrained")
     for ax, metric in zip(axes.flat, metrics):
         (_range_panel if knob.is_range else _levels_panel)(ax, knob, metric)
-        _baseline_axis(ax, knob, metric)
+        _baseline_axis(ax, knob, metric, metric in points)
         ax.set_title(metric, fontsize=10)
         ax.set_xlabel(knob.name)
     for ax in list(axes.flat)[len(metrics):]:
@@ -99,14 +99,15 @@ def _range_panel(ax: Any, knob: SweptKnob, metric: str) -> None:
     ax.xaxis.set_major_formatter(_three_digits())
 
 
-def _baseline_axis(ax: Any, knob: SweptKnob, metric: str) -> None:
-    """A dashed line at the baseline's mean, and a right axis in ratio (or pp) to it."""
+def _baseline_axis(ax: Any, knob: SweptKnob, metric: str, points: bool) -> None:
+    """A dashed line at the baseline's mean, and a right axis in ratio (or, for a
+    fraction, percentage points) to it."""
     base = knob.base.mean(metric)
     if math.isnan(base):
         return
     ax.axhline(base, color="grey", linestyle="--", linewidth=0.8)
     ax.yaxis.set_major_formatter(_three_digits())
-    if metric == "eval_accuracy":
+    if points:
         right = ax.secondary_yaxis("right", functions=(lambda v: 100 * (v - base),
                                                        lambda d: base + d / 100))
         right.set_ylabel("pp vs baseline", fontsize=8)
@@ -212,15 +213,16 @@ def _safe(name: str) -> str:
 def _markdown(study: optuna.Study, found: KnobEffects, pngs: list[Path]) -> str:
     lines = [f"# {study.study_name}: knob effects", "",
              "Each knob's baseline against its farthest value: ratios of the means (x), "
-             "percentage points (pp) for accuracy, +/- the seed-to-seed spread where "
-             "configurations ran with repeats.", "", found.markdown()]
+             "percentage points (pp) for fractions (accuracy-like metrics in [0, 1]), +/- "
+             "the seed-to-seed spread where configurations ran with repeats.", "",
+             found.markdown(), *(f"Note: {note}" for note in found.notes)]
     lines += [f"![{p.stem}]({p.name})" for p in pngs]
     return "\n".join(lines) + "\n"
 
 
 def _html(study: optuna.Study, found: KnobEffects, pngs: list[Path]) -> str:
     """One self-contained page (PNGs inlined), so MLflow's artifact viewer shows it whole."""
-    rows = "".join(f"<li>{html.escape(line)}</li>" for line in found.lines())
+    rows = "".join(f"<li>{html.escape(line)}</li>" for line in [*found.lines(), *found.notes])
     images = "".join(
         f'<h2>{html.escape(p.stem)}</h2><img style="max-width:100%" alt="{html.escape(p.stem)}" '
         f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'

@@ -4,6 +4,7 @@ baseline value, and one summary line per knob."""
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,13 +14,17 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import FrozenTrial, TrialState
 
 from msexp.errors import MsexpError
-from msexp.keys import TrialKey
+from msexp.keys import StudyKey, TrialKey
 from msexp.tracking.replicates import SEED, configurations, effects
 
+# msexp's own metrics come first, in this order; then every other metric the trials recorded
 EFFECT_METRICS = ("eval_accuracy", "eval_loss", "samples_per_s", "step_ms", "train_mem_mb",
                   "epochs_to_target", "time_to_target_s", "overflow_steps")
 MEMORY_FALLBACK = {"train_mem_mb": "peak_mem_mb"}  # studies from before train_mem_mb
-PERCENT_METRICS = frozenset({"eval_accuracy"})  # compared in percentage points, not ratios
+NOT_EFFECTS = frozenset({"epoch"})  # bookkeeping, not a measurement
+# a metric with one of these words in its name is a fraction: its differences are shown
+# in percentage points (eval_acc, Top_1_Accuracy, val_top5, f1)
+FRACTION_WORDS = re.compile(r"acc|accuracy|top\d*|precision|recall|f1|m?iou|auc")
 MAX_LEVELS = 8  # a numeric knob with more distinct values is a range: scatter and trend
 MAX_CATEGORIES = 12  # the most frequent categories shown; the rest are counted
 RANGE_BINS = 5
@@ -85,10 +90,7 @@ class Change:
     base: float
     value: float
     spread: float = math.nan  # seed-to-seed standard deviation, when there are repeats
-
-    @property
-    def percent(self) -> bool:
-        return self.metric in PERCENT_METRICS
+    points: bool = False  # a fraction: the difference in percentage points, not a ratio
 
     @property
     def ratio(self) -> float:
@@ -96,7 +98,7 @@ class Change:
 
     def text(self) -> str:
         spread = ""
-        if self.percent:
+        if self.points:
             if not math.isnan(self.spread):
                 spread = f" +/- {100 * self.spread:.1f}"
             return f"{self.metric} {100 * (self.value - self.base):+.1f} pp{spread}"
@@ -114,6 +116,8 @@ class KnobEffects:
     knobs: list[SweptKnob]
     metrics: list[str]
     summary: dict[str, list[Change]] = field(default_factory=dict)  # knob -> changes
+    points: frozenset[str] = frozenset()  # the metrics shown in percentage points
+    notes: list[str] = field(default_factory=list)  # values that make no sense as named
 
     def lines(self) -> list[str]:
         """One line per knob: `micro_size 1 -> 8: samples_per_s x0.28, ...`."""
@@ -146,7 +150,7 @@ def parse_baselines(options: list[str]) -> dict[str, str]:
 def knob_effects(study: optuna.Study, baselines: dict[str, str] | None = None) -> KnobEffects:
     """The swept knobs of a study's COMPLETE trials, against its recorded metrics."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    metrics = present_metrics(trials)
+    metrics = present_metrics(trials, study.user_attrs.get(StudyKey.OBJECTIVES) or [])
     names = sorted({k for t in trials for k in t.params if k != SEED})
     knobs = [k for n in names if len((k := knob_of(n, trials)).levels) > 1]
     baselines = baselines or {}
@@ -157,30 +161,62 @@ def knob_effects(study: optuna.Study, baselines: dict[str, str] | None = None) -
     for knob in knobs:
         if knob.name in baselines:
             knob.baseline = level_index(knob, baselines[knob.name])
-    result = KnobEffects(knobs, metrics)
+    points, notes = fractions(trials, metrics)
+    result = KnobEffects(knobs, metrics, points=points, notes=notes)
     spreads = seed_spreads(study, metrics)
     for knob in knobs:
         result.summary[knob.name] = [
-            Change(m, knob.base.mean(m), knob.compared.mean(m), spreads.get((knob.name, m),
-                                                                            math.nan))
+            Change(m, knob.base.mean(m), knob.compared.mean(m),
+                   spreads.get((knob.name, m), math.nan), m in points)
             for m in metrics
             if not math.isnan(knob.base.mean(m)) and not math.isnan(knob.compared.mean(m))]
     return result
 
 
-def present_metrics(trials: list[FrozenTrial]) -> list[str]:
-    """The effect metrics some trial recorded as non-zero (zero everywhere says nothing)."""
-    def recorded(metric: str) -> bool:
-        return any(metric_of(t, metric) for t in trials
-                   if not math.isnan(metric_of(t, metric)))
+def present_metrics(trials: list[FrozenTrial], objectives: list[str] = ()) -> list[str]:
+    """What the trials recorded: the objectives, msexp's effect metrics, then every other
+    metric by name; a metric that is the same in every trial says nothing and is left out,
+    unless it is an objective."""
+    values = _recorded(trials)
+    own = [MEMORY_FALLBACK.get(m, m) if m not in values else m for m in EFFECT_METRICS]
+    left_out = {old for new, old in MEMORY_FALLBACK.items() if new in values} | NOT_EFFECTS
+    return [name for name in dict.fromkeys([*objectives, *own, *sorted(values)])
+            if name in values and name not in left_out
+            and (name in objectives or len(set(values[name])) > 1)]
 
-    found = []
-    for metric in EFFECT_METRICS:
-        if not recorded(metric) and metric in MEMORY_FALLBACK:
-            metric = MEMORY_FALLBACK[metric]
-        if recorded(metric):
-            found.append(metric)
+
+def _recorded(trials: list[FrozenTrial]) -> dict[str, list[float]]:
+    """metric -> its finite values over `trials`."""
+    found: dict[str, list[float]] = {}
+    for trial in trials:
+        for name in trial.user_attrs.get(TrialKey.METRICS, {}):
+            if not math.isnan(value := metric_of(trial, name)):
+                found.setdefault(name, []).append(value)
     return found
+
+
+def fractions(trials: list[FrozenTrial], metrics: list[str]) -> tuple[frozenset[str], list[str]]:
+    """The metrics named as fractions whose values all lie in [0, 1] (shown in points), and
+    a note for each one named so whose values do not (shown as ratios)."""
+    values = _recorded(trials)
+    points, notes = set(), []
+    for metric in metrics:
+        if not is_fraction_name(metric):
+            continue
+        low, high = min(values[metric]), max(values[metric])
+        if low >= 0 and high <= 1:
+            points.add(metric)
+        else:
+            notes.append(f"{metric} is named as a fraction but runs from {short(low)} to "
+                         f"{short(high)}, outside [0, 1] (a percent printed without %?): "
+                         "shown as ratios")
+    return frozenset(points), notes
+
+
+def is_fraction_name(metric: str) -> bool:
+    """Whether a word of the metric's name says fraction (`accum_ms` is no accuracy)."""
+    return any(FRACTION_WORDS.fullmatch(word)
+               for word in re.split(r"[^a-z0-9]+", metric.lower()))
 
 
 def knob_of(name: str, trials: list[FrozenTrial]) -> SweptKnob:

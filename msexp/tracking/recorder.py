@@ -11,12 +11,13 @@ from typing import Any
 
 import optuna
 
+from msexp import hints
 from msexp.execution.protocol import TrialResult
 from msexp.execution.subscribers import Subscriber, TrialInfo
-from msexp.keys import StudyKey, TrialKey
+from msexp.keys import RunTag, StudyKey, TrialKey
 from msexp.spec import SweepSpec
 from msexp.tracking.report import log_best, log_best_checkpoint
-from msexp.tracking.runs import Tracker
+from msexp.tracking.runs import Tracker, mark_superseded
 
 _log = logging.getLogger("msexp")
 PARENT_WAIT_S = 30.0
@@ -30,8 +31,9 @@ class MlflowRecorder(Subscriber):
     """
 
     def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool,
-                 tracking_uri: str | None, storage_label: str):
-        self.spec, self.study = spec, study
+                 tracking_uri: str | None, storage_label: str, report_hint: str = ""):
+        """`report_hint`: the `msexp report` command of this study, for a warning."""
+        self.spec, self.study, self.report_hint = spec, study, report_hint
         self.opened: Future = Future()  # (tracker, experiment id, parent run id)
         threading.Thread(target=self._open, args=(tracking_uri, created, storage_label),
                          daemon=True).start()
@@ -41,6 +43,7 @@ class MlflowRecorder(Subscriber):
             tracker = Tracker(tracking_uri)
             experiment_id = tracker.experiment_id(self.spec.name)
             parent_id = self._parent_run(tracker, experiment_id, created, storage_label)
+            self._supersede(tracker, parent_id)
             self.opened.set_result((tracker, experiment_id, parent_id))
         except BaseException as exc:
             self.opened.set_exception(exc)
@@ -75,6 +78,21 @@ class MlflowRecorder(Subscriber):
         self.study.set_user_attr(StudyKey.PARENT_RUN, run_id)
         return run_id
 
+    def _supersede(self, tracker: Tracker, parent_id: str) -> None:
+        """The parent run of the version this study replaced: tagged, described and, if
+        it ended FINISHED, KILLED, so its green check no longer passes for a result."""
+        old = self.study.user_attrs.get(StudyKey.SUPERSEDES_RUN)
+        try:
+            if not old or not tracker.has_run(old):
+                return
+            with tracker.writing():
+                tracker.client.set_tag(parent_id, RunTag.SUPERSEDES,
+                                       self.study.user_attrs[StudyKey.SUPERSEDES])
+            mark_superseded(tracker, old, self.study.study_name)
+        except Exception as exc:  # a mark, not a result: the sweep goes on
+            _log.warning(f"could not mark MLflow run {old} superseded "
+                         f"({type(exc).__name__})")
+
     def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> None:
         tracker, experiment_id, parent_id = self.opened.result()
         tags: dict[str, Any] = {}
@@ -95,10 +113,14 @@ class MlflowRecorder(Subscriber):
             if self.spec.checkpoint.log == "best_trial":
                 log_best_checkpoint(self.study, tracker)
             tracker.client.set_terminated(parent_id, ending)
+            newer = self.study.user_attrs.get(StudyKey.SUPERSEDED_BY)
+            if newer:  # restarted while this process ran: the end must not look final
+                mark_superseded(tracker, parent_id, newer)
         except Exception as exc:  # the trials are safe in Optuna and the spool; so is this end
             tracker.spool.keep_ending(tracker.uri, parent_id, ending)
+            sync = hints.command("sync", tracking_uri=tracker.uri)
             _log.warning(f"MLflow unreachable at the end of the sweep ({type(exc).__name__});"
-                         " run `msexp sync` and `msexp report` when it is back")
+                         f" when it is back, run: {sync} && {self.report_hint}")
 
     def ui_links(self) -> tuple[str, str, str | None]:
         """The runs table, the parent run, and the command that serves the store."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,10 +13,20 @@ from optuna.trial import FrozenTrial, TrialState
 
 from msexp.errors import MsexpError
 from msexp.keys import RunTag, StudyKey, TrialKey
-from msexp.tracking.effects import KnobEffects, knob_effects
-from msexp.tracking.replicates import Configuration, Effect, configurations, effects, markdown
+from msexp.quiet import warnings_to_log
+from msexp.tracking.effects import KnobEffects, knob_effects, short
+from msexp.tracking.replicates import (
+    SEED,
+    Configuration,
+    Effect,
+    configurations,
+    effects,
+    markdown,
+)
 from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
 from msexp.urls import redact
+
+UNRANKED = "will be equal"  # Optuna's warning when it cannot rank the params
 
 
 @dataclass
@@ -27,6 +36,7 @@ class Report:
     study: optuna.Study
     best: list[FrozenTrial]
     importances: dict[str, float] = field(default_factory=dict)
+    importance_note: str | None = None  # why there is no ranking, where there could be one
     plots: list[Path] = field(default_factory=list)
     configurations: list[Configuration] = field(default_factory=list)  # with repeats
     effects: list[Effect] = field(default_factory=list)
@@ -77,14 +87,8 @@ def build_report(study: optuna.Study, plots_dir: Path | None = None,
     default the most important knob)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     report = Report(study, best_trials(study))
-    if len(complete) >= 2 and _varied_params(complete):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                report.importances = dict(optuna.importance.get_param_importances(study))
-            except (RuntimeError, ValueError):
-                report.importances = {}
     metrics = report.objective_names()
+    report.importances, report.importance_note = importances(study, complete, metrics[0])
     groups = configurations(study, metrics)
     if any(len(v) > 1 for c in groups for v in c.values.values()):
         report.configurations = groups
@@ -107,15 +111,53 @@ def build_report(study: optuna.Study, plots_dir: Path | None = None,
     return report
 
 
-def _varied_params(trials: list[FrozenTrial]) -> bool:
-    names = {name for t in trials for name in t.params}
-    return any(len({repr(t.params.get(n)) for t in trials}) > 1 for n in names)
+def importances(study: optuna.Study, complete: list[FrozenTrial], objective: str
+                ) -> tuple[dict[str, float], str | None]:
+    """Optuna's importance of each varied param but the replicate seed, for the first
+    objective; or none and the reason, when no ranking can mean anything."""
+    varied = _varied_params(complete)
+    if len(complete) < 2 or not varied:
+        return {}, None
+    values = {t.values[0] for t in complete}
+    if len(values) == 1:
+        return {}, (f"importance: none, every complete trial has {objective} = "
+                    f"{short(values.pop())}")
+    ranked = [name for name in varied if name != SEED]
+    if not ranked:
+        return {}, "importance: none, only the replicate seed varies"
+    target = (lambda t: t.values[0]) if len(study.directions) > 1 else None
+    with warnings_to_log() as caught:
+        try:
+            found = dict(optuna.importance.get_param_importances(study, params=ranked,
+                                                                 target=target))
+        except (RuntimeError, ValueError):
+            found = {}
+    unranked = next((str(w.message) for w in caught if UNRANKED in str(w.message)), None)
+    if unranked:
+        return {}, f"importance: none ({unranked.split('. ')[0].lower()})"
+    return found, None
+
+
+def _varied_params(trials: list[FrozenTrial]) -> list[str]:
+    names = sorted({name for t in trials for name in t.params})
+    return [n for n in names if len({repr(t.params.get(n)) for t in trials}) > 1]
 
 
 def _write_plots(report: Report, folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    with warnings_to_log():
+        figures = _figures(report)
+    paths = []
+    for name, figure in figures.items():
+        path = folder / f"{name}.html"
+        figure.write_html(str(path), include_plotlyjs=True)  # viewable offline
+        paths.append(path)
+    return paths
+
+
+def _figures(report: Report) -> dict[str, Any]:
     from optuna import visualization as vis  # lazy: plotly takes a second to import
 
-    folder.mkdir(parents=True, exist_ok=True)
     study, names = report.study, report.objective_names()
     figures: dict[str, Any] = {}
     if report.multi_objective:
@@ -127,17 +169,13 @@ def _write_plots(report: Report, folder: Path) -> list[Path]:
         figures["optimization_history"] = vis.plot_optimization_history(
             study, target_name=names[0])
         if report.importances:
-            figures["param_importances"] = vis.plot_param_importances(study)
+            figures["param_importances"] = vis.plot_param_importances(
+                study, params=list(report.importances))
     if report.importances or len(study.trials) > 1:
         target = (lambda t: t.values[0]) if report.multi_objective else None
         figures["parallel_coordinate"] = vis.plot_parallel_coordinate(
             study, target=target, target_name=names[0])
-    paths = []
-    for name, figure in figures.items():
-        path = folder / f"{name}.html"
-        figure.write_html(str(path), include_plotlyjs=True)  # viewable offline
-        paths.append(path)
-    return paths
+    return figures
 
 
 def log_report(report: Report, tracker: Tracker) -> str | None:

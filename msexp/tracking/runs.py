@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msexp import hints
 from msexp.errors import MsexpError
 from msexp.execution.protocol import Status, TrialResult
 from msexp.keys import RunTag
@@ -172,8 +173,8 @@ class Tracker:
             path = self.spool.keep(self.uri, experiment_id, parent_id, number, dict(params),
                                    result, started)
             _log.warning(f"MLflow at {redact(self.uri)} did not take trial {number} "
-                         f"({type(exc).__name__}); kept in {path}, delivered later or by "
-                         "`msexp sync`")
+                         f"({type(exc).__name__}); kept in {path}, delivered later or by: "
+                         f"{hints.command('sync', tracking_uri=self.uri)}")
             return None
 
     def flush_spool(self) -> int:
@@ -260,6 +261,18 @@ class Tracker:
         return (f"{base}/#/experiments/{experiment_id}/runs{UI_TRAINING_VIEW}",
                 f"{base}/#/experiments/{experiment_id}/runs/{parent_id}{UI_TRAINING_VIEW}",
                 command)
+
+
+def mark_superseded(tracker: Tracker, run_id: str, newer: str) -> None:
+    """Mark a sweep's parent run as replaced by study version `newer`: a tag, a note in its
+    description and, where it ended FINISHED, the status KILLED (a FAILED run stays so)."""
+    with tracker.writing():
+        client = tracker.client
+        client.set_tag(run_id, RunTag.SUPERSEDED_BY, newer)
+        client.set_tag(run_id, RunTag.NOTE, f"Superseded by study {newer}: the sweep file "
+                                            "changed and `msexp sweep --restart` started it.")
+        if client.get_run(run_id).info.status == "FINISHED":
+            client.set_terminated(run_id, "KILLED")
 
 
 def _dataset_input(description: str) -> Any:

@@ -1,0 +1,120 @@
+"""Every command msexp prints as a hint works when copied as printed: a sweep whose trials
+all fail, fixed and retried; a changed sweep file, restarted as the study's next version;
+the same with --study and --storage. Real command trials (a tiny script), so slow."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from msexp.keys import RunTag, StudyKey
+from msexp.search.storage import open_storage
+from tests.conftest import mlflow_client, write
+
+HINT = re.compile(r"msexp (?:sweep|worker|report|best|status|sync|plan)\b[^;()\n]*")
+SCRIPT = """
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=0.1)
+    args = parser.parse_args()
+    if Path(__file__).with_name("broken").exists():
+        raise SystemExit("broken on purpose")
+    print("epoch: 1 step: 2, loss is 0.5")
+    print(f"eval_acc: {0.5 + args.lr:.3f}")
+"""
+
+
+def sweep_text(lrs: list[float]) -> str:
+    return f"""
+        name: hints
+        experiment: {{command: python train.py}}
+        objective: {{metric: eval_acc, direction: maximize}}
+        params: {{lr: {lrs}}}
+    """
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "300"})
+
+
+def hints(output: str) -> list[str]:
+    return [h.strip() for h in HINT.findall(output)]
+
+
+def run_hint(hint: str):
+    """The hint as copied into a shell: split as the shell would, `msexp` dropped."""
+    argv = shlex.split(hint)
+    assert argv[0] == "msexp", hint
+    return invoke(*argv[1:])
+
+
+@pytest.mark.slow
+def test_the_hints_of_a_failed_and_a_changed_sweep_work_as_printed(workdir: Path) -> None:
+    write(workdir / "train.py", SCRIPT)
+    broken = workdir / "broken"
+    broken.touch()
+    sweep = write(workdir / "h.yaml", sweep_text([0.1, 0.2]))
+    failed = invoke("sweep", str(sweep))
+    assert failed.exit_code == 1, failed.output
+    assert hints(failed.output) == [f"msexp report {sweep}", f"msexp best {sweep}",
+                                    f"msexp sweep {sweep} --retry-failed"]
+    broken.unlink()
+    retried = run_hint(hints(failed.output)[2])
+    assert retried.exit_code == 0, retried.output
+    report = run_hint(hints(failed.output)[0])
+    assert report.exit_code == 0 and "hints: trials" in report.output, report.output
+    best = run_hint(hints(failed.output)[1])
+    assert best.exit_code == 0 and best.output.startswith("trial 3: eval_acc=0.7"), best.output
+
+    write(workdir / "h.yaml", sweep_text([0.3]))
+    refused = invoke("sweep", str(sweep))
+    assert refused.exit_code == 1 and hints(refused.output) == [
+        f"msexp sweep {sweep} --restart"], refused.output
+    restarted = run_hint(hints(refused.output)[0])
+    assert restarted.exit_code == 0, restarted.output
+    assert "'hints-v2' ('hints' is marked superseded)" in restarted.output
+    assert hints(restarted.output) == [f"msexp report {sweep}", f"msexp best {sweep}"]
+    report = run_hint(hints(restarted.output)[0])
+    assert report.exit_code == 0 and "hints-v2: trials" in report.output, report.output
+    best = run_hint(hints(restarted.output)[1])
+    assert best.output.startswith("trial 0: eval_acc=0.8"), best.output
+    for command in ("sweep", "worker"):  # the newest version (the old one would refuse)
+        again = invoke(command, str(sweep))
+        assert again.exit_code == 0 and "1/1" in again.output, again.output
+    storage = open_storage(None)
+    old = optuna.load_study(study_name="hints", storage=storage)
+    new = optuna.load_study(study_name="hints-v2", storage=storage)
+    assert old.user_attrs[StudyKey.SUPERSEDED_BY] == "hints-v2"
+    client = mlflow_client()
+    old_run = client.get_run(old.user_attrs[StudyKey.PARENT_RUN])
+    new_run = client.get_run(new.user_attrs[StudyKey.PARENT_RUN])
+    assert old_run.info.status == "KILLED", "no green check on a superseded sweep"
+    assert old_run.data.tags[RunTag.SUPERSEDED_BY] == "hints-v2"
+    assert new_run.info.status == "FINISHED"
+    assert new_run.data.tags[RunTag.SUPERSEDES] == "hints"
+
+
+@pytest.mark.slow
+def test_hints_carry_the_study_and_storage_that_were_given(workdir: Path) -> None:
+    write(workdir / "train.py", SCRIPT)
+    (workdir / "broken").touch()
+    sweep = write(workdir / "h.yaml", sweep_text([0.1]))
+    failed = invoke("sweep", str(sweep), "--study", "mine", "--storage", "other.journal")
+    assert failed.exit_code == 1, failed.output
+    where = "--study mine --storage other.journal"
+    assert hints(failed.output) == [f"msexp report {sweep} {where}",
+                                    f"msexp best {sweep} {where}",
+                                    f"msexp sweep {sweep} --retry-failed {where}"]
+    (workdir / "broken").unlink()
+    assert run_hint(hints(failed.output)[2]).exit_code == 0
+    report = run_hint(hints(failed.output)[0])
+    assert report.exit_code == 0 and "mine: trials" in report.output, report.output
+    assert "COMPLETE" in report.output
