@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.errors import SpecError
+from msexp.execution.arguments import arguments
 from msexp.spec import parse_spec
 from msexp.tracking.replicates import configurations, effects, markdown
 from tests.conftest import mlflow_client, write
@@ -57,6 +58,18 @@ def test_repeats_sweep_seeds_last_and_need_a_grid() -> None:
     with pytest.raises(SpecError, match="params.seed: budget.repeats sweeps the seed itself"):
         parse_spec("name: r\nexperiment: mlp_digits\nbudget: {repeats: 2}\n"
                    "params: {seed: [1, 2]}\n", "r.yaml")
+
+
+def test_a_command_sweep_repeats_with_the_scripts_own_seed(tmp_path: Path) -> None:
+    write(tmp_path / "train.py", "print('eval_acc: 0.5')\n")
+    text = ("name: r\nexperiment: {command: python3 train.py}\nbudget: {repeats: 2}\n"
+            "objective: {metric: eval_acc, direction: maximize}\nfixed: {seed: 7}\n"
+            "params: {lr: [0.1, 0.2]}\n")
+    spec = parse_spec(text, "r.yaml", tmp_path / "r.yaml")
+    assert list(spec.space.grid()) == [{"lr": 0.1, "seed": 7}, {"lr": 0.1, "seed": 8},
+                                       {"lr": 0.2, "seed": 7}, {"lr": 0.2, "seed": 8}]
+    assert arguments(spec.space.resolve({"lr": 0.2, "seed": 8}), "flags") == [
+        "--lr=0.2", "--seed=8"]
 
 
 @pytest.mark.slow

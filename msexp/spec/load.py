@@ -119,12 +119,11 @@ def parse_spec(text: str, source: str, path: Path | None = None, local: bool = T
         experiment = load_experiment(file.experiment, source)
     elif command is None:
         experiment = unimported_experiment(source, file)
-    else:
-        experiment = command_experiment(source, command, path.parent.resolve(), file.fixed,
-                                        file.params)
+    fixed, params = with_repeats(source, file)
+    if command is not None:  # the replicate seed goes to the script as its own --seed
+        experiment = command_experiment(source, command, path.parent.resolve(), fixed, params)
     metrics = None if command else METRICS + experiment.metrics  # a command's: any name
     validate(sweep_model(experiment.knobs, metrics), data, source)
-    fixed, params = with_repeats(source, file, experiment.knobs)
     space = parse_params(source, experiment.knobs, fixed, params)
     spec = SweepSpec(path, file.name, experiment, file.method, file.objective, file.budget,
                      file.pruner, file.data, fixed, params, space, command, file.checkpoint,
@@ -173,8 +172,7 @@ def _not_imported(ref: str) -> Any:
     return build
 
 
-def with_repeats(source: str, file: SweepFile, knobs: Mapping[str, Any]
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+def with_repeats(source: str, file: SweepFile) -> tuple[dict[str, Any], dict[str, Any]]:
     """`fixed` and `params` with `budget.repeats` seeds swept last, so the grid runs each
     configuration with seeds seed, seed+1, ... one after another."""
     repeats = file.budget.repeats
@@ -187,7 +185,7 @@ def with_repeats(source: str, file: SweepFile, knobs: Mapping[str, Any]
         raise SpecError(source, "params.seed", "budget.repeats sweeps the seed itself; drop "
                         "seed from params", file.params["seed"])
     fixed = dict(file.fixed)
-    base = fixed.pop("seed", knobs["seed"].default)
+    base = fixed.pop("seed", KNOBS["seed"].default)
     if not isinstance(base, int) or isinstance(base, bool):
         raise SpecError(source, "fixed.seed", "must be an integer", base)
     return fixed, {**file.params, "seed": list(range(base, base + repeats))}
