@@ -8,8 +8,10 @@ import time
 from typing import Any
 
 import numpy as np
+from mindspore import nn
 from mindspore.train import Callback
 
+from msexp.hooks.accumulate import AccumulatingTrainStep
 from msexp.hooks.channel import active, report, should_stop
 from msexp.training.memory import PeakMemory
 
@@ -66,9 +68,8 @@ class MsexpCallback(Callback):
         updates = max(1, args.cur_step_num - self._updates)
         self._updates = args.cur_step_num
         self._update_s += [seconds / updates] * updates
-        loss, overflow, scale = _outputs(args.net_outputs)
         step = _train_step(run_context)
-        scale = getattr(step, "loss_scale", scale)
+        loss, overflow, scale = _outputs(args.net_outputs, step)
         self._overflows += bool(overflow)
         self._epoch.add(loss, scale, updates)
         if should_stop():
@@ -104,18 +105,19 @@ class MsexpCallback(Callback):
     def _counts(self, run_context: Any) -> dict[str, float]:
         """Memory, overflows, skipped updates and the loss scale, as msexp's loop reports."""
         args, step = run_context.original_args(), _train_step(run_context)
+        ours = step if isinstance(step, AccumulatingTrainStep) else None
         found: dict[str, float] = {}
         if self._memory is not None:
-            optimizer = getattr(step, "optimizer", None) or args.get("optimizer")
+            optimizer = ours.optimizer if ours else args.get("optimizer")
             found.update(self._memory.metrics(step, optimizer or step,
-                                              getattr(step, "buffers", ())))
-        found["overflow_steps"] = getattr(step, "overflow_steps", self._overflows)
-        if hasattr(step, "skipped_updates"):
-            found["skipped_updates"] = step.skipped_updates
+                                              ours.buffers if ours else ()))
+        found["overflow_steps"] = ours.overflow_steps if ours else self._overflows
+        if ours:
+            found["skipped_updates"] = ours.skipped_updates
         if self._epoch.scales:
             found["loss_scale"] = self._epoch.scales[-1]
-        if getattr(step, "thor_inverse_s", None) is not None:
-            found["thor_inverse_s"] = step.thor_inverse_s
+        if ours and ours.thor_inverse_s is not None:
+            found["thor_inverse_s"] = ours.thor_inverse_s
         return found
 
 
@@ -146,15 +148,15 @@ class _EpochSeries:
                 **({"loss_scale": self.scales} if len(self.scales) == len(self.losses) else {})}
 
 
-def _outputs(outputs: Any) -> tuple[float | None, Any, float | None]:
-    """(loss, overflow, loss scale) of a step's outputs: a loss, or the (loss, overflow,
-    scale) of MindSpore's loss-scaling train step."""
-    overflow = scale = None
+def _outputs(outputs: Any, step: Any) -> tuple[float | None, bool, float | None]:
+    """(loss, overflow, loss scale) of a step: msexp's train step keeps the scale; MindSpore's
+    loss-scaling train step returns (loss, overflow, scale); any other returns a loss."""
+    if isinstance(step, nn.TrainOneStepWithLossScaleCell):
+        return _number(outputs[0]), bool(_number(outputs[1])), _number(outputs[2])
     if isinstance(outputs, (tuple, list)):
-        if len(outputs) == 3:
-            overflow, scale = _number(outputs[1]), _number(outputs[2])
         outputs = outputs[0] if outputs else None
-    return _number(outputs), overflow, scale
+    scale = step.loss_scale if isinstance(step, AccumulatingTrainStep) else None
+    return _number(outputs), False, scale
 
 
 def _number(value: Any) -> float | None:
