@@ -135,6 +135,15 @@ def test_thor_trains_through_model_train_in_graph_mode(graph_mode: None) -> None
         np.testing.assert_allclose(accumulated[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
+def test_thor_refuses_a_partial_batch_in_one_line() -> None:
+    params = {**BASE, "optimizer": "thor", "lr": 0.05, "thor.frequency": 2, "micro_size": 2}
+    with pytest.raises(ValueError) as refused:
+        train_with_model(params, UNEVEN)
+    assert str(refused.value) == (
+        "THOR needs micro-batches of one size (8), but a batch of 6 leaves 6: batch the "
+        "training dataset with drop_remainder=True")
+
+
 def test_settings_take_the_scripts_config_but_not_its_own_meanings() -> None:
     class Config:  # a model-zoo config: attributes, msexp's knobs among the script's own
         def __init__(self) -> None:

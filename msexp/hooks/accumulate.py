@@ -8,7 +8,8 @@ count updates.
 
 A batch smaller than the others (the last one of an epoch whose size does not divide)
 is split into micro-batches of the usual size, each weighted by its real size, so its
-update is the full-batch update on those samples whatever `micro_size` is.
+update is the full-batch update on those samples whatever `micro_size` is. THOR, whose
+factor buffers have the micro-batch's shape, refuses such a batch (drop_remainder=True).
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class AccumulatingTrainStep(nn.Cell):
         *inputs, labels = columns
         size = int(labels.shape[0])
         self.micro = max(self.micro, -(-size // self.micro_size))
+        if self.step.thor is not None and size % self.micro:
+            raise ValueError(f"THOR needs micro-batches of one size ({self.micro}), but a batch "
+                             f"of {size} leaves {size % self.micro}: batch the training "
+                             "dataset with drop_remainder=True")
         losses = []
         for start in range(0, size, self.micro):
             end = min(start + self.micro, size)
