@@ -63,7 +63,8 @@ class HookedModel(Model):
         given = [] if callbacks is None else (
             list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks])
         if active() and not any(isinstance(c, MsexpCallback) for c in given):
-            given.append(MsexpCallback(self))
+            given.insert(0, MsexpCallback(self))  # first: its step clock leaves out the
+            # others' step ends (printing, saving checkpoints)
         return super().train(epoch, train_dataset, callbacks=given, dataset_sink_mode=False,
                              initial_epoch=initial_epoch)
 
