@@ -163,3 +163,21 @@ def test_hooks_do_nothing_outside_msexp(monkeypatch, tmp_path) -> None:
     assert list(tmp_path.iterdir()) == []
     callback = hooks.MsexpCallback()
     assert not callback.enabled
+
+
+@pytest.mark.slow  # two trainings of LeNet5 on digits
+def test_train_mem_mb_is_the_built_in_loops_figure(trial: Path) -> None:
+    from experiments.lenet_digits import build, lenet5
+    from msexp.execution.protocol import TrialRequest
+    from msexp.execution.trial import run
+    from msexp.spec import trial_params
+
+    params = trial_params("lenet_digits", {"epochs": 1, "batch_size": 64, "micro_size": 4})
+    built_in = run(TrialRequest("lenet_digits", params), lambda event: None)
+    x, y = build(params).train
+    network = lenet5()
+    opt = hooks.optimizer(network, params, len(y) // 64)
+    model = hooks.model(network, nn.CrossEntropyLoss(), opt, params)
+    model.train(1, NumpySlicesDataset((x, y), ["x", "y"], shuffle=False).batch(64))
+    [epoch] = epochs_of(trial)
+    assert epoch["metrics"]["train_mem_mb"] == pytest.approx(built_in["train_mem_mb"], rel=0.05)
