@@ -20,8 +20,20 @@ from typing import Any
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn
 
+from msexp.knobs import KNOBS
 from msexp.training.loss_scale import make_scaler
 from msexp.training.step import TrainStep
+
+Params = Any  # a dict, an argparse Namespace or a config object with attributes
+
+
+def settings(params: Params) -> dict[str, Any]:
+    """msexp's knobs as `params` set them, its defaults for the rest. A value that breaks
+    msexp's rule for a knob of that name is the script's own (`loss_scale: 1024`), not
+    msexp's: the default stands."""
+    given = params if isinstance(params, Mapping) else vars(params)
+    return {name: given[name] if name in given and knob.check(given[name]) is None
+            else knob.default for name, knob in KNOBS.items()}
 
 
 class _WeightedLoss(nn.Cell):
@@ -45,18 +57,20 @@ class _WeightedLoss(nn.Cell):
 
 class AccumulatingTrainStep(nn.Cell):
     """The train network `Model(train_step)` drives: one full batch per call, split into
-    `micro_size` micro-batches, one update, with loss scaling as `values` say.
+    `micro_size` micro-batches, one update, with loss scaling as `params` say (see
+    `settings`).
 
     Model calls it eagerly (its own graphs are compiled inside), in any mode. It keeps
     the counts the trial reports: `overflow_steps`, `skipped_updates`, `loss_scale`.
     """
 
     def __init__(self, network: nn.Cell, loss_fn: Any, optimizer: nn.Optimizer,
-                 values: Mapping[str, Any]):
+                 params: Params):
         super().__init__(auto_prefix=False)
+        values = settings(params)
         self.network, self.optimizer = network, optimizer
         self.micro_size = values["micro_size"]
-        scaler, drop = make_scaler(dict(values))
+        scaler, drop = make_scaler(values)
         loss = _WeightedLoss(loss_fn)
         object.__setattr__(self, "loss", loss)  # not a part of the model's checkpoints
         object.__setattr__(self, "step", TrainStep(network, loss, optimizer, self.micro_size,

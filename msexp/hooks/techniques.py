@@ -13,29 +13,16 @@ into micro-batches inside (see `AccumulatingTrainStep`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from mindspore import nn
 from mindspore.train import Model
 
-from msexp.hooks.accumulate import AccumulatingTrainStep
+from msexp.hooks.accumulate import AccumulatingTrainStep, Params, settings
 from msexp.hooks.callback import MsexpCallback
 from msexp.hooks.channel import active
-from msexp.knobs import KNOBS
 from msexp.training.amp import apply_amp
 from msexp.training.optim import make_optimizer
-
-Params = Any  # a dict, an argparse Namespace or a config object with attributes
-
-
-def settings(params: Params) -> dict[str, Any]:
-    """msexp's knobs as `params` set them, its defaults for the rest. A value that breaks
-    msexp's rule for a knob of that name is the script's own (`loss_scale: 1024`), not
-    msexp's: the default stands."""
-    given = params if isinstance(params, Mapping) else vars(params)
-    return {name: given[name] if name in given and knob.check(given[name]) is None
-            else knob.default for name, knob in KNOBS.items()}
 
 
 def optimizer(network: nn.Cell, params: Params, steps_per_epoch: int) -> nn.Optimizer:
