@@ -112,6 +112,6 @@ class AccumulatingTrainStep(nn.Cell):
         return None if self.step.thor is None else self.step.thor.inverse_s
 
     @property
-    def buffers(self) -> tuple[Parameter, ...]:
+    def accumulation_buffers(self) -> tuple[Parameter, ...]:
         """The accumulation buffers (their bytes count in train_mem_mb)."""
         return self.step.buffers

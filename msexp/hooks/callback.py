@@ -110,7 +110,7 @@ class MsexpCallback(Callback):
         if self._memory is not None:
             optimizer = ours.optimizer if ours else args.get("optimizer")
             found.update(self._memory.metrics(step, optimizer or step,
-                                              ours.buffers if ours else ()))
+                                              ours.accumulation_buffers if ours else ()))
         found["overflow_steps"] = ours.overflow_steps if ours else self._overflows
         if ours:
             found["skipped_updates"] = ours.skipped_updates
