@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 import sys
 import traceback
 from collections.abc import Mapping
@@ -201,6 +202,23 @@ def describe_failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
+_DEFINES_BUILD = re.compile(r"^(?:def\s+build\s*\(|build\s*=|from\s.+\simport\s.*\bbuild\b)",
+                            re.M)
+
+
+def is_script(ref: str) -> bool:
+    """Whether `ref` is a training script to run as `python FILE`, not an experiment to
+    import: a .py file, named without `:build`, that defines no `build`."""
+    path = Path(ref)
+    if ":" in ref or path.suffix != ".py":
+        return False
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+    except OSError:
+        return False
+    return text is not None and not _DEFINES_BUILD.search(text)
+
+
 def is_builtin(ref: str) -> bool:
     """Whether `ref` names a workload shipped in `experiments/`."""
     return ":" not in ref and "." not in ref and "/" not in ref
@@ -242,11 +260,14 @@ def _import_file(path: Path, source: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     import_mindspore()  # most experiment files import it: never interrupted half-way
     sys.modules[name] = module
+    argv, sys.argv = sys.argv, [str(path)]  # what `python FILE` would give it, not msexp's
     try:
         spec.loader.exec_module(module)
     except BaseException:
         del sys.modules[name]
         raise
+    finally:
+        sys.argv = argv
     return module
 
 

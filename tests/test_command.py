@@ -297,12 +297,17 @@ def test_the_scaffolded_script_sweeps_as_written(workdir: Path) -> None:
     accumulated = [r for r in runs if r.data.params["micro_size"] == "4"
                    and r.data.tags["status"] == "COMPLETE"]
     assert accumulated and accumulated[0].data.metrics["eval_accuracy"] > 0.5
-    for run in runs:  # each epoch MsexpCallback reported is logged (at its global step)
-        history = mlflow_client().get_metric_history(run.info.run_id, "train_loss")
-        steps = {m.step for m in history}
-        complete = run.data.tags["status"] == "COMPLETE"
-        assert len(steps) == len(history) and (len(steps) == 3 if complete
-                                               else 1 <= len(steps) <= 3), sorted(steps)
+    updates = 1400 // 32  # per epoch, whatever micro_size is
+    for run in runs:  # each epoch MsexpCallback reported is logged at its update count
+        epochs = sorted(m.step for m in mlflow_client().get_metric_history(run.info.run_id,
+                                                                            "step_ms"))
+        ends = [updates, 2 * updates, 3 * updates]
+        if run.data.tags["status"] == "COMPLETE":
+            assert epochs == ends
+        else:  # a pruned trial reports the epoch its stop cut short, at its last update
+            assert epochs[:-1] == ends[:len(epochs) - 1] and epochs[-1] <= ends[len(epochs) - 1]
+        losses = mlflow_client().get_metric_history(run.info.run_id, "train_loss")
+        assert {m.step for m in losses} == set(range(1, epochs[-1] + 1)), "one per update"
 
 
 def test_the_last_output_line_and_only_numeric_groups_are_kept() -> None:

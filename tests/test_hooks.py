@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Tensor, nn
@@ -11,8 +15,9 @@ from mindspore.train import Accuracy
 from msexp import hooks
 
 FEATURES, CLASSES, SAMPLES, BATCH = 8, 3, 64, 16
+UNEVEN = 70  # 4 full batches of 16 and a last one of 6
 _rng = np.random.default_rng(0)
-X = _rng.normal(size=(SAMPLES, FEATURES)).astype(np.float32)
+X = _rng.normal(size=(UNEVEN, FEATURES)).astype(np.float32)
 Y = (X[:, 0] > 0).astype(np.int32) + (X[:, 1] > 1).astype(np.int32)
 INITIAL = {"0.weight": _rng.normal(0, 0.3, (16, FEATURES)), "0.bias": np.zeros(16),
            "2.weight": _rng.normal(0, 0.3, (CLASSES, 16)), "2.bias": np.zeros(CLASSES)}
@@ -25,28 +30,128 @@ def mlp() -> nn.Cell:
     return network
 
 
-def train_with_model(params: dict) -> dict[str, np.ndarray]:
+def train_with_model(params: dict, samples: int = SAMPLES, **train: object
+                     ) -> dict[str, np.ndarray]:
     """Two epochs of `Model.train` through msexp's train step; the weights after it."""
     network, loss = mlp(), nn.CrossEntropyLoss()
-    steps = SAMPLES // params["batch_size"]
+    steps = -(-samples // params["batch_size"])
     opt = hooks.optimizer(network, params, steps)
     model = hooks.model(network, loss, opt, params, metrics={"Accuracy": Accuracy()})
-    data = NumpySlicesDataset((X, Y), ["x", "y"], shuffle=False)
-    model.train(2, data.batch(hooks.micro_batch(params)), dataset_sink_mode=False)
+    data = NumpySlicesDataset((X[:samples], Y[:samples]), ["x", "y"], shuffle=False)
+    model.train(2, data.batch(params["batch_size"]), **train)
     return {p.name: p.asnumpy() for p in network.trainable_params()}
+
+
+BASE = {"batch_size": BATCH, "optimizer": "momentum", "lr": 0.1, "epochs": 2}
 
 
 @pytest.mark.parametrize("loss_scale", ["none", "dynamic"])
 @pytest.mark.parametrize("micro_size", [2, 4])
 def test_accumulation_through_model_train_equals_the_full_batch(micro_size: int,
                                                                 loss_scale: str) -> None:
-    base = {"batch_size": BATCH, "optimizer": "momentum", "lr": 0.1, "epochs": 2,
-            "loss_scale": loss_scale, "loss_scale_value": 1024.0}
+    base = {**BASE, "loss_scale": loss_scale, "loss_scale_value": 1024.0}
     full = train_with_model({**base, "micro_size": 1})
     accumulated = train_with_model({**base, "micro_size": micro_size})
     assert not np.allclose(full["0.weight"], INITIAL["0.weight"]), "the weights never moved"
     for name, want in full.items():
         np.testing.assert_allclose(accumulated[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_a_partial_last_update_is_the_same_at_every_micro_size() -> None:
+    """70 samples in batches of 16: each epoch ends with an update of 6, which micro_size
+    2 and 4 split into micro-batches of 8 and 4 weighted by their real sizes."""
+    runs = {m: train_with_model({**BASE, "micro_size": m}, UNEVEN) for m in (1, 2, 4)}
+    dropped = train_with_model({**BASE, "micro_size": 1}, UNEVEN - 6)
+    assert not np.allclose(runs[1]["0.weight"], dropped["0.weight"], atol=1e-4), \
+        "the partial update changed nothing"
+    for micro_size in (2, 4):
+        for name, want in runs[1].items():
+            np.testing.assert_allclose(runs[micro_size][name], want, rtol=1e-6, atol=1e-6,
+                                       err_msg=f"micro_size {micro_size}: {name}")
+
+
+@pytest.fixture
+def trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This process as an msexp trial: its events file."""
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setenv("MSEXP_EVENTS", str(events))
+    monkeypatch.delenv("RANK_ID", raising=False)
+    monkeypatch.setattr(hooks.channel, "_state", {**hooks.channel._state, "writer": None})
+    return events
+
+
+def epochs_of(events: Path) -> list[dict]:
+    return [e for e in map(json.loads, events.read_text().splitlines()) if e["event"] == "epoch"]
+
+
+@pytest.mark.parametrize("micro_size", [1, 4])
+def test_a_hooked_model_reports_each_epoch_by_updates(trial: Path, micro_size: int) -> None:
+    """No callback given and sink mode asked for: `hooks.model` still trains step by step
+    and reports, one step and one series point per update, whatever micro_size is."""
+    train_with_model({**BASE, "micro_size": micro_size, "loss_scale": "dynamic"}, UNEVEN,
+                     dataset_sink_mode=True)
+    first, second = epochs_of(trial)
+    assert (first["epoch"], first["step"], second["step"]) == (1, 5, 10)
+    for epoch in (first, second):
+        assert len(epoch["series"]["train_loss"]) == len(epoch["series"]["loss_scale"]) == 5
+        metrics = epoch["metrics"]
+        assert metrics["train_loss"] == pytest.approx(np.mean(epoch["series"]["train_loss"]))
+        assert metrics["step_ms"] > 0 and metrics["samples_per_s"] == pytest.approx(
+            BATCH * 1000 / metrics["step_ms"])
+        assert metrics["train_mem_mb"] > 0 and metrics["peak_mem_mb"] > metrics["train_mem_mb"]
+        assert metrics["overflow_steps"] == metrics["skipped_updates"] == 0
+        assert metrics["loss_scale"] == epoch["series"]["loss_scale"][-1] == 65536.0
+
+
+def test_overflows_and_the_loss_scale_series_are_reported(trial: Path) -> None:
+    """float16 gradients scaled by 2**24 overflow: the dynamic scale falls update by update
+    until they fit, each overflow counted and its update skipped."""
+    params = {**BASE, "micro_size": 2, "amp_level": "O3", "loss_scale": "dynamic",
+              "loss_scale_value": float(2**24), "loss_scale_factor": 2.0}
+    train_with_model(params, UNEVEN)
+    events = epochs_of(trial)
+    scales = [s for e in events for s in e["series"]["loss_scale"]]
+    overflows = events[-1]["metrics"]["overflow_steps"]
+    assert overflows >= 1 and events[-1]["metrics"]["skipped_updates"] == overflows
+    assert scales[0] < 2**24 and all(a >= b for a, b in zip(scales, scales[1:]))
+    assert scales[-1] == 2**24 / 2**overflows
+
+
+@pytest.fixture
+def graph_mode():
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    yield
+    ms.set_context(mode=mode)
+
+
+def test_thor_trains_through_model_train_in_graph_mode(graph_mode: None) -> None:
+    params = {**BASE, "optimizer": "thor", "lr": 0.05, "thor.frequency": 2}
+    full = train_with_model({**params, "micro_size": 1})
+    accumulated = train_with_model({**params, "micro_size": 2})
+    assert ms.get_context("mode") == ms.GRAPH_MODE
+    assert not np.allclose(full["0.weight"], INITIAL["0.weight"]), "the weights never moved"
+    for name, want in full.items():
+        np.testing.assert_allclose(accumulated[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_thor_refuses_a_partial_batch_in_one_line() -> None:
+    params = {**BASE, "optimizer": "thor", "lr": 0.05, "thor.frequency": 2, "micro_size": 2}
+    with pytest.raises(ValueError) as refused:
+        train_with_model(params, UNEVEN)
+    assert str(refused.value) == (
+        "THOR needs micro-batches of one size (8), but a batch of 6 leaves 6: batch the "
+        "training dataset with drop_remainder=True")
+
+
+def test_settings_take_the_scripts_config_but_not_its_own_meanings() -> None:
+    class Config:  # a model-zoo config: attributes, msexp's knobs among the script's own
+        def __init__(self) -> None:
+            self.micro_size, self.lr, self.loss_scale, self.epoch_size = 4, 0.05, 1024, 3
+
+    values = hooks.settings(Config())
+    assert (values["micro_size"], values["lr"], values["loss_scale"]) == (4, 0.05, "none")
+    assert values["amp_level"] == "O0" and "epoch_size" not in values
 
 
 def test_hooks_do_nothing_outside_msexp(monkeypatch, tmp_path) -> None:
@@ -58,3 +163,21 @@ def test_hooks_do_nothing_outside_msexp(monkeypatch, tmp_path) -> None:
     assert list(tmp_path.iterdir()) == []
     callback = hooks.MsexpCallback()
     assert not callback.enabled
+
+
+@pytest.mark.slow  # two trainings of LeNet5 on digits
+def test_train_mem_mb_is_the_built_in_loops_figure(trial: Path) -> None:
+    from experiments.lenet_digits import build, lenet5
+    from msexp.execution.protocol import TrialRequest
+    from msexp.execution.trial import run
+    from msexp.spec import trial_params
+
+    params = trial_params("lenet_digits", {"epochs": 1, "batch_size": 64, "micro_size": 4})
+    built_in = run(TrialRequest("lenet_digits", params), lambda event: None)
+    x, y = build(params).train
+    network = lenet5()
+    opt = hooks.optimizer(network, params, len(y) // 64)
+    model = hooks.model(network, nn.CrossEntropyLoss(), opt, params)
+    model.train(1, NumpySlicesDataset((x, y), ["x", "y"], shuffle=False).batch(64))
+    [epoch] = epochs_of(trial)
+    assert epoch["metrics"]["train_mem_mb"] == pytest.approx(built_in["train_mem_mb"], rel=0.05)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -37,7 +38,8 @@ from msexp.cli.render import (
 from msexp.cli.scripts import check_command_experiment
 from msexp.errors import SpecError
 from msexp.execution.host import start_hosts
-from msexp.execution.protocol import Start, TrialRequest
+from msexp.execution.protocol import Command, Start, TrialRequest
+from msexp.experiment import is_script
 from msexp.spec import Method, SweepSpec, load_spec, trial_params
 from msexp.spec.space import derived
 from msexp.training.records import Epoch
@@ -280,6 +282,9 @@ def run_one(
 ) -> None:
     """Run one trial in the foreground, for debugging; nothing is recorded.
 
+    A script (a .py file that defines no `build`) runs as `python FILE --key=value ...`,
+    in a temporary folder, as a command trial does: its own argv, not msexp's.
+
     Example: msexp run mlp_digits --set micro_size=4 --set epochs=2
     """
     fixed: dict[str, Any] = {}
@@ -288,21 +293,39 @@ def run_one(
         if not sep:
             raise SpecError("--set", key, "must be key=value", item)
         fixed[key.strip()] = yaml.safe_load(text)
+    with tempfile.TemporaryDirectory(prefix="msexp-run-") as scratch:
+        _run_trial(_foreground_request(experiment, fixed, from_checkpoint, Path(scratch)))
+
+
+def _foreground_request(experiment: str, fixed: dict[str, Any], from_checkpoint: Path | None,
+                        scratch: Path) -> TrialRequest:
+    """The trial `msexp run` runs: an experiment's, or a script's in `scratch`."""
+    if is_script(experiment):
+        if from_checkpoint:
+            raise SpecError("--from-checkpoint", "", "needs an experiment with build(); "
+                            f"{experiment} is a script", str(from_checkpoint))
+        console.print(f"[bold]python {experiment}[/]: {kv(fixed)}")
+        command = Command(["python", str(Path(experiment).resolve())], str(Path.cwd()))
+        return TrialRequest(f"python {experiment}", fixed, scratch / "trial", command=command)
     params = trial_params(experiment, fixed)
     console.print(f"[bold]{experiment}[/]: {kv(params)}")
+    init = str(from_checkpoint.resolve()) if from_checkpoint else None
+    if init and not Path(init).is_file():
+        raise SpecError("--from-checkpoint", "", "file not found", str(from_checkpoint))
+    return TrialRequest(experiment, params, init_from=init)
+
+
+def _run_trial(request: TrialRequest) -> None:
     from msexp.execution.trial import run  # lazy: the trial imports MindSpore
 
     def show(event: Any) -> None:
         if isinstance(event, Epoch):
             console.print(f"epoch {event.epoch}: {kv(event.metrics)}")
         elif isinstance(event, Start):
-            console.print(f"data: {event.data_source}")
+            console.print(f"{'command' if request.command else 'data'}: {event.data_source}")
 
     try:
-        init = str(from_checkpoint.resolve()) if from_checkpoint else None
-        if init and not Path(init).is_file():
-            raise SpecError("--from-checkpoint", "", "file not found", str(from_checkpoint))
-        metrics = run(TrialRequest(experiment, params, init_from=init), show)
+        metrics = run(request, show)
     except Exception as exc:
         if state["debug"]:
             raise

@@ -85,8 +85,8 @@ SCRIPT = '''"""{name}: a Model.train script that msexp sweeps, and that still ru
 It shows the three ways a script works with msexp:
 1. it prints its metrics (`eval_accuracy: 0.97`), which msexp reads from its output;
 2. `MsexpCallback` reports each epoch, so pruning can stop a poor trial early;
-3. `hooks.optimizer` / `hooks.model` / `hooks.micro_batch` give it msexp's gradient
-   accumulation, AMP, loss scaling and THOR from the same flags.
+3. `hooks.optimizer` / `hooks.model` give it msexp's gradient accumulation, AMP, loss
+   scaling and THOR from the same flags (each step of Model.train is one update).
 """
 
 import argparse
@@ -116,7 +116,7 @@ digits = load_digits()  # bundled with scikit-learn: no download
 images = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
 labels = digits.target.astype(np.int32)
 train_ds = ds.NumpySlicesDataset({{"image": images[:1400], "label": labels[:1400]}}, shuffle=True)
-train_ds = train_ds.batch(hooks.micro_batch(params), drop_remainder=True)  # batch/micro_size
+train_ds = train_ds.batch(params["batch_size"], drop_remainder=True)  # split by micro_size
 eval_ds = ds.NumpySlicesDataset({{"image": images[1400:], "label": labels[1400:]}},
                                 shuffle=False).batch(128)
 

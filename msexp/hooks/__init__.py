@@ -9,18 +9,12 @@ or, in a loop of your own, `hooks.report(epoch, eval_accuracy=acc)` and
 `if hooks.should_stop(): break`. Outside msexp they do nothing.
 """
 
+from msexp.hooks.accumulate import AccumulatingTrainStep
 from msexp.hooks.callback import MsexpCallback
 from msexp.hooks.channel import active, output_dir, params, report, resume_dir, should_stop
 from msexp.hooks.resume import resume
-from msexp.hooks.techniques import (
-    AccumulatingTrainStep,
-    micro_batch,
-    model,
-    optimizer,
-    settings,
-    train_network,
-)
+from msexp.hooks.techniques import HookedModel, model, optimizer, settings, train_network
 
-__all__ = ["AccumulatingTrainStep", "MsexpCallback", "active", "micro_batch", "model",
+__all__ = ["AccumulatingTrainStep", "HookedModel", "MsexpCallback", "active", "model",
            "optimizer", "output_dir", "params", "report", "resume", "resume_dir", "settings",
            "should_stop", "train_network"]

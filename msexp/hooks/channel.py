@@ -45,17 +45,21 @@ def resume_dir() -> Path | None:
     return Path(folder) if folder else None
 
 
-def report(epoch: int, step: int | None = None, **metrics: float) -> None:
+def report(epoch: int, step: int | None = None, *,
+           series: dict[str, list[float]] | None = None, **metrics: float) -> None:
     """Report one epoch's metrics (e.g. `report(3, eval_accuracy=0.97)`) to msexp, which logs
-    them, uses them for pruning and takes the last value of each as final."""
+    them, uses them for pruning and takes the last value of each as final. `step` counts
+    optimizer updates so far (MLflow's step axis); `series` holds per-update values of this
+    epoch (`train_loss`, `loss_scale`), logged one per update ending at `step`."""
     if not active():
         return
     writer = _state["writer"]
     if writer is None:
         writer = _state["writer"] = EventWriter.open(Path(os.environ[TrialEnv.EVENTS]))
     values = {k: float(v) for k, v in metrics.items()}
+    per_update = {k: [float(v) for v in vs] for k, vs in (series or {}).items()}
     writer(Epoch(epoch, epoch if step is None else step,
-                 time.perf_counter() - _state["began"], values))
+                 time.perf_counter() - _state["began"], values, per_update))
 
 
 def should_stop() -> bool:

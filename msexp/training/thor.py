@@ -348,8 +348,9 @@ class Thor(nn.Momentum):
     def probes(self, sample: Any) -> list[Parameter]:
         """The zero probes whose gradients are dL/d(output), shaped for micro-batch `sample`.
 
-        The first call runs the network once (PyNative, eval mode) to learn each layer's
-        input and output shape and creates the capture buffers.
+        The first call runs the network once (in PyNative mode, whatever the context's
+        mode, and eval mode) to learn each layer's input and output shape and creates the
+        capture buffers.
         """
         if not self._inverts:
             self._attach(sample)
@@ -365,17 +366,20 @@ class Thor(nn.Momentum):
 
         handles = [tap.layer.register_forward_hook(record(i)) for i, tap in enumerate(self.taps)]
         network = self._network
-        training = network.training
+        training, mode = network.training, ms.get_context("mode")
         network.set_train(False)
+        ms.set_context(mode=ms.PYNATIVE_MODE)  # forward hooks run only there
         try:
             network(sample)
         finally:
+            ms.set_context(mode=mode)
             for handle in handles:
                 handle.remove()
             network.set_train(training)
         if len(shapes) < len(self.taps):
-            raise RuntimeError("THOR learns layer shapes from one PyNative forward pass; "
-                               "run it in PyNative mode (ms.jit graphs are fine)")
+            raise RuntimeError("THOR learns layer shapes from one forward pass, but the "
+                               f"forward hooks of {len(self.taps) - len(shapes)} of its "
+                               f"{len(self.taps)} layers did not run")
         for i, tap in enumerate(self.taps):
             tap.set_shapes(i, *shapes[i])
         self._collect = _jit_collect(_Collect(nn.CellList(self.taps, auto_prefix=False),

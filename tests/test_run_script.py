@@ -1,0 +1,53 @@
+"""`msexp run FILE.py`: a script gets its own argv (the --set values as flags), never
+msexp's; an experiment file imported by msexp sees the argv `python FILE` would give it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from msexp.experiment import is_script, load_experiment
+from tests.conftest import write
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "300"})
+
+
+def test_run_passes_a_script_its_own_flags_not_msexps_argv(workdir: Path) -> None:
+    script = write(workdir / "train.py", """
+        import argparse, sys
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", type=float, default=0.1)
+        args = parser.parse_args()
+        print("argv:", " ".join(sys.argv[1:]))
+        print(f"train_loss: {args.lr * 2}")
+    """)
+    result = invoke("run", str(script), "--set", "lr=0.5")
+    assert result.exit_code == 0, result.output
+    assert "argv: --lr=0.5\n" in result.output
+    assert result.output.strip().splitlines()[-1] == "train_loss=1"
+    failed = invoke("run", str(script), "--set", "lr=fast")
+    assert failed.exit_code == 1
+    assert "argument --lr: invalid float value: 'fast'" in failed.output
+
+
+def test_a_file_with_build_is_an_experiment_and_imports_with_its_own_argv(
+        workdir: Path) -> None:
+    experiment = write(workdir / "exp.py", """
+        import sys
+        SEEN = list(sys.argv)
+
+        def build(params):
+            raise NotImplementedError
+    """)
+    assert not is_script(str(experiment)) and not is_script(f"{experiment}:build")
+    assert is_script(str(write(workdir / "plain.py", "print('train_loss: 1')\n")))
+    before = list(sys.argv)
+    loaded = load_experiment(str(experiment))
+    seen = sys.modules[loaded.build.__module__].SEEN
+    assert seen == [str(experiment)]
+    assert sys.argv == before
