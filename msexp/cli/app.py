@@ -84,6 +84,11 @@ class LogFile(logging.FileHandler):
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
         return super()._open()
 
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        """A record that cannot be written (mlruns/ is full) is dropped: logging's own
+        report would print the record and a traceback on the console, which shows only
+        msexp's lines (the error that stops the command says what is full)."""
+
 
 def route_logs() -> None:
     """Every log record and Python warning goes to mlruns/msexp.log; only msexp's own

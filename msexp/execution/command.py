@@ -73,10 +73,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
                                 stderr=subprocess.STDOUT, text=True, errors="replace",
                                 preexec_fn=die_with_parent)
         emit(Start(" ".join(command.argv), proc.pid))
-        reader = MetricReader(command.metrics)
-        lines = threading.Thread(target=_copy_output, args=(proc, reader, log or sys.stdout,
-                                 known_secrets(request.params)), daemon=True)
-        lines.start()
+        reader, lines = _copying(proc, command, log, known_secrets(request.params))
         epochs = _Epochs(EventReader(Path(env[TrialEnv.EVENTS])), emit)
         stopped = False
         while proc.poll() is None:
@@ -157,6 +154,16 @@ def public_environment() -> dict[str, str]:
     (the sweep file's `experiment.pass_env` names those it passes on purpose)."""
     return {name: value for name, value in os.environ.items()
             if not secret_name(name) and redact(value) == value}
+
+
+def _copying(proc: subprocess.Popen, command: Command, log: TextIO | None,
+             secrets: list[str]) -> tuple[MetricReader, threading.Thread]:
+    """Start copying the command's output into `log` (default: stdout, the trial log)."""
+    reader = MetricReader(command.metrics)
+    lines = threading.Thread(target=_copy_output, daemon=True,
+                             args=(proc, reader, log or sys.stdout, secrets))
+    lines.start()
+    return reader, lines
 
 
 def _copy_output(proc: subprocess.Popen, reader: MetricReader, log: TextIO,

@@ -43,10 +43,12 @@ def signal_all(processes: list[psutil.Process], signum: int) -> None:
 
 
 def test_a_sweep_that_wakes_after_losing_its_claim_stops_its_run(mark: str) -> None:
+    """Both runs write the same events file, which the second one emptied when it began:
+    an epoch written twice there is one the frozen run wrote after it woke."""
     sweep = write(Path("lost.yaml"), """
         name: lost
         experiment: broken:build
-        fixed: {epochs: 20, hidden: 16, pause_s: 0.5}
+        fixed: {epochs: 40, hidden: 16, pause_s: 0.5}
         budget: {retries: 2}
         params: {lr: [0.1]}
     """)
@@ -55,16 +57,21 @@ def test_a_sweep_that_wakes_after_losing_its_claim_stops_its_run(mark: str) -> N
     second = None
     frozen: list[psutil.Process] = []
     try:
-        assert wait_for("the first sweep's trial trains", lambda: bool(events("epoch")), first)
+        # late enough that its reader's offset is past the other run's first lines
+        assert wait_for("the first sweep's trial trains",
+                        lambda: len(events("epoch")) >= 12, first)
         frozen = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
         signal_all(frozen, signal.SIGSTOP)
         first_owner = trial_zero()[TrialKey.OWNER]
+        (first_start,) = events("start")
         wait_for("its heartbeat goes stale", lambda: time.time() - trial_zero()[
             TrialKey.HEARTBEAT] > STALE_AFTER_S + 1, deadline_s=DEADLINE_S + STALE_AFTER_S)
         second = subprocess.Popen(msexp_cmd("sweep", str(sweep)), stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
-        assert wait_for("the second sweep claims the trial",
-                        lambda: trial_zero()[TrialKey.OWNER] != first_owner, second)
+        assert wait_for("the second sweep's run of the trial trains", lambda: any(
+            e["pid"] != first_start["pid"] for e in events("start")) and bool(events("epoch")),
+            second)
+        assert trial_zero()[TrialKey.OWNER] != first_owner
         signal_all(frozen, signal.SIGCONT)
         out_first, _ = first.communicate(timeout=DEADLINE_S)
         out_second, _ = second.communicate(timeout=DEADLINE_S)
@@ -75,6 +82,9 @@ def test_a_sweep_that_wakes_after_losing_its_claim_stops_its_run(mark: str) -> N
                 proc.kill()
                 proc.wait()
     assert first.returncode == 0, out_first
-    assert second.returncode == 0, out_second
-    assert len(events("result")) == 1, "the frozen sweep's run went on after it woke"
+    assert second.returncode == 0, out_second + "\n--- the first sweep:\n" + out_first
+    epochs = [e["epoch"] for e in events("epoch")]
+    again = [epoch for i, epoch in enumerate(epochs) if epoch in epochs[:i]]
+    assert len(again) <= 1, f"the frozen run went on after it woke: epochs {again} again"
+    assert len(events("result")) == 1
     assert_invariants("lost", "lost", mark, [{"lr": 0.1}])

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pytest
 
 from msexp.execution.host import Host
 from msexp.execution.process import kill_processes
@@ -26,6 +27,8 @@ from tests.fault.conftest import (
     assert_nothing_running,
     load_study,
 )
+
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
 
 SECRETS = {"PGPASSWORD": "S3CRET-pg", "MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow",
            "HF_TOKEN": "S3CRET-hf", "AWS_SECRET_ACCESS_KEY": "S3CRET-aws",
