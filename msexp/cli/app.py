@@ -21,7 +21,8 @@ from msexp import interrupts
 from msexp.cli import cluster, scaffold, scripts, studies, sweeps
 from msexp.cli.options import err_console, state
 from msexp.errors import MsexpError
-from msexp.paths import LOG_FILE
+from msexp.execution.process import space_note
+from msexp.paths import LOG_FILE, STORE_DIR
 from msexp.urls import redact, redact_logs
 
 
@@ -51,7 +52,8 @@ def _exit(exc: Exception) -> typer.Exit:
         message, code = str(exc), exc.exit_code
     else:  # a bug, or an environment msexp did not foresee
         text = " ".join(str(exc).split())[:300]
-        message, code = f"msexp: {type(exc).__name__}: {text} (--debug shows the traceback)", 1
+        message, code = f"msexp: {type(exc).__name__}: {text}{space_note(STORE_DIR)} " \
+            "(--debug shows the traceback)", 1
     err_console.print(redact(message), markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 

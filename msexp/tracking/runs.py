@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msexp.errors import MsexpError
+from msexp.execution.process import space_note
 from msexp.execution.protocol import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.paths import DEFAULT_TRACKING_URI, STORE_DIR
@@ -73,7 +74,13 @@ class Tracker:
         except Exception as exc:
             reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise MsexpError(f"cannot reach the MLflow tracking store {redact(self.uri)} "
-                             f"({type(exc).__name__}: {reason})") from None
+                             f"({type(exc).__name__}: {reason}){self._space_note()}") from None
+
+    def _space_note(self) -> str:
+        """"; no space left on the device of FOLDER ..." for a local store on a full disk."""
+        prefix = "sqlite:///"
+        uri = _absolute(self.uri)
+        return space_note(Path(uri[len(prefix):]).parent) if uri.startswith(prefix) else ""
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
