@@ -110,7 +110,7 @@ def test_a_file_written_whole_on_a_full_disk_names_itself(tmp_path: Path) -> Non
 def test_a_full_mlruns_shows_only_msexps_line_and_the_next_run_finishes(
         mark: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """All of mlruns/ (stores, journal, spool, trials) on a private tmpfs that fills up
-    while the first trial runs: the console shows msexp's one line, none of MLflow's or
+    while the second trial runs: the console shows msexp's one line, none of MLflow's or
     SQLAlchemy's (nor logging's report of a log file it cannot write); once space is freed,
     the same command finishes the study."""
     sweep = write(Path("filling.yaml"), """
@@ -121,7 +121,7 @@ def test_a_full_mlruns_shows_only_msexps_line_and_the_next_run_finishes(
         params: {lr: [0.1, 0.2]}
     """)
     run = shlex.join(msexp_cmd("sweep", str(sweep)))
-    events = "mlruns/trials/filling/trial-0000/events.jsonl"
+    events = "mlruns/trials/filling/trial-0001/events.jsonl"  # trial 0 recorded: the store is open
     script = (f"mkdir -p mlruns copy && mount -t tmpfs -o size=16m tmpfs mlruns && "
               f"{{ {run} >first.out 2>first.err & pid=$!; "
               f"until grep -qs epoch {events} || ! kill -0 $pid; do sleep 0.05; done; "
