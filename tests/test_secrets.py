@@ -23,8 +23,10 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from msexp.cli.options import RedactingConsole
 from msexp.cluster import services
+from msexp.execution.protocol import Status, TrialResult
 from msexp.search.storage import open_storage
 from msexp.spec.load import load_spec
+from msexp.tracking.spool import Spool
 from msexp.urls import known_secrets, redact, redact_known, redact_logs, redact_value
 from tests.conftest import msexp_cmd, rdb_storage, write
 
@@ -253,3 +255,13 @@ def test_optuna_keeps_stand_ins_and_a_trial_gets_the_real_values(workdir: Path) 
                                                      "postgresql://u:***@h/db #1"}
     assert spec.space.assigned(study.trials[0].params) == seen[0]
     assert b"S3CRET" not in journal.read_bytes()
+
+
+def test_a_spooled_result_keeps_no_secret_param(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    path = spool.keep("sqlite:///x.db", "1", "p", 0,
+                      {"api_token": "S3CRET-t", "db": "mysql://u:S3CRET-d@h/x", "lr": 0.1},
+                      TrialResult(Status.FAILED, error="S3CRET-t was refused"), 0.0)
+    assert b"S3CRET" not in path.read_bytes()
+    ((_, record),) = spool.pending("sqlite:///x.db")
+    assert record.params == {"api_token": "***", "db": "mysql://u:***@h/x", "lr": 0.1}
