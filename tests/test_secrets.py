@@ -23,7 +23,11 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from msexp.cli.options import RedactingConsole
 from msexp.cluster import services
-from msexp.urls import redact, redact_logs
+from msexp.execution.protocol import Status, TrialResult
+from msexp.search.storage import open_storage
+from msexp.spec.load import load_spec
+from msexp.tracking.spool import Spool
+from msexp.urls import known_secrets, redact, redact_known, redact_logs, redact_value
 from tests.conftest import msexp_cmd, rdb_storage, write
 
 SECRET = "S3CRET"
@@ -197,3 +201,67 @@ def test_a_sweep_with_passwords_in_both_urls_leaves_them_nowhere(cluster, workdi
                 assert secret.encode() not in path.read_bytes(), path
         texts = texts_of(MlflowClient(cluster.tracking_uri), "secret")
         assert not [text for text in texts if secret in text]
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), [
+    ("api_token", "S3CRET", "***"),
+    ("DB_PASSWORD", 12345678, "***"),
+    ("data_url", "postgresql://u:S3CRET@h/db", "postgresql://u:***@h/db"),
+    ("urls", ["https://u:S3CRET@h/x", "plain"], ["https://u:***@h/x", "plain"]),
+    ("conf", {"secret_key": "S3CRET", "lr": 0.1}, {"secret_key": "***", "lr": 0.1}),
+    ("lr", 0.1, 0.1),
+    ("note", None, None),
+])
+def test_a_params_value_is_written_redacted(name: str, value: object, shown: object) -> None:
+    assert redact_value(name, value) == shown
+
+
+def test_known_secrets_are_hidden_in_any_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment's secrets, secret params and URL passwords in params, as printed
+    and as JSON escapes them; values too short to search for are left alone."""
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", 'S3CRET"env')
+    monkeypatch.setenv("SHORT_TOKEN", "abc")
+    secrets = known_secrets({"api_key": "S3CRET-key", "db": "mysql://u:S3CRET-db@h/x"})
+    text = ('password S3CRET"env, {"p": "S3CRET\\"env"}, key S3CRET-key, '
+            "db S3CRET-db, short abc")
+    assert redact_known(text, secrets) == (
+        'password ***, {"p": "***"}, key ***, db ***, short abc')
+
+
+def test_optuna_keeps_stand_ins_and_a_trial_gets_the_real_values(workdir: Path) -> None:
+    """A grid queued and run through a real journal: every point comes back with its real
+    values, and the journal holds none (alike stand-ins are numbered)."""
+    write(workdir / "train.sh", "echo 'eval_accuracy: 1'\n")
+    spec = load_spec(write(workdir / "secret.yaml", """
+        name: secret
+        experiment: {command: sh train.sh, args: none}
+        fixed: {api_token: S3CRET-t}
+        params:
+          db: ["postgresql://u:S3CRET-a@h/db", "postgresql://u:S3CRET-b@h/db"]
+          api_key: [S3CRET-1, S3CRET-2]
+    """))
+    journal = workdir / "secret.journal"
+    study = optuna.create_study(study_name="secret", storage=open_storage(str(journal)))
+    by_name = {p.name: p for p in spec.space.params}
+    for point in spec.space.grid():
+        study.enqueue_trial({k: by_name[k].optuna_value(v) for k, v in point.items()})
+    seen = []
+    for _ in spec.space.grid():
+        trial = study.ask()
+        seen.append(spec.space.suggest(trial))
+        study.tell(trial, 1.0)
+    assert sorted(map(repr, seen)) == sorted(map(repr, spec.space.grid()))
+    assert {t.params["db"] for t in study.trials} == {"postgresql://u:***@h/db #0",
+                                                     "postgresql://u:***@h/db #1"}
+    assert spec.space.assigned(study.trials[0].params) == seen[0]
+    assert b"S3CRET" not in journal.read_bytes()
+
+
+def test_a_spooled_result_keeps_no_secret_param(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    path = spool.keep("sqlite:///x.db", "1", "p", 0,
+                      {"api_token": "S3CRET-t", "db": "mysql://u:S3CRET-d@h/x", "lr": 0.1},
+                      TrialResult(Status.FAILED, error="S3CRET-t was refused"), 0.0)
+    assert b"S3CRET" not in path.read_bytes()
+    ((_, record),) = spool.pending("sqlite:///x.db")
+    assert record.params == {"api_token": "***", "db": "mysql://u:***@h/x", "lr": 0.1}

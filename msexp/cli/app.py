@@ -21,7 +21,8 @@ from msexp import interrupts
 from msexp.cli import cluster, scaffold, scripts, studies, sweeps
 from msexp.cli.options import debug_command, err_console, state
 from msexp.errors import MsexpError
-from msexp.paths import LOG_FILE
+from msexp.execution.process import space_note
+from msexp.paths import LOG_FILE, STORE_DIR
 from msexp.urls import redact, redact_logs
 
 
@@ -55,7 +56,8 @@ def _exit(exc: Exception) -> typer.Exit:
         message, code = str(exc), exc.exit_code
     else:  # a bug, or an environment msexp did not foresee
         text = " ".join(str(exc).split())[:300]
-        message, code = f"msexp: {type(exc).__name__}: {text} (the traceback: {debug_command()})", 1
+        message, code = (f"msexp: {type(exc).__name__}: {text}{space_note(STORE_DIR)} "
+                         f"(the traceback: {debug_command()})"), 1
     err_console.print(redact(message), markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
@@ -87,6 +89,11 @@ class LogFile(logging.FileHandler):
     def _open(self) -> Any:
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
         return super()._open()
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        """A record that cannot be written (mlruns/ is full) is dropped: logging's own
+        report would print the record and a traceback on the console, which shows only
+        msexp's lines (the error that stops the command says what is full)."""
 
 
 def route_logs() -> None:

@@ -30,7 +30,7 @@ from msexp.keys import StudyKey, TrialKey
 from msexp.paths import REPORTS_DIR
 from msexp.spec import load_spec, read_name
 from msexp.tracking.runs import Tracker
-from msexp.urls import redact
+from msexp.urls import redact, redact_params
 
 JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print one JSON document instead of text, for scripts.")]
@@ -255,10 +255,13 @@ def _export(spec: Any, loaded: Any, chosen: Any, folder: Path) -> dict[str, Any]
     if not checkpoint or not Path(checkpoint).is_file():
         raise MsexpError(f"trial {chosen.number} kept no checkpoint (checkpoint.keep none?); "
                          "nothing to export")
-    params = chosen.user_attrs.get(TrialKey.PARAMS) or spec.space.resolve(chosen.params)
+    kept = chosen.user_attrs.get(TrialKey.PARAMS)  # redacted
+    params = spec.space.resolve(spec.space.assigned(chosen.params))
+    if kept and redact_params(params) != kept:  # the sweep file changed: as the trial ran
+        params = kept
     request = trial_request(spec, params, folder)
     record = {"study": loaded.study_name, "trial": chosen.number,
-              "experiment": spec.experiment.ref, "params": params,
+              "experiment": redact(spec.experiment.ref), "params": redact_params(params),
               "metrics": chosen.user_attrs.get(TrialKey.METRICS, {})}
     written, no_mindir = export_model(request, Path(checkpoint), folder, record)
     return {"written": [str(path) for path in written], "no_mindir": no_mindir or None}

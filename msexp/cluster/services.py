@@ -168,7 +168,7 @@ def down(root: Path = SERVICES_DIR) -> list[str]:
     stopped = []
     pid_file = root / "mlflow.pid"
     if pid_file.exists():
-        server = recorded_process(pid_file)
+        server = recorded_process(pid_file) or _old_record(pid_file, root)
         if server is not None and _stop_group(server):
             stopped.append("mlflow server")
         pid_file.unlink()
@@ -198,6 +198,32 @@ def recorded_process(pid_file: Path) -> psutil.Process | None:
     except (OSError, ValueError, TypeError, KeyError, psutil.Error):
         return None
     return proc if same else None
+
+
+def _old_record(pid_file: Path, root: Path) -> psutil.Process | None:
+    """The process an old pid file (a bare pid, before start times were recorded) names,
+    if it is this folder's MLflow server (as `_start_mlflow` starts it); None if that pid
+    is gone. Any other process is refused, unsignalled."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        proc = psutil.Process(pid)
+        argv = proc.cmdline()
+    except (OSError, ValueError, psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    except psutil.Error:
+        argv = []
+    if _is_our_server(argv, root):
+        return proc
+    raise MsexpError(f"{pid_file} (an old pid file) names pid {pid}, which is not the MLflow "
+                     f"server of {root}; nothing was stopped: stop that server yourself and "
+                     "remove the file")
+
+
+def _is_our_server(argv: list[str], root: Path) -> bool:
+    """Whether `argv` is `python -m mlflow server` with this folder's artifacts."""
+    flag = "--artifacts-destination"
+    return (argv[1:4] == ["-m", "mlflow", "server"] and flag in argv[:-1]
+            and argv[argv.index(flag) + 1] == str(root / "artifacts"))
 
 
 def _stop_group(server: psutil.Process, grace_s: float = 15.0) -> bool:

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -32,14 +33,13 @@ from msexp.execution.process import (
     exit_reason,
     kill_leftovers,
     msrun_argv,
-    secret_name,
 )
 from msexp.execution.protocol import Command, Epoch, EventReader, Start, TrialRequest
 from msexp.execution.script_help import switches
 from msexp.keys import TrialEnv
 from msexp.paths import newest_checkpoint, search_path, write_atomic
 from msexp.training.records import Stopped
-from msexp.urls import redact
+from msexp.urls import known_secrets, redact, redact_known, redact_params, secret_name
 
 POLL_S = 0.05
 DRAIN_S = 5.0  # reading what the command wrote after it exited (a stray may hold it open)
@@ -68,25 +68,25 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     command = request.command
     become_subreaper()  # helpers that leave the session and the marker stay ours to kill
     kept = descendants(os.getpid())  # what this process ran before: not the trial's
-    proc = subprocess.Popen(argv, cwd=outputs, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace",
-                            preexec_fn=die_with_parent)
-    emit(Start(" ".join(command.argv), proc.pid))
-    reader = MetricReader(command.metrics)
-    lines = threading.Thread(target=_copy_output, args=(proc, reader, log or sys.stdout),
-                             daemon=True)
-    lines.start()
-    epochs = _Epochs(EventReader(Path(env[TrialEnv.EVENTS])), emit)
-    stopped = False
-    while proc.poll() is None:
+    try:
+        proc = subprocess.Popen(argv, cwd=outputs, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace",
+                                preexec_fn=die_with_parent)
+        emit(Start(" ".join(command.argv), proc.pid))
+        reader, lines = _copying(proc, command, log, known_secrets(request.params))
+        epochs = _Epochs(EventReader(Path(env[TrialEnv.EVENTS])), emit)
+        stopped = False
+        while proc.poll() is None:
+            epochs.forward()
+            if stop_requested() and not stopped:
+                stopped = True
+                proc.send_signal(signal.SIGUSR1)
+            time.sleep(POLL_S)
+        kill_leftovers(kept)  # a daemon it left would hold its output open forever
+        lines.join(DRAIN_S)
         epochs.forward()
-        if stop_requested() and not stopped:
-            stopped = True
-            proc.send_signal(signal.SIGUSR1)
-        time.sleep(POLL_S)
-    kill_leftovers(kept)  # a daemon it left would hold its output open forever
-    lines.join(DRAIN_S)
-    epochs.forward()
+    finally:
+        _forget_private_params(env)
     if stopped:
         raise Stopped(f"stopped after epoch {epochs.count}")
     if proc.returncode:
@@ -107,8 +107,7 @@ def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path
     folder = request.folder
     outputs = folder / "outputs"
     outputs.mkdir(parents=True, exist_ok=True)
-    params_file = folder / "params.json"
-    params_file.write_text(json.dumps(request.params), encoding="utf-8")
+    params_file = _params_file(folder, request.params)
     channel = folder / "reports.jsonl"
     channel.write_text("")
     passed = {name: os.environ[name] for name in command.pass_env if name in os.environ}
@@ -129,6 +128,26 @@ def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path
     return argv, env, outputs
 
 
+def _params_file(folder: Path, params: dict[str, Any]) -> Path:
+    """The params file the script reads (`msexp.hooks.params`): the trial folder's
+    params.json, or, where the params hold a secret, a private file outside mlruns/ (mode
+    600, removed when the command ends) and params.json redacted."""
+    text, shown = json.dumps(params, default=str), json.dumps(redact_params(params), default=str)
+    (folder / "params.json").write_text(shown, encoding="utf-8")
+    if text == shown:
+        return folder / "params.json"
+    handle, private = tempfile.mkstemp(prefix="msexp-params-", suffix=".json")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(text)
+    return Path(private)
+
+
+def _forget_private_params(env: dict[str, str]) -> None:
+    private = Path(env[TrialEnv.PARAMS])
+    if private.name != "params.json":
+        private.unlink(missing_ok=True)
+
+
 def public_environment() -> dict[str, str]:
     """This process's environment without secrets, for a user's command: no variable whose
     name says it holds one (PASSWORD, TOKEN, SECRET, KEY), none holding a URL's password
@@ -137,12 +156,23 @@ def public_environment() -> dict[str, str]:
             if not secret_name(name) and redact(value) == value}
 
 
-def _copy_output(proc: subprocess.Popen, reader: MetricReader, log: TextIO) -> None:
-    """Copy the command's output into the trial log (passwords in URLs redacted), reading
-    metrics on the way."""
+def _copying(proc: subprocess.Popen, command: Command, log: TextIO | None,
+             secrets: list[str]) -> tuple[MetricReader, threading.Thread]:
+    """Start copying the command's output into `log` (default: stdout, the trial log)."""
+    reader = MetricReader(command.metrics)
+    lines = threading.Thread(target=_copy_output, daemon=True,
+                             args=(proc, reader, log or sys.stdout, secrets))
+    lines.start()
+    return reader, lines
+
+
+def _copy_output(proc: subprocess.Popen, reader: MetricReader, log: TextIO,
+                 secrets: list[str]) -> None:
+    """Copy the command's output into the trial log (`secrets` and passwords in URLs
+    redacted), reading metrics on the way."""
     assert proc.stdout is not None
     for line in proc.stdout:
-        log.write(redact(line))
+        log.write(redact_known(line, secrets))
         log.flush()
         reader.feed(line)
 

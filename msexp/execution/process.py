@@ -93,11 +93,6 @@ def kill_leftovers(kept: Iterable[psutil.Process] = (), wait_s: float = REAP_S) 
             return
 
 
-def secret_name(name: str) -> bool:
-    """Whether an environment variable's name says it holds a secret."""
-    return any(word in name.upper() for word in ("PASSWORD", "TOKEN", "SECRET", "KEY"))
-
-
 def kill_group(pid: int) -> None:
     """SIGKILL the process group led by `pid`, if it is still there."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

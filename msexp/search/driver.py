@@ -49,6 +49,8 @@ class Sweep:
         self.watchers = [self.pruning, *watchers]  # told after Optuna; the recorder before
         self.stopping = threading.Event()
         self.results: dict[int, TrialResult] = {}
+        self.running: dict[int, Any] = {}  # trial number: the host running it
+        source.on_lost = self._lost
         self.interrupted = 0
         self.error: Exception | None = None  # what stopped the sweep outside any trial
 
@@ -122,6 +124,7 @@ class Sweep:
             return
         for watcher in self.watchers:
             watcher.on_trial_start(trial)
+        self.running[trial.number] = host
         try:
             result = host.run(request, self.spec.budget.trial_timeout,
                               lambda epoch: self._on_epoch(trial, epoch))
@@ -129,11 +132,20 @@ class Sweep:
             host.kill()
             result = TrialResult(Status.FAILED, error=describe(exc),
                                  wall_s=time.time() - trial.started)
+        finally:
+            self.running.pop(trial.number, None)
         if self.stopping.is_set() or self.recorder.failure() is not None:
             reason = "interrupted" if self.recorder.failure() is None else "MLflow unreachable"
             self.source.put_back(handle, reason)  # not finished: the next run continues it
             return
         self._end(trial, result)
+
+    def _lost(self, number: int) -> None:
+        """Another process holds trial `number` now: stop this process's run of it (its
+        host goes; the slot's next trial gets a new one). `_end` then leaves it alone."""
+        host = self.running.get(number)
+        if host is not None:
+            host.kill()
 
     def _on_epoch(self, trial: TrialInfo, epoch: Epoch) -> bool:
         """Show the epoch to every watcher; True when the trial is to stop (pruned)."""

@@ -15,6 +15,7 @@ from msexp.paths import TRIALS_DIR
 from msexp.search.requests import trial_request
 from msexp.spec import SweepSpec
 from msexp.spec.space import derived
+from msexp.urls import redact_value
 
 
 def prepare_trial(spec: SweepSpec, study: optuna.Study, handle: optuna.Trial
@@ -24,7 +25,7 @@ def prepare_trial(spec: SweepSpec, study: optuna.Study, handle: optuna.Trial
     params = spec.space.resolve(assigned)
     folder = (TRIALS_DIR / study.study_name / f"trial-{handle.number:04d}").resolve()
     name = " ".join([f"#{handle.number}",
-                     *(f"{k}={value_text(v)}" for k, v in assigned.items())])
+                     *(f"{k}={value_text(redact_value(k, v))}" for k, v in assigned.items())])
     logged = {**params, **derived(params), "experiment": spec.experiment.ref}
     trial = TrialInfo(handle.number, name, params, logged, time.time(),
                       rerun=TrialKey.ATTEMPT in handle.user_attrs, handle=handle)

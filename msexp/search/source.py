@@ -4,6 +4,7 @@ kept alive by heartbeats, and put back when they cannot finish."""
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import optuna
 from optuna.trial import TrialState
@@ -30,12 +31,28 @@ class TrialSource:
         self.total, self.samples = total, samples
         self.heartbeat = TrialHeartbeat(study)
         self.held: dict[int, optuna.Trial] = {}  # claimed and not told yet
+        self.on_lost: Callable[[int], None] = lambda number: None
         self._lock = threading.Lock()  # this process's threads: one claim at a time
         self._beating = Beating(self.heartbeat, self._held_ids)
 
     def _held_ids(self) -> list[int]:
+        """The trials to beat for: those still held. One whose claim was lost (this
+        process was frozen past its heartbeat, and another took the trial) is dropped,
+        and `on_lost` is told its number, so its slot stops it before it writes more."""
         with self._lock:
-            return [trial_id(t) for t in self.held.values()]
+            held = list(self.held.values())
+        kept = []
+        for trial in held:
+            try:
+                mine = self.still_held(trial)
+            except Exception:  # the storage is down: the claim will tell
+                mine = True
+            if mine:
+                kept.append(trial_id(trial))
+            else:
+                self.done(trial)
+                self.on_lost(trial.number)
+        return kept
 
     def claim(self) -> optuna.Trial | None:
         """The next trial for this process, or None when the study has none left."""

@@ -18,6 +18,7 @@ from msexp.keys import StudyKey, TrialKey
 from msexp.search.storage import open_storage, storage_errors, storage_label, study_lock
 from msexp.search.versions import newest, newest_name, next_version, study_attrs
 from msexp.spec import Method, SweepSpec
+from msexp.urls import redact
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 _log = logging.getLogger("msexp")
@@ -169,7 +170,7 @@ def _set_up(study: optuna.Study, spec: SweepSpec) -> None:
     study.set_user_attr(StudyKey.TOTAL, spec.n_trials())
     study.set_user_attr(StudyKey.OBJECTIVES, [o.metric for o in spec.objectives])
     study.set_user_attr(StudyKey.SWEEP, spec.name)
-    study.set_user_attr(StudyKey.EXPERIMENT, spec.experiment.ref)
+    study.set_user_attr(StudyKey.EXPERIMENT, redact(spec.experiment.ref))
     study.set_user_attr(StudyKey.UID, uuid.uuid4().hex)
     study.set_user_attr(StudyKey.FINGERPRINT, fingerprint(spec))  # last: marks it complete
 

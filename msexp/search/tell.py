@@ -13,7 +13,7 @@ from msexp.keys import TrialKey
 from msexp.spec import Objective, SweepSpec
 from msexp.tracking.curves import epoch_table
 from msexp.tracking.report import best_trials
-from msexp.urls import redact
+from msexp.urls import known_secrets, redact_known, redact_params
 
 _OPTUNA_STATE = {Status.COMPLETE: TrialState.COMPLETE, Status.PRUNED: TrialState.PRUNED,
                  Status.FAILED: TrialState.FAIL, Status.TIMEOUT: TrialState.FAIL}
@@ -22,7 +22,8 @@ _OPTUNA_STATE = {Status.COMPLETE: TrialState.COMPLETE, Status.PRUNED: TrialState
 def judge(spec: SweepSpec, trial: TrialInfo, result: TrialResult) -> None:
     """A trial that ran to the end without reporting its objectives is FAILED, with the
     reason, before anyone records it. Its error is redacted."""
-    result.error = redact(result.error) if result.error else result.error
+    result.error = redact_known(result.error, known_secrets(trial.params)) if result.error \
+        else result.error
     if result.status is not Status.COMPLETE:
         return
     values = objective_values(spec, result)
@@ -36,7 +37,7 @@ def judge(spec: SweepSpec, trial: TrialInfo, result: TrialResult) -> None:
 def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialResult) -> None:
     """Write what the trial kept as user attributes and its constraints, then tell it."""
     metrics = final_metrics(result)
-    attrs = {TrialKey.PARAMS: trial.params, TrialKey.STATUS: result.status.value,
+    attrs = {TrialKey.PARAMS: redact_params(trial.params), TrialKey.STATUS: result.status.value,
              TrialKey.METRICS: {k: v for k, v in metrics.items() if math.isfinite(v)},
              TrialKey.EPOCHS: epoch_table(result.epochs), **trial.attrs}
     if result.error:

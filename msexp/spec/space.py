@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from msexp.errors import SpecError
 from msexp.knobs import Knob, condition_holds, graph_params
+from msexp.urls import redact_value
 
 if TYPE_CHECKING:
     import optuna
@@ -32,7 +33,7 @@ class Param:
     def suggest(self, trial: optuna.Trial) -> Any:
         """Ask an Optuna trial for this param's value."""
         if self.values is not None:
-            return _decode(trial.suggest_categorical(self.name, [_encode(v) for v in self.values]))
+            return self.value_of(trial.suggest_categorical(self.name, self.stored_values()))
         if self.is_int:
             return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log,
                                      step=int(self.step or 1))
@@ -42,13 +43,31 @@ class Param:
         """Its values (`1, 2, 4`) or range (`0.001 .. 0.1 log`), as plans and MLflow show it."""
         if self.values is not None:
             return ", ".join(_encode(v) if isinstance(v, (list, dict)) else str(v)
-                             for v in self.values)
+                             for v in redact_value(self.name, list(self.values)))
         return (f"{self.low} .. {self.high}" + (" log" if self.log else "")
                 + (f" step {self.step}" if self.step else ""))
 
     def optuna_value(self, value: Any) -> Any:
-        """The value as Optuna stores it (lists become JSON text)."""
-        return _encode(value)
+        """The value as Optuna stores it (see `stored_values`)."""
+        shown = [repr(v) for v in self.values or ()]
+        return self.stored_values()[shown.index(repr(value))] if repr(value) in shown \
+            else _encode(value)
+
+    def stored_values(self) -> list[Any]:
+        """The values as Optuna stores them: lists as JSON text, a secret as a stand-in
+        (`redact_value`, numbered where stand-ins would be alike), never in clear."""
+        encoded = [_encode(v) for v in self.values or ()]
+        shown = [redact_value(self.name, v) for v in encoded]
+        if len({repr(v) for v in shown}) < len(shown):
+            shown = [v if v == e else f"{v} #{i}" for i, (v, e) in enumerate(zip(shown, encoded))]
+        return shown
+
+    def value_of(self, stored: Any) -> Any:
+        """The value a value stored in Optuna stands for."""
+        for value, shown in zip(self.values or (), self.stored_values()):
+            if type(shown) is type(stored) and shown == stored:
+                return value
+        return _decode(stored)
 
     def candidates(self) -> list[Any]:
         """Every value the param can take, where that is a short finite list."""
@@ -167,6 +186,11 @@ class Space:
             return counted[key]
 
         return count(0, {})
+
+    def assigned(self, stored: Mapping[str, Any]) -> dict[str, Any]:
+        """The values a trial's params stored in Optuna stand for."""
+        by_name = {p.name: p for p in self.params}
+        return {k: by_name[k].value_of(v) if k in by_name else v for k, v in stored.items()}
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Ask `trial` for every param that applies (define-by-run)."""

@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -15,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from msexp import hints
 from msexp.errors import MsexpError
+from msexp.execution.process import space_note
 from msexp.execution.protocol import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.paths import DEFAULT_TRACKING_URI, STORE_DIR
 from msexp.tracking.spool import Spool
 from msexp.tracking.store import create_sqlite_store
-from msexp.urls import redact
+from msexp.urls import known_secrets, redact, redact_known, redact_value
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -73,7 +75,13 @@ class Tracker:
         except Exception as exc:
             reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise MsexpError(f"cannot reach the MLflow tracking store {redact(self.uri)} "
-                             f"({type(exc).__name__}: {reason})") from None
+                             f"({type(exc).__name__}: {reason}){self._space_note()}") from None
+
+    def _space_note(self) -> str:
+        """"; no space left on the device of FOLDER ..." for a local store on a full disk."""
+        prefix = "sqlite:///"
+        uri = _absolute(self.uri)
+        return space_note(Path(uri[len(prefix):]).parent) if uri.startswith(prefix) else ""
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -139,13 +147,21 @@ class Tracker:
         with self.writing():
             run = self.client.create_run(experiment_id, run_name=study, tags=_redacted({
                 RunTag.ROLE: "sweep", RunTag.STUDY: study, **tags}))
-            logged = [Param(k, redact(_param_text(v))[:6000])
+            logged = [Param(k, redact(_param_text(redact_value(k, v)))[:6000])
                       for k, v in (params or {}).items()]
             for i in range(0, len(logged), 100):
                 self.client.log_batch(run.info.run_id, params=logged[i:i + 100])
             if sweep_file.is_file():
-                self.client.log_artifact(run.info.run_id, str(sweep_file))
+                self._log_redacted(run.info.run_id, sweep_file, known_secrets(params))
         return run.info.run_id
+
+    def _log_redacted(self, run_id: str, path: Path, secrets: list[str]) -> None:
+        """Log a copy of the file at `path`, under its name, without `secrets`."""
+        with tempfile.TemporaryDirectory(prefix="msexp-") as folder:
+            copy = Path(folder) / path.name
+            copy.write_text(redact_known(path.read_text(encoding="utf-8", errors="replace"),
+                                         secrets), encoding="utf-8")
+            self.client.log_artifact(run_id, str(copy))
 
     def record_trial(self, experiment_id: str, parent_id: str, number: int,
                      params: Mapping[str, Any], result: TrialResult, started: float,
@@ -234,7 +250,8 @@ class Tracker:
         logged = {**params, **result.impl}
         if result.data_source:
             logged["data_source"] = result.data_source
-        param_list = [Param(k, redact(_param_text(v))) for k, v in logged.items()]
+        param_list = [Param(k, redact(_param_text(redact_value(k, v))))
+                      for k, v in logged.items()]
         metrics = _metrics(result)
         for i in range(0, len(param_list), 100):
             self.client.log_batch(run_id, params=param_list[i:i + 100])

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from msexp.execution.protocol import TrialResult
 from msexp.paths import SPOOL_DIR, write_atomic
-from msexp.urls import redact
+from msexp.urls import known_secrets, redact_known, redact_params
 
 
 def store_key(uri: str) -> str:
@@ -55,11 +55,12 @@ class Spool:
     def keep(self, uri: str, experiment_id: str, parent_id: str, number: int,
              params: dict[str, Any], result: TrialResult, started: float) -> Path:
         """Write one trial's record (atomically) and return its file."""
-        record = SpooledTrial(store_key(uri), experiment_id, parent_id, number, dict(params),
-                              result.to_json(), started)
+        record = SpooledTrial(store_key(uri), experiment_id, parent_id, number,
+                              redact_params(params), result.to_json(), started)
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{parent_id}-{number:05d}.json"
-        write_atomic(path, redact(json.dumps(asdict(record), default=str)))
+        write_atomic(path, redact_known(json.dumps(asdict(record), default=str),
+                                        known_secrets(params)))
         return path
 
     def pending(self, uri: str) -> Iterator[tuple[Path, SpooledTrial]]:

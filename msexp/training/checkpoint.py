@@ -25,6 +25,7 @@ import mindspore as ms
 
 from msexp.paths import write_atomic
 from msexp.training.records import Epoch
+from msexp.urls import redact_params
 
 STATE = "state.json"
 
@@ -65,8 +66,9 @@ class Saved:
 
 def owner(trial: str | None, params: dict[str, Any]) -> dict[str, Any]:
     """What a checkpoint records about the trial that trains it: `trial` (its study and
-    number, as the orchestrator names it) and its params, as JSON keeps them."""
-    return {"trial": trial, "params": json.loads(json.dumps(params, default=str))}
+    number, as the orchestrator names it) and its params, as JSON keeps them, secrets
+    redacted."""
+    return {"trial": trial, "params": json.loads(json.dumps(redact_params(params), default=str))}
 
 
 def latest(folder: Path) -> Saved | None:

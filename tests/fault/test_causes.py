@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import child_runs, msexp_cmd, write
 from tests.fault.conftest import (
     DEADLINE_S,
+    assert_invariants,
     assert_no_process_left,
     assert_nothing_running,
     load_study,
@@ -54,6 +55,7 @@ def can_mount_tmpfs() -> bool:
                           capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not can_mount_tmpfs(), reason="needs a mount namespace (unshare -m) and "
                     "tmpfs mounts (root)")
 @pytest.mark.parametrize("fill", ["full before the trial", "full while it saves"])
@@ -100,3 +102,41 @@ def test_a_file_written_whole_on_a_full_disk_names_itself(tmp_path: Path) -> Non
                           capture_output=True, text=True, timeout=DEADLINE_S)
     assert done.stdout.splitlines() == [
         "[Errno 28] No space left on device: 'full/result.json'"], done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs a mount namespace (unshare -m) and "
+                    "tmpfs mounts (root)")
+def test_a_full_mlruns_shows_only_msexps_line_and_the_next_run_finishes(
+        mark: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """All of mlruns/ (stores, journal, spool, trials) on a private tmpfs that fills up
+    while the second trial runs: the console shows msexp's one line, none of MLflow's or
+    SQLAlchemy's (nor logging's report of a log file it cannot write); once space is freed,
+    the same command finishes the study."""
+    sweep = write(Path("filling.yaml"), """
+        name: filling
+        experiment: broken:build
+        fixed: {epochs: 3, hidden: 16, pause_s: 0.3}
+        budget: {retries: 2}
+        params: {lr: [0.1, 0.2]}
+    """)
+    run = shlex.join(msexp_cmd("sweep", str(sweep)))
+    events = "mlruns/trials/filling/trial-0001/events.jsonl"  # trial 0 recorded: the store is open
+    script = (f"mkdir -p mlruns copy && mount -t tmpfs -o size=16m tmpfs mlruns && "
+              f"{{ {run} >first.out 2>first.err & pid=$!; "
+              f"until grep -qs epoch {events} || ! kill -0 $pid; do sleep 0.05; done; "
+              "dd if=/dev/zero of=mlruns/fill bs=4k 2>/dev/null; wait $pid; echo $? >first.rc; "
+              f"rm mlruns/fill; {run} >second.out 2>&1; echo $? >second.rc; "
+              "cp -a mlruns copy/; }")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=3 * DEADLINE_S)
+    assert done.returncode == 0, done.stderr
+    out, err = Path("first.out").read_text(), Path("first.err").read_text()
+    assert Path("first.rc").read_text().strip() == "1", out + err
+    (line,) = err.splitlines()
+    assert "no space left" in line.lower() and "mlruns" in line, err
+    for noise in ("Traceback", "Logging error", "sqlite3", "sqlalchemy", "mlflow."):
+        assert noise not in out, out  # the libraries' own lines
+    assert Path("second.rc").read_text().strip() == "0", Path("second.out").read_text()
+    monkeypatch.chdir("copy")
+    assert_invariants("filling", "filling", mark, [{"lr": 0.1}, {"lr": 0.2}])

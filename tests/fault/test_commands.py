@@ -4,19 +4,21 @@ under mlruns/."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
 from pathlib import Path
 
 import psutil
+import pytest
 
 from msexp.execution.host import Host
 from msexp.execution.process import kill_processes
 from msexp.execution.protocol import Status
 from msexp.search.requests import trial_request
 from msexp.spec.load import load_spec
-from tests.conftest import msexp_cmd, write
+from tests.conftest import child_runs, msexp_cmd, write
 from tests.fault.conftest import (
     DEADLINE_S,
     assert_invariants,
@@ -25,6 +27,8 @@ from tests.fault.conftest import (
     assert_nothing_running,
     load_study,
 )
+
+pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
 
 SECRETS = {"PGPASSWORD": "S3CRET-pg", "MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow",
            "HF_TOKEN": "S3CRET-hf", "AWS_SECRET_ACCESS_KEY": "S3CRET-aws",
@@ -45,10 +49,12 @@ def command_sweep(name: str, script: str, budget: str = "retries: 0") -> Path:
     """)
 
 
-def sweep(path: Path, env: dict[str, str] | None = None) -> None:
+def sweep(path: Path, env: dict[str, str] | None = None) -> str:
+    """Run the sweep to its end; what it printed."""
     done = subprocess.run(msexp_cmd("sweep", str(path)), capture_output=True, text=True,
                           timeout=DEADLINE_S, env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
 
 
 def sleeping(token: str) -> list[psutil.Process]:
@@ -106,8 +112,10 @@ def test_no_secret_reaches_the_command_or_a_file_under_mlruns(mark: str) -> None
 def test_the_sweep_file_passes_a_secret_on_purpose(mark: str, tmp_path: Path,
                                                    monkeypatch) -> None:
     """`experiment.pass_env` names the secrets the command gets; the others stay withheld.
-    A real host runs the request the sweep builds from the sweep file."""
-    script = write(tmp_path / "show.sh", "env\necho 'eval_accuracy: 1'\n")
+    What it prints of the one it gets is still redacted in its log. A real host runs the
+    request the sweep builds from the sweep file."""
+    script = write(tmp_path / "show.sh", "env\n[ \"$HF_TOKEN\" = S3CRET-hf ] && "
+                   "echo 'HF_TOKEN received'\necho 'eval_accuracy: 1'\n")
     spec = load_spec(write(tmp_path / "passes.yaml", f"""
         name: passes
         experiment: {{command: sh {script.name}, args: none, pass_env: [HF_TOKEN, NOT_SET]}}
@@ -124,7 +132,63 @@ def test_the_sweep_file_passes_a_secret_on_purpose(mark: str, tmp_path: Path,
         host.kill()
     assert result.status is Status.COMPLETE, result.error
     shown = request.log_path.read_text().splitlines()
-    assert "HF_TOKEN=S3CRET-hf" in shown
-    assert not [line for line in shown if "S3CRET" in line and "HF_TOKEN" not in line]
-    assert not [line for line in shown if line.startswith("NOT_SET=")]
+    assert "HF_TOKEN received" in shown and "HF_TOKEN=***" in shown
+    assert not [line for line in shown if "S3CRET" in line]
+    assert not [line for line in shown if line.startswith(("NOT_SET=", "PGPASSWORD="))]
     assert_no_process_left(mark)
+
+
+SECRET_PARAMS = ("fixed: {api_token: S3CRET-token}\n"
+                 'params: {data_url: ["postgresql://u:S3CRET-a@h/db", '
+                 '"postgresql://u:S3CRET-b@h/db"]}\n')
+# what Optuna keeps of the two values: alike once redacted, so numbered
+STAND_INS = [{"data_url": "postgresql://u:***@h/db #0"},
+             {"data_url": "postgresql://u:***@h/db #1"}]
+
+
+def assert_params_shown_redacted(name: str) -> None:
+    shown = sorted(r.data.params["data_url"] for r in child_runs(name))
+    assert shown == ["postgresql://u:***@h/db"] * 2
+    assert {r.data.params["api_token"] for r in child_runs(name)} == {"***"}
+
+
+def test_secrets_in_params_and_what_a_workload_prints_reach_no_file(mark: str) -> None:
+    """A built-in workload gets its secret params in clear, and prints them and the
+    environment's MLflow password into its log, which msexp writes and logs to MLflow."""
+    path = write(Path("tells.yaml"), "name: tells\nexperiment: tells:build\n"
+                 "budget: {retries: 0}\n" + SECRET_PARAMS)
+    shown = sweep(path, {"MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow"}).splitlines()
+    # the sweep builds the workload once to check it, where its own prints reach the console
+    assert not [line for line in shown if "S3CRET" in line and not line.startswith(
+        ("token ", "tracking password "))]
+    log = Path("mlruns/trials/tells/trial-0000/trial.log").read_text()
+    assert "token *** from postgresql://u:***@h/db" in log, log
+    assert "tracking password ***" in log, log
+    assert_params_shown_redacted("tells")
+    assert_no_secret_under_mlruns(["S3CRET"])
+    assert_invariants("tells", "tells", mark, STAND_INS)
+
+
+def test_a_command_gets_its_secret_params_in_clear_and_no_file_keeps_them(mark: str) -> None:
+    """The script checks its flags and `msexp.hooks`' params file hold the real values;
+    it prints them and a secret the sweep file passes it on purpose."""
+    script = write(Path("needs.sh"), """
+        [ "$1" = --help ] && exit 0
+        case "$*" in *--api_token=S3CRET-token*) ;; *) echo "token missing"; exit 1;; esac
+        case "$*" in *--data_url=postgresql://u:S3CRET-[ab]@h/db*) ;; *) exit 1;; esac
+        grep -q S3CRET-token "$MSEXP_TRIAL" || { echo "params file redacted"; exit 1; }
+        case "$MSEXP_TRIAL" in */mlruns/*) echo "params file under mlruns"; exit 1;; esac
+        echo "got $* and $MLFLOW_TRACKING_PASSWORD"
+        echo "eval_accuracy: 0.9"
+    """)
+    path = write(Path("needs.yaml"), f"name: needs\nexperiment: {{command: sh {script.name}, "
+                 "pass_env: [MLFLOW_TRACKING_PASSWORD]}\nbudget: {retries: 0}\n"
+                 + SECRET_PARAMS)
+    assert "S3CRET" not in sweep(path, {"MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow"})
+    log = Path("mlruns/trials/needs/trial-0000/trial.log").read_text()
+    assert "got --api_token=*** --data_url=postgresql://u:***@h/db and ***" in log, log
+    assert json.loads(Path("mlruns/trials/needs/trial-0000/params.json").read_text()) == {
+        "api_token": "***", "data_url": "postgresql://u:***@h/db"}
+    assert_params_shown_redacted("needs")
+    assert_no_secret_under_mlruns(["S3CRET"])
+    assert_invariants("needs", "needs", mark, STAND_INS)

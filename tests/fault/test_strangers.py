@@ -1,5 +1,6 @@
 """Only processes msexp started: `msexp services down` signals the MLflow server its pid
-file records, never a process that has that pid (or any other) now."""
+file records, never a process that has that pid (or any other) now. An old pid file (a
+bare pid) is trusted only for this folder's own MLflow server; any other is refused."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import subprocess
 from pathlib import Path
 
 import psutil
+import pytest
 
 from msexp.cluster import services
 from msexp.execution.process import alive, descendants
 from tests.conftest import msexp_cmd
-from tests.fault.conftest import DEADLINE_S, wait_for
+from tests.fault.conftest import DEADLINE_S, MlflowServer, wait_for
 
 
 def group_leader() -> subprocess.Popen:
@@ -28,19 +30,54 @@ def down() -> subprocess.CompletedProcess:
                           timeout=DEADLINE_S)
 
 
-def test_a_strangers_pid_in_the_pid_file_is_never_signalled(workdir: Path) -> None:
+def test_a_strangers_pid_in_an_old_pid_file_is_refused_unsignalled(workdir: Path) -> None:
+    """An old pid file (a bare pid, as in issue 25) naming a process that is not this
+    folder's MLflow server: one line, nothing signalled, the file kept for the user."""
     stranger = group_leader()
     try:
-        Path("mlruns/services").mkdir(parents=True)
-        Path("mlruns/services/mlflow.pid").write_text(str(stranger.pid))  # as in issue 25
+        pid_file = Path("mlruns/services/mlflow.pid")
+        pid_file.parent.mkdir(parents=True)
+        pid_file.write_text(f"{stranger.pid}\n")
         done = down()
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == "stopped: nothing was running"
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        assert done.stderr == (
+            f"{pid_file.resolve()} (an old pid file) names pid {stranger.pid}, which "
+            f"is not the MLflow server of {pid_file.parent.resolve()}; nothing was stopped: "
+            "stop that server yourself and remove the file\n")
         assert stranger.poll() is None and all(
             alive(p) for p in psutil.Process(stranger.pid).children(recursive=True))
+        assert pid_file.exists()
     finally:
         os.killpg(stranger.pid, 9)
         stranger.wait()
+
+
+def test_an_old_pid_file_of_a_pid_now_gone_stops_nothing(workdir: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    pid_file = Path("mlruns/services/mlflow.pid")
+    pid_file.parent.mkdir(parents=True)
+    pid_file.write_text(str(gone.pid))
+    done = down()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "stopped: nothing was running"
+    assert not pid_file.exists()
+
+
+@pytest.mark.slow
+def test_our_server_named_by_an_old_pid_file_is_stopped(workdir: Path) -> None:
+    """A real MLflow server started as `services up` starts it, recorded the old way."""
+    root = Path("mlruns/services").resolve()
+    root.mkdir(parents=True)
+    server = MlflowServer(root)
+    server.start()
+    assert server.proc is not None
+    family = [psutil.Process(server.proc.pid), *descendants(server.proc.pid)]
+    (root / "mlflow.pid").write_text(f"{server.proc.pid}\n")
+    done = down()
+    assert done.stdout.strip() == "stopped: mlflow server", done.stdout + done.stderr
+    server.proc.wait(timeout=DEADLINE_S)
+    assert not any(alive(p) for p in family) and not (root / "mlflow.pid").exists()
 
 
 def test_a_pid_reused_by_another_process_is_never_signalled(workdir: Path) -> None:
