@@ -32,7 +32,8 @@ UI_PORT = 5000
 # MLflow 3.17's UI picks its GenAI or model-training view from the browser (this URL
 # parameter, else localStorage, default GenAI), no longer from EXPERIMENT_KIND
 UI_TRAINING_VIEW = "?workflowType=machine_learning"
-_CHUNK = 1000  # MLflow accepts at most 1000 metrics per log_batch call
+_CHUNK = 1000  # MLflow accepts at most 1000 entries (metrics and params) per log_batch call
+_PARAMS = 100  # of which at most 100 params
 
 _RUN_STATUS = {Status.COMPLETE: "FINISHED", Status.PRUNED: "KILLED",
                Status.FAILED: "FAILED", Status.TIMEOUT: "FAILED"}
@@ -235,10 +236,8 @@ class Tracker:
             logged["data_source"] = result.data_source
         param_list = [Param(k, redact(_param_text(v))) for k, v in logged.items()]
         metrics = _metrics(result)
-        for i in range(0, len(param_list), 100):
-            self.client.log_batch(run_id, params=param_list[i:i + 100])
-        for i in range(0, len(metrics), _CHUNK):
-            self.client.log_batch(run_id, metrics=metrics[i:i + _CHUNK])
+        for params_part, metrics_part in _batches(param_list, metrics):
+            self.client.log_batch(run_id, metrics=metrics_part, params=params_part)
         if result.data_source:
             self.client.log_inputs(run_id, [_dataset_input(redact(result.data_source))])
         for path in (result.log_path, result.events_path):
@@ -260,6 +259,16 @@ class Tracker:
         return (f"{base}/#/experiments/{experiment_id}/runs{UI_TRAINING_VIEW}",
                 f"{base}/#/experiments/{experiment_id}/runs/{parent_id}{UI_TRAINING_VIEW}",
                 command)
+
+
+def _batches(params: list, metrics: list) -> Iterator[tuple[list, list]]:
+    """(params, metrics) for as few `log_batch` calls as MLflow's limits allow (each call
+    one store transaction): at most 100 params and 1000 entries in all per call."""
+    while params or metrics:
+        first, params = params[:_PARAMS], params[_PARAMS:]
+        room = _CHUNK - len(first)
+        yield first, metrics[:room]
+        metrics = metrics[room:]
 
 
 def _dataset_input(description: str) -> Any:
