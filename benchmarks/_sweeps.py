@@ -36,6 +36,7 @@ class SweepRun:
     compile_s: list[float]
     warm: int
     metrics: list[dict]
+    output: str
 
     def limit_s(self, startup_s: float) -> float:
         return startup_s + sum(self.train_s)
@@ -49,8 +50,9 @@ def run_sweep(sweep_file: Path, *flags: str) -> SweepRun:
     """`msexp sweep SWEEP_FILE FLAGS` in a fresh folder (new MLflow and Optuna stores)."""
     with tempfile.TemporaryDirectory() as tmp:
         began = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "msexp", "sweep", str(sweep_file), *flags],
-                       cwd=tmp, check=True, capture_output=True, env=ENV)
+        done = subprocess.run([sys.executable, "-m", "msexp", "sweep", str(sweep_file),
+                               *flags], cwd=tmp, check=True, capture_output=True, text=True,
+                              env={**ENV, "COLUMNS": "120"})
         wall = time.perf_counter() - began
         metrics, warm = [], 0
         for path in sorted(Path(tmp, "mlruns", "trials").glob("*/*/events.jsonl")):
@@ -59,7 +61,7 @@ def run_sweep(sweep_file: Path, *flags: str) -> SweepRun:
                 if isinstance(event, Result):
                     metrics.append(event.metrics)
     return SweepRun(wall, [m["train_s"] for m in metrics],
-                    [m.get("compile_s", 0.0) for m in metrics], warm, metrics)
+                    [m.get("compile_s", 0.0) for m in metrics], warm, metrics, done.stdout)
 
 
 def startup_s(repeats: int = 3) -> float:

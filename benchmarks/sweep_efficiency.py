@@ -8,7 +8,7 @@ median of 3) before each run. Prints per run: wall, limit, wall / limit (target 
 the orchestration time per trial outside the trials' own clocks, and the trials'
 compile time; then the median and spread over the runs (see `_sweeps` for the limit).
 
-Usage: python benchmarks/sweep_efficiency.py [--sweep sweeps/accum.yaml] [--repeats 3]
+Usage: python benchmarks/sweep_efficiency.py [--sweep sweeps/accum.yaml] [--repeats 3] [--show]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--sweep", type=Path, default=ROOT / "sweeps" / "accum.yaml")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--show", action="store_true", help="print each sweep's output")
     args = parser.parse_args()
     sweep = args.sweep.resolve()
     print(f"{sweep.name}, {args.workers} worker(s), {os.cpu_count()} cores, load average "
@@ -48,6 +49,8 @@ def main() -> None:
         print(f"{i + 1:>3} {run.wall_s:7.1f} {start:10.2f} {sum(run.train_s):11.1f} "
               f"{limit:7.1f} {ratios[-1]:10.3f} {outside[-1]:15.3f} "
               f"{sum(run.compile_s):13.2f} {run.warm:4d}", flush=True)
+        if args.show:
+            print(run.output, flush=True)
         accuracy = Counter(round(m["eval_accuracy"], 4) for m in run.metrics)
         print(f"    eval_accuracy (value: trials) {dict(accuracy)}", flush=True)
     print(f"median of {args.repeats}: wall {statistics.median(walls):.1f} s "
