@@ -106,13 +106,13 @@ def test_a_trial_past_mlflows_per_call_limits_logs_every_param_and_value(
     parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
     params = {f"p{i:03d}": i for i in range(150)}
     series = [float(i) for i in range(1200)]
-    result = finished(epochs=[Epoch(1, 1200, 1.0, {"eval_accuracy": 0.5},
+    result = finished(epochs=[Epoch(1, 1200, 1.0, {"eval_accuracy": 0.75},
                                     {"train_loss": series})])
     run_id = tracker.record_trial(experiment, parent, 0, params, result, time.time())
     run = tracker.client.get_run(run_id)
     assert run.data.params == {k: str(v) for k, v in params.items()}
     assert history(tracker, run_id, "train_loss") == [(i + 1, v) for i, v in enumerate(series)]
-    assert history(tracker, run_id, "eval_accuracy") == [(1200, 0.5)]
+    assert history(tracker, run_id, "eval_accuracy") == [(1200, 0.75)]
 
 
 @pytest.mark.parametrize(("status", "run_status"), [(Status.PRUNED, "KILLED"),
