@@ -7,7 +7,11 @@ machine's load hits both alike):
                (`last_fused=True`: one graph launch less per update, one graph more to
                compile);
   eval         the evaluation forward under `ms.jit` against the same function run by
-               the Cell graph executor (`msexp.training.step.graph`).
+               the Cell graph executor (`msexp.training.step.graph`);
+  tutorial     `--tutorial`: msexp's step (both ways) against the accumulation Cells of
+               MindSpore's tutorial (`step_vs_model._SeedAccumulation`), on the tutorial
+               LeNet5 at batch 32, each run by the Cell graph executor, in the context's
+               mode (`--graph-mode`: GRAPH_MODE, as the tutorial sets it).
 
 Each variant has its own network (same seed, same initial weights) and sees the same
 micro-batches. Prints the median ms per update or per eval pass, the first call's time
@@ -15,6 +19,7 @@ micro-batches. Prints the median ms per update or per eval pass, the first call'
 
 Usage: python benchmarks/accumulation_last.py [--workload lenet_digits] [--batch 64]
            [--micro 2,4,8] [--updates 40]
+       python benchmarks/accumulation_last.py --tutorial [--graph-mode] [--micro 2,4,8]
 """
 
 from __future__ import annotations
@@ -117,6 +122,55 @@ def compare_eval(workload: str, passes: int) -> str:
             f"{cell / jit:.3f}")
 
 
+def compare_tutorial(micro: int, updates: int, batch: int = 32) -> str:
+    import mindspore as ms
+    from mindspore import nn
+
+    from benchmarks import networks
+    from benchmarks.step_vs_model import _SeedAccumulation
+    from experiments._digits import digits
+    from msexp.training.step import TrainStep
+
+    def user_network():
+        ms.set_seed(0)
+        network = networks.TutorialLeNet5()
+        return network, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), \
+            nn.Momentum(network.trainable_params(), 0.01, 0.9)
+
+    variants = {}
+    for last_fused in (False, True):
+        network, loss_fn, optimizer = user_network()
+        variants[f"msexp last_fused={last_fused}"] = TrainStep(network, loss_fn, optimizer,
+                                                              micro, last_fused=last_fused)
+    graph_mode = ms.get_context("mode") == ms.GRAPH_MODE
+    cells = [c if graph_mode else c.compile_and_run
+             for c in _SeedAccumulation(*user_network()).steps]
+
+    def tutorial(micro_batches):
+        forward_backward, optim, clear = cells
+        losses = [forward_backward(x, y) for x, y in micro_batches]
+        optim()
+        clear()
+        return float(losses[-1].asnumpy())
+
+    variants["tutorial cells"] = tutorial
+    x, y, _, _ = digits(32)
+    m = batch // micro
+    times = {k: [] for k in variants}
+    for i in range(updates):
+        ids = [(i * batch + k) % len(y) for k in range(batch)]
+        micro_batches = [(ms.Tensor(x[ids[k:k + m]]), ms.Tensor(y[ids[k:k + m]]))
+                         for k in range(0, batch, m)]
+        for name in list(variants) if i % 2 else reversed(list(variants)):
+            began = time.perf_counter()
+            variants[name](micro_batches)
+            if i:
+                times[name].append(time.perf_counter() - began)
+    cells_text = ", ".join(f"{k} {statistics.median(v) * 1000:.1f} ms" for k, v in times.items())
+    return (f"tutorial_lenet batch {batch} micro {micro}, "
+            f"{'GRAPH_MODE' if graph_mode else 'PYNATIVE_MODE'}: {cells_text}")
+
+
 def main() -> None:
     import os
 
@@ -129,9 +183,17 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=40)
     parser.add_argument("--passes", type=int, default=20)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--tutorial", action="store_true")
+    parser.add_argument("--graph-mode", action="store_true")
     args = parser.parse_args()
     ms.set_context(runtime_num_threads=args.threads)  # as msexp's trial host sets it
+    if args.graph_mode:
+        ms.set_context(mode=ms.GRAPH_MODE)
     print(f"threads {args.threads}, load average {os.getloadavg()[0]:.1f}", flush=True)
+    if args.tutorial:
+        for micro in map(int, args.micro.split(",")):
+            print(compare_tutorial(micro, args.updates), flush=True)
+        return
     print(compare_eval(args.workload, args.passes), flush=True)
     for micro in map(int, args.micro.split(",")):
         print(compare_updates(args.workload, args.batch, micro, args.updates), flush=True)
