@@ -4,10 +4,9 @@ One optimizer update of the global batch is a step. Each cell of the table runs 
 own fresh process, peers alternating, and reports the median time of its steps after
 the first epoch (compile excluded):
   msexp        `msexp.training.loop.train`, the loop every msexp trial runs, with the
-               step `msexp.training.step.fuses` and `fuses_last` pick (at micro_size > 1
-               and 50 updates or more, the last micro-batch and the update in one
-               graph); at micro_size 1 also forced to each of its two steps: fused (grad
-               and apply in one graph) and buffered (into buffers, then apply);
+               step `msexp.training.step.fuses` picks; at micro_size 1 also forced to
+               each of its two steps: fused (grad and apply in one graph) and buffered
+               (into buffers, then apply);
   msexp/jit    msexp's step with its graphs under `ms.jit` (as before 2026-11-23), not
                run by the Cell graph executor;
   model        `Model.train(dataset_sink_mode=False)`, timed per step from step begin to

@@ -67,7 +67,8 @@ def test_the_fused_step_makes_the_buffered_steps_updates(settings) -> None:
 @pytest.mark.parametrize("settings", [{}, {"amp_level": "O2", "loss_scale": "dynamic",
                                            "loss_scale_window": 2}], ids=["O0", "O2 dynamic"])
 def test_the_last_micro_batch_fused_with_the_update_makes_the_same_updates(settings) -> None:
-    # one graph less per update (step.fuses_last) is a speed choice, never a numerical one
+    # one graph launch less per update (TrainStep last_fused) is a speed choice, never a
+    # numerical one
     split = weights_after_updates(4, updates=3, **settings)
     last_fused = weights_after_updates(4, updates=3, last_fused=True, **settings)
     initial = weights_after_updates(4, updates=0, **settings)

@@ -26,7 +26,7 @@ from msexp.training.amp import apply_amp
 from msexp.training.checkpoint import scaler_parameters, set_data, state_parameters
 from msexp.training.loss_scale import make_scaler
 from msexp.training.optim import make_optimizer
-from msexp.training.step import TrainStep, call, fuses, fuses_last, graph
+from msexp.training.step import TrainStep, call, fuses, graph
 
 _SEEDED = {"Seed0", "seed0", "seed", "Seed"}  # attributes of MindSpore's random primitives
 
@@ -64,8 +64,7 @@ class Graphs:
         optimizer = build_optimizer(workload, params, network, steps_per_epoch)
         scaler, drop = make_scaler(params)
         step = TrainStep(network, workload.loss_fn, optimizer, params["micro_size"], scaler,
-                         drop, reducer, params.get("clip_grad_norm", 0.0), fuses(params),
-                         fuses_last(steps_per_epoch * params["epochs"]))
+                         drop, reducer, params.get("clip_grad_norm", 0.0), fuses(params))
         reusable = (workload.optimizer is None and workload.lr_schedule is None
                     and reducer is None and params.get("thor_impl") != "mindspore"
                     and params["amp_level"] != "O1" and not _has_random_ops(network))

@@ -71,21 +71,6 @@ def fuses(params: dict[str, Any]) -> bool:
     return params.get("amp_level") in ("O2", "O3")
 
 
-FUSE_LAST_AFTER = 50  # updates; see fuses_last
-
-
-def fuses_last(updates: int) -> bool:
-    """Whether a trial of `updates` updates at micro_size > 1 runs its last micro-batch in
-    one graph with the update, as measured.
-
-    benchmarks/accumulation_last.py (LeNet5, batch 64, micro_size 2/4/8, interleaved in
-    one process, 2026-11-23): one graph launch less per update runs it in 0.83-0.91x the
-    time, but the extra forward-backward graph makes the first update (its compile)
-    1.4-1.8x longer; that pays back after 25-40 updates.
-    """
-    return updates >= FUSE_LAST_AFTER
-
-
 class TrainStep:
     """Callable: `step(micro_batches) -> (mean loss, grads finite)` for one update.
 
@@ -103,7 +88,10 @@ class TrainStep:
             and apply them in one graph, as `TrainOneStepCell` does, with no buffers
             (`accumulate` and `update` are then unavailable); see `fuses`.
         last_fused: at micro_size > 1 (without THOR or data parallelism), add the last
-            micro-batch's gradients and apply the sum in one graph; see `fuses_last`.
+            micro-batch's gradients and apply the sum in one graph (one launch less per
+            update, one graph more to compile). Off in trials: measured faster on one
+            workload and slower on another (benchmarks/README.md, "The last micro-batch
+            fused with the update").
     """
 
     def __init__(self, network: nn.Cell, loss_fn: Callable, optimizer: nn.Optimizer,
