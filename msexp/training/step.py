@@ -87,17 +87,12 @@ class TrainStep:
         fused: at micro_size 1 (without THOR or data parallelism), compute the gradients
             and apply them in one graph, as `TrainOneStepCell` does, with no buffers
             (`accumulate` and `update` are then unavailable); see `fuses`.
-        last_fused: at micro_size > 1 (without THOR or data parallelism), add the last
-            micro-batch's gradients and apply the sum in one graph (one launch less per
-            update, one graph more to compile). Off in trials: measured faster on one
-            workload and slower on another (benchmarks/README.md, "The last micro-batch
-            fused with the update").
     """
 
     def __init__(self, network: nn.Cell, loss_fn: Callable, optimizer: nn.Optimizer,
                  micro_size: int, scaler: amp.LossScaler | None = None,
                  drop_overflow_update: bool = False, reducer: Callable | None = None,
-                 clip_grad_norm: float = 0.0, fused: bool = False, last_fused: bool = False):
+                 clip_grad_norm: float = 0.0, fused: bool = False):
         self.micro_size = micro_size
         self.scaler = scaler
         self.thor = optimizer if isinstance(optimizer, Thor) else None
@@ -149,13 +144,6 @@ class TrainStep:
             return finite
 
         @graph
-        def accumulate_and_update(x, y):
-            (_, loss), grads = grad_fn(x, y)
-            finite = apply(hyper_map(ops.add, buffers, grads))
-            hyper_map(ops.partial(ops.assign), buffers, hyper_map(ops.zeros_like, buffers))
-            return loss, finite
-
-        @graph
         def update_reduced(loss):
             grads, loss = reducer(buffers, loss)
             finite = apply(grads)
@@ -181,8 +169,6 @@ class TrainStep:
             return loss, apply(grads)
 
         self._fused = grad_and_apply if fused else None
-        self._last = (accumulate_and_update if not fused and micro_size > 1 and reducer is None
-                      and self.thor is None and last_fused else None)
         self._accumulate, self._update = accumulate, update
         self._update_reduced = None if reducer is None else update_reduced
         self._make_capturing = accumulate_with_factors
@@ -193,11 +179,6 @@ class TrainStep:
             [(x, y)] = micro_batches
             loss, finite = self._fused(x, y)
             return float(loss.asnumpy()), bool(finite.asnumpy())
-        if self._last is not None:
-            losses = [self._accumulate(x, y) for x, y in micro_batches[:-1]]
-            loss, finite = self._last(*micro_batches[-1])
-            losses.append(loss)
-            return sum(float(v.asnumpy()) for v in losses) / len(losses), bool(finite.asnumpy())
         return self.update([self.accumulate(x, y) for x, y in micro_batches])
 
     def accumulate(self, x: Any, y: Any) -> Any:
