@@ -10,8 +10,9 @@ the first epoch (compile excluded):
   msexp/jit    msexp's step with its graphs under `ms.jit` (as before 2026-11-23), not
                run by the Cell graph executor;
   model        `Model.train(dataset_sink_mode=False)`, timed per step from step begin to
-               step end (what TimeMonitor brackets); with micro_size > 1, seed 001's
-               `GradientAccumulation` (forward-backward, optimizer and clear cells);
+               step end (what TimeMonitor brackets); with micro_size > 1, the
+               tutorial's `GradientAccumulation` (forward-backward, optimizer and clear
+               Cells, run as Cells in GRAPH_MODE);
   model/sink   `Model.train(dataset_sink_mode=True)`: epoch time / steps (micro_size 1);
   hand         a hand-written loop: grad and update in one `ms.jit` step (micro_size 1),
                else gradients added into buffers and a second jit for the update.
@@ -146,7 +147,9 @@ def _model(built, params: dict, sink: bool) -> float:
 
 
 class _SeedAccumulation:
-    """Seed 001's GradientAccumulation: forward-backward into grad_sum, optimizer, clear."""
+    """The gradient accumulation of MindSpore's "Applying Gradient Accumulation" tutorial
+    (seed 001's `GradientAccumulation`): three Cells, forward-backward into grad_sum,
+    optimizer, clear; in GRAPH_MODE each runs by the Cell graph executor."""
 
     def __init__(self, network, loss_fn, optimizer):
         import mindspore as ms
@@ -156,25 +159,38 @@ class _SeedAccumulation:
         grad_sum = params.clone(prefix="grad_sum", init="zeros")
         zeros = params.clone(prefix="zeros", init="zeros")
         with_loss = nn.WithLossCell(network, loss_fn)
-        weights = ms.ParameterTuple(network.trainable_params())
-        grad = ops.GradOperation(get_by_list=True)
         hyper_map = ops.HyperMap()
 
-        @ms.jit
-        def forward_backward(x, y):
-            loss = with_loss(x, y)
-            grads = grad(with_loss, weights)(x, y)
-            return ops.depend(loss, hyper_map(ops.partial(ops.assign_add), grad_sum, grads))
+        class TrainForwardBackward(nn.Cell):
+            def __init__(self):
+                super().__init__(auto_prefix=False)
+                self.network, self.grad_sum = with_loss, grad_sum
+                self.weights = ms.ParameterTuple(network.trainable_params())
+                self.grad = ops.GradOperation(get_by_list=True)
 
-        @ms.jit
-        def optim():
-            return optimizer(grad_sum)
+            def construct(self, x, y):
+                loss = self.network(x, y)
+                grads = self.grad(self.network, self.weights)(x, y)
+                return ops.depend(loss, hyper_map(ops.partial(ops.assign_add), self.grad_sum,
+                                                  grads))
 
-        @ms.jit
-        def clear():
-            return hyper_map(ops.partial(ops.assign), grad_sum, zeros)
+        class TrainOptim(nn.Cell):
+            def __init__(self):
+                super().__init__(auto_prefix=False)
+                self.optimizer, self.grad_sum = optimizer, grad_sum
 
-        self.steps = (forward_backward, optim, clear)
+            def construct(self):
+                return self.optimizer(self.grad_sum)
+
+        class TrainClear(nn.Cell):
+            def __init__(self):
+                super().__init__(auto_prefix=False)
+                self.grad_sum, self.zeros = grad_sum, zeros
+
+            def construct(self):
+                return hyper_map(ops.partial(ops.assign), self.grad_sum, self.zeros)
+
+        self.steps = (TrainForwardBackward(), TrainOptim(), TrainClear())
 
     def train(self, epochs: int, data, micro: int) -> float:
         import mindspore as ms

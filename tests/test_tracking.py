@@ -100,6 +100,21 @@ def test_a_trial_run_logs_series_epochs_and_final_metrics_on_the_update_axis(
     assert [a.path for a in tracker.client.list_artifacts(run_id)] == ["trial.log"]
 
 
+def test_a_trial_past_mlflows_per_call_limits_logs_every_param_and_value(
+        tracker: Tracker, experiment: str, workdir: Path) -> None:
+    # params and metrics share log_batch calls: at most 100 params, 1000 entries each
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    params = {f"p{i:03d}": i for i in range(150)}
+    series = [float(i) for i in range(1200)]
+    result = finished(epochs=[Epoch(1, 1200, 1.0, {"eval_accuracy": 0.75},
+                                    {"train_loss": series})])
+    run_id = tracker.record_trial(experiment, parent, 0, params, result, time.time())
+    run = tracker.client.get_run(run_id)
+    assert run.data.params == {k: str(v) for k, v in params.items()}
+    assert history(tracker, run_id, "train_loss") == [(i + 1, v) for i, v in enumerate(series)]
+    assert history(tracker, run_id, "eval_accuracy") == [(1200, 0.75)]
+
+
 @pytest.mark.parametrize(("status", "run_status"), [(Status.PRUNED, "KILLED"),
                                                     (Status.FAILED, "FAILED"),
                                                     (Status.TIMEOUT, "FAILED")])

@@ -39,7 +39,7 @@ from msexp.execution.protocol import (
 from msexp.keys import TrialEnv
 from msexp.urls import known_secrets, redact_known
 
-POLL_S = 0.05
+POLL_S = 0.01  # how often a trial's events are read (a trial's end waits half of it)
 CLOSE_S = 10.0  # for a host to end its warm trial child and exit
 READY_S = 600.0  # a host's start-up (MindSpore's import) on a loaded machine, at most
 STOP_GRACE_S = 1.5  # for a pruned trial to stop by itself before its child is killed

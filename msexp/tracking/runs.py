@@ -35,7 +35,8 @@ UI_PORT = 5000
 # MLflow 3.17's UI picks its GenAI or model-training view from the browser (this URL
 # parameter, else localStorage, default GenAI), no longer from EXPERIMENT_KIND
 UI_TRAINING_VIEW = "?workflowType=machine_learning"
-_CHUNK = 1000  # MLflow accepts at most 1000 metrics per log_batch call
+_CHUNK = 1000  # MLflow accepts at most 1000 entries (metrics and params) per log_batch call
+_PARAMS = 100  # of which at most 100 params
 
 _RUN_STATUS = {Status.COMPLETE: "FINISHED", Status.PRUNED: "KILLED",
                Status.FAILED: "FAILED", Status.TIMEOUT: "FAILED"}
@@ -253,10 +254,8 @@ class Tracker:
         param_list = [Param(k, redact(_param_text(redact_value(k, v))))
                       for k, v in logged.items()]
         metrics = _metrics(result)
-        for i in range(0, len(param_list), 100):
-            self.client.log_batch(run_id, params=param_list[i:i + 100])
-        for i in range(0, len(metrics), _CHUNK):
-            self.client.log_batch(run_id, metrics=metrics[i:i + _CHUNK])
+        for params_part, metrics_part in _batches(param_list, metrics):
+            self.client.log_batch(run_id, metrics=metrics_part, params=params_part)
         if result.data_source:
             self.client.log_inputs(run_id, [_dataset_input(redact(result.data_source))])
         for path in (result.log_path, result.events_path):
@@ -290,6 +289,16 @@ def mark_superseded(tracker: Tracker, run_id: str, newer: str) -> None:
                                             "changed and `msexp sweep --restart` started it.")
         if client.get_run(run_id).info.status == "FINISHED":
             client.set_terminated(run_id, "KILLED")
+
+
+def _batches(params: list, metrics: list) -> Iterator[tuple[list, list]]:
+    """(params, metrics) for as few `log_batch` calls as MLflow's limits allow (each call
+    one store transaction): at most 100 params and 1000 entries in all per call."""
+    while params or metrics:
+        first, params = params[:_PARAMS], params[_PARAMS:]
+        room = _CHUNK - len(first)
+        yield first, metrics[:room]
+        metrics = metrics[room:]
 
 
 def _dataset_input(description: str) -> Any:

@@ -26,7 +26,7 @@ from msexp.training.amp import apply_amp
 from msexp.training.checkpoint import scaler_parameters, set_data, state_parameters
 from msexp.training.loss_scale import make_scaler
 from msexp.training.optim import make_optimizer
-from msexp.training.step import TrainStep, call, fuses
+from msexp.training.step import TrainStep, call, fuses, graph
 
 _SEEDED = {"Seed0", "seed0", "seed", "Seed"}  # attributes of MindSpore's random primitives
 
@@ -153,7 +153,7 @@ def _has_random_ops(network: nn.Cell) -> bool:
 
 
 def _eval_forward(network: nn.Cell, workload: Workload) -> Callable[[Any, Any], Any]:
-    @ms.jit
+    @graph
     def forward(x, y):
         logits = ops.cast(call(network, x), ms.float32)
         return logits, workload.loss_fn(logits, y)
