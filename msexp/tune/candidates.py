@@ -48,21 +48,22 @@ def candidates(spec: SweepSpec) -> list[Candidate]:
     found: dict[str, Candidate] = {}
     for point in spec.space.iter_grid():
         point = {k: v for k, v in point.items() if k != "seed"}
-        params = {**spec.space.resolve({**point, "seed": seed})}
+        params = spec.space.resolve({**point, **({"seed": seed} if seed is not None else {})})
         found.setdefault(json.dumps(params, sort_keys=True, default=str),
                          Candidate(point, params))
     return list(found.values())
 
 
-def _first_seed(spec: SweepSpec) -> int:
+def _first_seed(spec: SweepSpec) -> int | None:
+    """The file's first seed (None: a command whose knobs have no seed)."""
     seeds = next((p.values for p in spec.space.params if p.name == "seed"), None)
-    return seeds[0] if seeds else spec.space.resolve({})["seed"]
+    return seeds[0] if seeds else spec.space.resolve({}).get("seed")
 
 
-def seeds(spec: SweepSpec) -> list[int]:
+def seeds(spec: SweepSpec) -> list[int | None]:
     """The seeds the confirm phase trains each configuration with (`budget.repeats`)."""
     first = _first_seed(spec)
-    return list(range(first, first + spec.budget.repeats))
+    return [None] if first is None else list(range(first, first + spec.budget.repeats))
 
 
 def check_tunable(spec: SweepSpec) -> None:
@@ -73,16 +74,16 @@ def check_tunable(spec: SweepSpec) -> None:
         SpecError: one line saying what to change.
     """
     source = str(spec.path)
+    if spec.command is not None:
+        script = _script(spec)
+        text = script.read_text(encoding="utf-8", errors="replace") if script else ""
+        if not HOOKS.search(text):
+            raise SpecError(source, "command", "msexp tune needs the script to report "
+                            "step_ms: add msexp.hooks.MsexpCallback() to its Model.train "
+                            "callbacks", spec.command.command)
     if any(c.params.get("devices", 1) > 1 for c in candidates(spec)):
         raise SpecError(source, "fixed.devices", "msexp tune profiles one process a trial; "
                         "tune with devices 1", ">1")
-    if spec.command is None:
-        return
-    script = _script(spec)
-    if script is None or not HOOKS.search(script.read_text(encoding="utf-8", errors="replace")):
-        raise SpecError(source, "command", "msexp tune needs the script to report step_ms: "
-                        "add msexp.hooks.MsexpCallback() to its Model.train callbacks",
-                        spec.command.command)
 
 
 def _script(spec: SweepSpec) -> Path | None:

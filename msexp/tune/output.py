@@ -66,11 +66,17 @@ def throughput_plot(path: Path, profiles: list[Profile], pick: Profile | None,
 
 def lr_plot(path: Path, rates: list[float], losses: list[float], smoothed: list[float],
             suggestion: float | None, title: str) -> Path:
-    """The lr range test: loss against the learning rate (log axis), the suggestion marked."""
+    """The lr range test: loss against the learning rate (log axis) up to where it diverges
+    (`smoothed` ends there), the suggestion marked."""
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(8, 5))
-    axes.plot(rates, losses, color="tab:gray", alpha=0.5, label="train_loss per update")
-    axes.plot(rates[:len(smoothed)], smoothed, color="tab:blue", label="smoothed")
+    shown = min(len(rates), len(smoothed) + 1)
+    axes.plot(rates[:shown], losses[:shown], color="tab:gray", alpha=0.5,
+              label="train_loss per update")
+    axes.plot(rates[:len(smoothed)], smoothed, color="tab:blue", label="smoothed (EMA 0.98)")
+    if shown < len(rates):
+        axes.axvline(rates[shown - 1], color="tab:red", linestyle=":",
+                     label=f"diverges at lr {rates[shown - 1]:.3g}")
     if suggestion is not None:
         axes.axvline(suggestion, color="tab:green", linestyle="--",
                      label=f"suggested lr {suggestion:.3g}")

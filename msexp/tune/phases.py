@@ -128,13 +128,14 @@ def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
     return _fastest_first(standing) + _fastest_first(rest), spread
 
 
-def confirm(runner: Runner, top: list[Profile], baseline: Profile, seeds: list[int],
+def confirm(runner: Runner, top: list[Profile], baseline: Profile, seeds: list[int | None],
             objective: str, maximize: bool, tolerance: float, budget: Budget,
             record: Record) -> tuple[Verdict | None, list[Verdict]]:
     """Train the top candidates and the baseline for the sweep's epochs with each seed;
     returns the baseline's verdict and the candidates' (None: the baseline failed)."""
     group = [baseline] + [p for p in top if p is not baseline]
-    jobs = [Job((i, seed), f"confirm-{i:02d}-seed{seed}", {**p.candidate.params, "seed": seed})
+    jobs = [Job((i, seed), f"confirm-{i:02d}-seed{seed}",
+                {**p.candidate.params, **({} if seed is None else {"seed": seed})})
             for i, p in enumerate(group) for seed in seeds]
     ran = runner.run(jobs)
     verdicts = [_verdict(p, [r for r in ran if r.job.key[0] == i], objective,
@@ -162,7 +163,7 @@ def _verdict(profile: Profile, runs: list[Ran], objective: str, budget: Budget) 
         if reason is None and objective not in run.result.metrics:
             reason = f"reported no {objective}"
         if reason:
-            rejected = rejected or f"seed {run.job.params['seed']}: {reason}"
+            rejected = rejected or f"seed {run.job.key[1]}: {reason}"
             continue
         metrics = run.result.metrics
         values.append(metrics[objective])

@@ -3,6 +3,7 @@ rule, the largest micro-batch that fits, and the learning-rate suggestion."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
@@ -96,18 +97,22 @@ def smooth(losses: Sequence[float], beta: float = 0.98) -> list[float]:
     return smoothed
 
 
+def before_divergence(losses: Sequence[float]) -> list[float]:
+    """The smoothed losses up to where the range test diverges: the smoothed loss passes 4x
+    its best, or a loss is not finite (as Lightning's lr_find stops)."""
+    kept: list[float] = []
+    for loss in smooth(list(itertools.takewhile(math.isfinite, losses))):
+        if kept and loss > 4 * min(kept):
+            break
+        kept.append(loss)
+    return kept
+
+
 def suggest_lr(rates: Sequence[float], losses: Sequence[float], skip_begin: int = 10,
                skip_end: int = 1) -> float | None:
-    """The lr where the smoothed loss falls fastest against log(lr), up to where it
-    diverges (4x its best, or not finite); None if too few points remain."""
-    kept = []
-    best = math.inf
-    for rate, loss in zip(rates, smooth([v if math.isfinite(v) else math.inf
-                                         for v in losses])):
-        if not math.isfinite(loss) or loss > 4 * best:
-            break
-        best = min(best, loss)
-        kept.append((rate, loss))
+    """The lr where the smoothed loss falls fastest against log(lr), before the test
+    diverges; None if too few points remain."""
+    kept = list(zip(rates, before_divergence(losses)))
     window = kept[skip_begin:len(kept) - skip_end]
     if len(window) < 3:
         return None

@@ -3,8 +3,6 @@ the learning-rate range test, each measured by probes of the baseline configurat
 
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,9 +104,8 @@ def lr_find(spec: SweepSpec, runner: Runner, runs: PhaseRuns, candidate: Candida
     series = result.epochs[-1].series
     rates, losses = series["lr"], series["train_loss"]
     suggestion = rules.suggest_lr(rates, losses)
-    finite = list(itertools.takewhile(math.isfinite, losses))
     plot = lr_plot(REPORTS_DIR / f"{spec.name}-lr-find.png", rates, losses,
-                   rules.smooth(finite), suggestion,
+                   rules.before_divergence(losses), suggestion,
                    f"msexp tune {spec.name} --lr-find: {chosen.label}")
     runs.attach("lr-find", plot)
     runs.close()
