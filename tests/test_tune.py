@@ -148,8 +148,8 @@ def test_a_tune_run_drops_what_breaks_the_budget_and_picks_the_fastest_kept(
         workdir: Path) -> None:
     from msexp.tracking.runs import Tracker
 
-    sweep = write(workdir / "digits.yaml", DIGITS + "constraints:\n"
-                  "  - {metric: train_mem_mb, max: 10}\n")
+    sweep = write(workdir / "digits.yaml", DIGITS + "    constraints:\n"
+                  "      - {metric: train_mem_mb, max: 10}\n")
     result = cli("tune", str(sweep), "--tolerance", "1", "--updates", "6", "--json")
     assert result.exit_code == 0, result.output
     found = json.loads(result.output)
@@ -198,7 +198,7 @@ def test_max_batch_agrees_with_a_hand_binary_search_over_measured_memory(
                  "--json")
     assert result.exit_code == 0, result.output
     found = json.loads(result.output)
-    measured = {t["micro_batch"]: float(t["note"].split()[0]) for t in found["tried"]}
+    measured = {t["micro_batch"]: t["train_mem_mb"] for t in found["tried"]}
     by_hand, _ = rules.largest_fitting(lambda size: measured[size] <= 2.5)
     assert found["micro_batch"] == by_hand > 0
     assert measured[found["micro_batch"]] <= 2.5 < measured[found["micro_batch"] + 1]

@@ -98,9 +98,10 @@ def _show_batch(found: BatchSearch, json_output: bool) -> None:
         print_json({"micro_batch": found.micro_batch, "micro_size": found.micro_size,
                     "batch_size": found.micro_batch * found.micro_size,
                     "memory_mb": found.memory_mb,
-                    "tried": [{"micro_batch": s, "note": n} for s, n in found.tried]})
+                    "tried": [{"micro_batch": s, "train_mem_mb": mb, "note": n}
+                              for s, mb, n in found.tried]})
         return
-    for size, note in found.tried:
+    for size, _, note in found.tried:
         console.print(f"micro-batch {size:>6}: {note}", markup=False, highlight=False)
     if not found.micro_batch:
         console.print(f"no micro-batch fits {found.memory_mb:g} MB: micro-batch 1 did not")

@@ -25,7 +25,7 @@ class BatchSearch:
     micro_batch: int
     micro_size: int
     memory_mb: float
-    tried: list[tuple[int, str]] = field(default_factory=list)
+    tried: list[tuple[int, float | None, str]] = field(default_factory=list)  # size, MB, note
 
 
 def max_batch(spec: SweepSpec, runner: Runner, runs: PhaseRuns, memory_mb: float | None,
@@ -40,7 +40,7 @@ def max_batch(spec: SweepSpec, runner: Runner, runs: PhaseRuns, memory_mb: float
     check_tunable(spec)
     base = candidates(spec)[0]
     micro_size = base.params.get("micro_size", 1)
-    notes: dict[int, str] = {}
+    notes: dict[int, tuple[float | None, str]] = {}
 
     def fits(size: int) -> bool:
         params = {**base.params, "batch_size": size * micro_size}
@@ -51,13 +51,13 @@ def max_batch(spec: SweepSpec, runner: Runner, runs: PhaseRuns, memory_mb: float
         if reason is None and memory is None:
             reason = "train_mem_mb was not measured"
         fit = reason is None and memory <= memory_mb
-        notes[size] = reason or f"{memory:.1f} MB {'<=' if fit else '>'} {memory_mb:g} MB"
-        runs.children("max-batch", ran, {} if fit else {0: notes[size]})
+        notes[size] = memory, reason or f"{memory:.3f} MB {'<=' if fit else '>'} {memory_mb:g} MB"
+        runs.children("max-batch", ran, {} if fit else {0: notes[size][1]})
         return fit
 
     size, tried = rules.largest_fitting(fits, 1, limit)
     runs.close()
-    return BatchSearch(size, micro_size, memory_mb, [(s, notes[s]) for s in tried])
+    return BatchSearch(size, micro_size, memory_mb, [(s, *notes[s]) for s in tried])
 
 
 def require_budget(spec: SweepSpec, memory_mb: float | None) -> float:
