@@ -203,3 +203,20 @@ def test_max_batch_agrees_with_a_hand_binary_search_over_measured_memory(
     assert found["micro_batch"] == by_hand > 0
     assert measured[found["micro_batch"]] <= 2.5 < measured[found["micro_batch"] + 1]
     assert found["batch_size"] == found["micro_batch"]  # the baseline's micro_size is 1
+
+
+@pytest.mark.slow
+def test_lr_find_grows_the_lr_exponentially_and_suggests_one_inside_the_range(
+        workdir: Path) -> None:
+    sweep = write(workdir / "digits.yaml", DIGITS)
+    result = cli("tune", str(sweep), "--lr-find", "--lr-updates", "60", "--lr-low", "1e-5",
+                 "--lr-high", "1", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    rates, losses = found["lr"], found["train_loss"]
+    assert rates[0] == pytest.approx(1e-5) and len(losses) == len(rates) <= 60
+    step = (1 / 1e-5) ** (1 / 59)  # the same factor from each update to the next
+    assert all(b / a == pytest.approx(step) for a, b in zip(rates, rates[1:]))
+    assert found["suggested_lr"] == rules.suggest_lr(rates, losses)
+    assert 1e-5 < found["suggested_lr"] < 1
+    assert Path(found["plot"]).stat().st_size > 10_000
