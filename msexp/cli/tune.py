@@ -146,7 +146,8 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         "candidates": [{"config": p.candidate.point, "samples_per_s": p.rates,
                         "step_ms": p.metrics.get("step_ms"), "memory_mb": p.memory_mb,
                         "overflow_rate": p.metrics.get("overflow_rate"),
-                        "dropped": p.dropped} for p in outcome.profiles],
+                        "dropped": p.dropped, "verdict": _verdict(outcome, p)}
+                       for p in outcome.profiles],
         "spread": outcome.spread,
         "confirmed": [{"config": v.profile.candidate.point, "objective": v.objective,
                        "samples_per_s": v.samples_per_s, "memory_mb": v.memory_mb,
@@ -168,6 +169,22 @@ def summary(outcome: Outcome) -> dict[str, Any]:
     return document
 
 
+def _verdict(outcome: Outcome, profile: Any) -> str:
+    """What became of a candidate, in a few words."""
+    if profile.dropped:
+        return f"dropped: {profile.dropped}"
+    confirmed = next((v for v in outcome.verdicts if v.profile is profile), None)
+    if confirmed is not None:
+        chosen = outcome.pick is confirmed
+        return "the pick" if chosen else (f"not kept: {confirmed.rejected}" if confirmed.rejected
+                                          else "kept, slower than the pick")
+    if outcome.baseline is not None and outcome.baseline.profile is profile:
+        return "the baseline: trained as the reference"
+    rank = outcome.standing.index(profile) + 1
+    return (f"ranked {rank} of {len(outcome.standing)} by samples/s: not among the "
+            f"{len(outcome.verdicts)} confirmed")
+
+
 def lines(document: dict[str, Any]) -> list[str]:
     """The terminal summary of `summary(...)`'s document."""
     out = []
@@ -175,7 +192,7 @@ def lines(document: dict[str, Any]) -> list[str]:
         rate = f"{c['samples_per_s'][-1]:.1f} samples/s" if c["samples_per_s"] else "-"
         memory = f"{c['memory_mb']:.1f} MB" if c["memory_mb"] is not None else "-"
         out.append(f"  {_config(c['config']):<40} {rate:>18} {memory:>10}  "
-                   + (c["dropped"] or "ok"))
+                   + c["verdict"])
     spread = document["spread"]
     out.append("halving spread (largest run-to-run change of samples/s): "
                + (f"{spread:.1%}" if spread is not None else "not measured (under 2 left)"))
