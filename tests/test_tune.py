@@ -220,3 +220,24 @@ def test_lr_find_grows_the_lr_exponentially_and_suggests_one_inside_the_range(
     assert found["suggested_lr"] == rules.suggest_lr(rates, losses)
     assert 1e-5 < found["suggested_lr"] < 1
     assert Path(found["plot"]).stat().st_size > 10_000
+
+
+def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> None:
+    from msexp.cli.tune import lines, summary
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.phases import Profile
+    from msexp.tune.tuner import Outcome
+
+    def profile(micro: int, dropped: str) -> Profile:
+        return Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),
+                       dropped=dropped)
+
+    profiles = [profile(1, "train_mem_mb 15 > 10 (the budget)"),
+                profile(2, "failed: batch_size 4096 is larger than the training set"),
+                profile(4, "passed the trial timeout (600 s)")]
+    outcome = Outcome(profiles, [], None, None, [], None, tmp_path / "p.png", None, {}, "0")
+    shown = lines(summary(outcome))
+    for p in profiles:
+        assert sum(p.dropped in line and f"micro_size={p.candidate.point['micro_size']}" in line
+                   for line in shown) == 1
+    assert "no pick: every candidate was dropped (reasons above)" in shown
