@@ -241,3 +241,21 @@ def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> 
         assert sum(p.dropped in line and f"micro_size={p.candidate.point['micro_size']}" in line
                    for line in shown) == 1
     assert "no pick: every candidate was dropped (reasons above)" in shown
+
+
+def test_a_probe_stops_after_its_updates_and_reports_figures_by_their_units() -> None:
+    from msexp.execution.local import train_request
+    from msexp.spec import trial_params
+    from msexp.training.probe import range_rates
+
+    events: list = []
+    params = trial_params("mlp_digits", {"batch_size": 32, "micro_size": 2, "epochs": 1})
+    request = TrialRequest("mlp_digits", params, probe=Probe(70))  # over one epoch's 44
+    metrics, _ = train_request(request, events.append, lambda: False)
+    epoch = next(e for e in events if hasattr(e, "series"))
+    assert len(epoch.series["train_loss"]) == 70 and metrics["updates"] == 70
+    assert metrics["samples_per_s"] == pytest.approx(32 * 1000 / metrics["step_ms"])
+    assert metrics["train_mem_mb"] > 0 and metrics["overflow_rate"] == 0.0
+    assert "eval_accuracy" not in metrics  # a probe evaluates nothing
+    rates = range_rates(Probe(5, 1e-4, 1.0))
+    assert rates == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1, 1.0])
