@@ -185,6 +185,8 @@ def _absorb(profile: Profile, run: Ran, budget: Budget) -> None:
     if reason is None and metrics.get("overflow_rate", 0.0) > rules.OVERFLOW_LIMIT:
         reason = (f"overflowed in {metrics['overflow_rate']:.0%} of its updates (more than "
                   f"{rules.OVERFLOW_LIMIT:.0%})")
+    if reason is None and "samples_per_s" not in metrics:
+        reason = "reported no samples_per_s (MsexpCallback needs the batch size)"
     reason = reason or budget.violation(metrics, PROBED)
     if reason:
         profile.dropped = reason

@@ -45,12 +45,12 @@ class Runner:
         self.spec, self.hosts, self.folder = spec, hosts, folder
 
     def request(self, job: Job) -> TrialRequest:
-        """The job's request: the sweep's trial request, without checkpoints; a probe of
-        a command runs one epoch (a script takes no update cap)."""
-        params = job.params
-        probe = job.probe
+        """The job's request: the sweep's trial request, without checkpoints. A script
+        takes no update cap: a probe of a command runs one epoch where the file sets
+        `epochs`, else the whole command."""
+        params, probe = job.params, job.probe
         if probe is not None and self.spec.command is not None:
-            params, probe = {**params, "epochs": 1}, None
+            params, probe = ({**params, "epochs": 1} if "epochs" in params else params), None
         folder = self.folder / job.name
         folder.mkdir(parents=True, exist_ok=True)
         request = trial_request(self.spec, params, folder, f"{self.folder.name}/{job.name}")
