@@ -15,6 +15,7 @@ from msexp.errors import SpecError
 from msexp.execution.host import start_hosts
 from msexp.spec import SweepSpec, load_spec
 from msexp.tracking.runs import Tracker
+from msexp.tune.candidates import check_tunable
 from msexp.tune.record import PhaseRuns
 from msexp.tune.rules import seed_spread
 from msexp.tune.runner import Runner
@@ -71,6 +72,7 @@ def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
     budget = memory_budget(spec, memory)
     if max_batch_only:
         require_budget(spec, budget)
+    check_tunable(spec)  # before the hosts start
     with _runner(spec, 1 if (max_batch_only or lr_only) else spec.budget.workers) as runner:
         runs = PhaseRuns(Tracker(tracking_uri), spec.name, f"{spec.name}-tune", spec.path)
         if max_batch_only:
