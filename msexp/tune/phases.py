@@ -179,20 +179,19 @@ def _probe_job(candidate: Candidate, phase: str, updates: int) -> Job:
 
 
 def _absorb(profile: Profile, run: Ran, budget: Budget) -> None:
-    """Take a probe's figures, or drop the candidate with the reason."""
+    """Take a probe's figures (kept for the plot even where they drop the candidate), and
+    drop the candidate with the reason where it failed or breaks a rule."""
     metrics = run.result.metrics
     reason = failure(run.result)
+    if reason is None and "samples_per_s" in metrics:
+        profile.metrics = metrics
+        profile.rates.append(metrics["samples_per_s"])
+    elif reason is None:
+        reason = "reported no samples_per_s (MsexpCallback needs the batch size)"
     if reason is None and metrics.get("overflow_rate", 0.0) > rules.OVERFLOW_LIMIT:
         reason = (f"overflowed in {metrics['overflow_rate']:.0%} of its updates (more than "
                   f"{rules.OVERFLOW_LIMIT:.0%})")
-    if reason is None and "samples_per_s" not in metrics:
-        reason = "reported no samples_per_s (MsexpCallback needs the batch size)"
-    reason = reason or budget.violation(metrics, PROBED)
-    if reason:
-        profile.dropped = reason
-        return
-    profile.metrics = metrics
-    profile.rates.append(metrics["samples_per_s"])
+    profile.dropped = reason or budget.violation(metrics, PROBED)
 
 
 def _group(candidate: Candidate) -> str:
