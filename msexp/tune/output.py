@@ -23,10 +23,12 @@ def _pyplot() -> Any:
 
 
 def throughput_plot(path: Path, profiles: list[Profile], pick: Profile | None,
-                    baseline: Profile, memory_mb: float | None, title: str) -> Path:
+                    baseline: Profile, rejected: list[Profile], memory_mb: float | None,
+                    title: str) -> Path:
     """samples/s against train_mem_mb for every profiled candidate: standing ones as dots,
-    dropped ones as crosses (those never measured are listed below the axes), the pick
-    as a star, the baseline as a square, the memory budget as a dashed line."""
+    dropped ones as red crosses (those never measured are listed below the axes), those
+    the confirm phase did not keep (objective) as orange triangles, the pick as a star,
+    the baseline as a square, the memory budget as a dashed line."""
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(9, 6.5))
     unmeasured = []
@@ -35,11 +37,12 @@ def throughput_plot(path: Path, profiles: list[Profile], pick: Profile | None,
         if x is None or y is None:
             unmeasured.append(f"{profile.candidate.label}: {profile.dropped}")
             continue
-        dropped = profile.dropped is not None
-        axes.scatter([x], [y], marker="x" if dropped else "o", s=50,
-                     color="tab:red" if dropped else "tab:blue")
-        axes.annotate(profile.candidate.label + (" (dropped)" if dropped else ""), (x, y),
-                      fontsize=7, xytext=(4, 3), textcoords="offset points")
+        marker, color, note = ("x", "tab:red", " (dropped)") if profile.dropped else (
+            ("^", "tab:orange", " (objective not kept)") if profile in rejected
+            else ("o", "tab:blue", ""))
+        axes.scatter([x], [y], marker=marker, s=50, color=color)
+        axes.annotate(profile.candidate.label + note, (x, y), fontsize=7, xytext=(4, 3),
+                      textcoords="offset points")
     for marked, marker, color, name in ((baseline, "s", "tab:gray", "baseline"),
                                         (pick, "*", "tab:green", "pick")):
         if marked is not None and marked.memory_mb is not None and marked.rates:

@@ -81,9 +81,11 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
             objective.direction == "maximize", settings.tolerance, budget,
             lambda ran, dropped: runs.children("confirm", ran, dropped))
     pick = next((v for v in verdicts if v.rejected is None), None)
+    rejected = [v.profile for v in verdicts if v.rejected]
     plot = throughput_plot(REPORTS_DIR / f"{spec.name}-tune.png", profiles,
-                           pick.profile if pick else None, profiles[0], budget.memory_mb,
-                           f"msexp tune {spec.name}: throughput against memory")
+                           pick.profile if pick else None, profiles[0], rejected,
+                           budget.memory_mb, f"msexp tune {spec.name}: throughput against "
+                           "memory")
     written = None
     if pick is not None:
         swept = {k for c in found for k in c.point}
