@@ -181,7 +181,8 @@ def _verdict(outcome: Outcome, profile: Any) -> str:
         return "the pick" if chosen else (f"not kept: {confirmed.rejected}" if confirmed.rejected
                                           else "kept, slower than the pick")
     if outcome.baseline is not None and outcome.baseline.profile is profile:
-        return "the baseline: trained as the reference"
+        return ("the pick: the baseline, as nothing faster kept the objective"
+                if outcome.pick is outcome.baseline else "the baseline: trained as the reference")
     rank = outcome.standing.index(profile) + 1
     return (f"ranked {rank} of {len(outcome.standing)} by samples/s: not among the "
             f"{len(outcome.verdicts)} confirmed")

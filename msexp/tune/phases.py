@@ -42,6 +42,7 @@ class Verdict:
     samples_per_s: float
     memory_mb: float | None
     rejected: str | None = None
+    fits: bool = True  # it keeps the budget (the baseline is judged on its objective only)
 
 
 @dataclass
@@ -132,7 +133,8 @@ def confirm(runner: Runner, top: list[Profile], baseline: Profile, seeds: list[i
             objective: str, maximize: bool, tolerance: float, budget: Budget,
             record: Record) -> tuple[Verdict | None, list[Verdict]]:
     """Train the top candidates and the baseline for the sweep's epochs with each seed;
-    returns the baseline's verdict and the candidates' (None: the baseline failed)."""
+    returns the baseline's verdict (None: it failed; `fits`: it keeps the budget) and the
+    candidates'."""
     group = [baseline] + [p for p in top if p is not baseline]
     jobs = [Job((i, seed), f"confirm-{i:02d}-seed{seed}",
                 {**p.candidate.params, **({} if seed is None else {"seed": seed})})
@@ -143,6 +145,8 @@ def confirm(runner: Runner, top: list[Profile], baseline: Profile, seeds: list[i
                 for i, p in enumerate(group)]
     record(ran, {})
     base = verdicts[0]
+    base.fits = baseline.dropped is None and not any(
+        budget.violation(r.result.metrics, None) for r in ran if r.job.key[0] == 0)
     if base.rejected:
         for verdict in verdicts[1:]:
             verdict.rejected = verdict.rejected or f"the baseline failed: {base.rejected}"

@@ -65,7 +65,8 @@ def run_folder(spec: SweepSpec) -> Path:
 
 def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -> Outcome:
     """Profile every candidate, halve, confirm the top k against the baseline; the pick is
-    the fastest candidate kept. Trials that fail are dropped with their reason."""
+    the fastest candidate kept, else the baseline where it fits the budget (nothing faster
+    kept the objective). Trials that fail are dropped with their reason."""
     check_tunable(spec)
     found = candidates(spec)
     budget = budget_of(spec, settings.memory_mb)
@@ -81,6 +82,8 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
             objective.direction == "maximize", settings.tolerance, budget,
             lambda ran, dropped: runs.children("confirm", ran, dropped))
     pick = next((v for v in verdicts if v.rejected is None), None)
+    if pick is None and baseline_verdict is not None and baseline_verdict.fits:
+        pick = baseline_verdict  # nothing faster keeps the objective
     rejected = [v.profile for v in verdicts if v.rejected]
     plot = throughput_plot(REPORTS_DIR / f"{spec.name}-tune.png", profiles,
                            pick.profile if pick else None, profiles[0], rejected,
