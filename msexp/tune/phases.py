@@ -157,7 +157,8 @@ def confirm(runner: Runner, top: list[Profile], baseline: Profile, seeds: list[i
             verdict.rejected = (f"{objective} {_mean(verdict.objective)} is worse than the "
                                 f"baseline's {_mean(base.objective)} by more than "
                                 f"{max(rules.seed_spread(base.objective), tolerance):.4g}")
-    return base, (verdicts if baseline in top else verdicts[1:])
+    by_profile = {id(v.profile): v for v in verdicts}
+    return base, [by_profile[id(p)] for p in top]  # fastest first, the baseline included
 
 
 def _verdict(profile: Profile, runs: list[Ran], objective: str, budget: Budget) -> Verdict:
