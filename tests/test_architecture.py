@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "msexp"
 # Each folder may import its own layer and the layers before it; spec and execution are
 # peers that never import each other.
 LAYERS = [{"nouns"}, {"training"}, {"spec", "execution"}, {"hooks"}, {"tracking"}, {"search"},
-          {"cluster"}, {"cli"}]
+          {"tune"}, {"cluster"}, {"cli"}]
 
 
 def modules() -> dict[str, Path]:

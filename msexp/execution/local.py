@@ -7,6 +7,7 @@ compiling.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -63,10 +64,14 @@ def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[
                    warm: WarmGraphs) -> tuple[dict[str, float], Workload]:
     from msexp.training.checkpoint import resumable  # lazy: a failing MindSpore import shows
     from msexp.training.loop import prepare, train  # in the trial's log
+    from msexp.training.probe import range_rates, run_probe  # lazy: as above
 
     signature = request.graph_signature if reducer is None else None
     earlier_graphs = warm.take(signature)
     workload = build_workload(request)
+    probe = request.probe
+    if probe is not None and probe.lr_high:  # never reused: the rates are its own
+        workload = dataclasses.replace(workload, lr_schedule=range_rates(probe))
     impl = _implementations(request.params)
     params = {**request.params, **impl}
     graphs, reused = ((None, False) if reducer is not None
@@ -80,6 +85,10 @@ def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[
         print(f"msexp: resuming from epoch {earlier.epoch} ({plan.folder / earlier.file})",
               flush=True)
     try:
+        if probe is not None:
+            metrics = run_probe(workload, params, graphs, probe, emit, stop_requested)
+            emit(Result(metrics))
+            return metrics, workload
         outcome = train(workload, params, emit, stop_requested, request.target, shard, reducer,
                         plan, Path(request.init_from) if request.init_from else None, graphs)
     except (Stopped, Diverged):

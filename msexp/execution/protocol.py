@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Union
 
 from msexp.knobs import graph_params
-from msexp.training.records import Epoch, Target
+from msexp.training.records import Epoch, Probe, Target
 
 PATHS = ("log_path", "events_path", "rank_logs", "checkpoint")  # TrialResult's Path fields
 
@@ -63,6 +63,7 @@ class TrialRequest:
     `command`: a user's command, which `experiment` then names. `cold` forbids reusing
     an earlier trial's graphs. `trial` names the trial in its study (stable across
     attempts, unique across studies): a checkpoint of another trial is never resumed.
+    `probe`: a capped measuring run instead of the epochs (`msexp tune`).
     """
 
     experiment: str
@@ -75,6 +76,7 @@ class TrialRequest:
     init_from: str | None = None
     cold: bool = False
     trial: str | None = None
+    probe: Probe | None = None
 
     @property
     def graph_signature(self) -> str | None:
@@ -116,7 +118,8 @@ class TrialRequest:
                    Target(**data["target"]) if data.get("target") else None, data.get("data"),
                    Command(**data["command"]) if data.get("command") else None,
                    Checkpointing(**data["checkpoint"]) if data.get("checkpoint") else None,
-                   data.get("init_from"), data.get("cold", False), data.get("trial"))
+                   data.get("init_from"), data.get("cold", False), data.get("trial"),
+                   Probe(**data["probe"]) if data.get("probe") else None)
 
 
 @dataclass

@@ -28,6 +28,18 @@ class Target:
         return got >= self.value if self.maximize else got <= self.value
 
 
+@dataclass(frozen=True)
+class Probe:
+    """A short trial that measures instead of training to the end (`msexp tune`): stop
+    after `updates` optimizer updates, evaluate nothing. With `lr_high` > 0, the learning
+    rate grows exponentially from `lr_low` to `lr_high` over those updates (an lr range
+    test), and a non-finite loss ends the probe instead of failing it."""
+
+    updates: int
+    lr_low: float = 0.0
+    lr_high: float = 0.0
+
+
 @dataclass
 class Epoch:
     """One finished epoch: its eval metrics and the per-update series (train_loss, ...)."""

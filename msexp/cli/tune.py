@@ -1,0 +1,229 @@
+"""`msexp tune FILE`: the fastest configuration that fits, the largest micro-batch that
+fits (`--max-batch`), and an lr range test (`--lr-find`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Optional
+
+import typer
+
+from msexp.cli.options import SweepFileArg, TrackingOpt, console
+from msexp.cli.render import print_json
+from msexp.errors import SpecError
+from msexp.execution.host import start_hosts
+from msexp.spec import SweepSpec, load_spec
+from msexp.tracking.runs import Tracker
+from msexp.tune.candidates import check_tunable
+from msexp.tune.record import PhaseRuns
+from msexp.tune.rules import seed_spread
+from msexp.tune.runner import Runner
+from msexp.tune.search import BatchSearch, LrFind, lr_find, max_batch, require_budget
+from msexp.tune.tuner import Outcome, Settings, memory_budget, run_folder, tune
+from msexp.urls import redact
+
+MaxBatchOpt = Annotated[bool, typer.Option(
+    "--max-batch", help="Only find the largest micro-batch (batch_size / micro_size) of the "
+                        "baseline that fits the memory budget: double, then binary search, "
+                        "each size measured by a profile.")]
+LrFindOpt = Annotated[bool, typer.Option(
+    "--lr-find", help="Only run the lr range test on the baseline: the loss against an lr "
+                      "growing exponentially from --lr-low to --lr-high over --lr-updates "
+                      "updates; suggests the lr where the smoothed loss falls fastest.")]
+MemoryOpt = Annotated[Optional[float], typer.Option(
+    "--memory", min=1, help="Memory budget in MB (train_mem_mb).",
+    show_default="the file's train_mem_mb max constraint")]
+UpdatesOpt = Annotated[int, typer.Option(
+    "--updates", min=2, help="Optimizer updates of a first profile, the compile's included; "
+                             "each halving round doubles them.")]
+TopOpt = Annotated[int, typer.Option("--top", min=1, help="Fastest candidates the confirm "
+                                                          "phase trains against the baseline.")]
+ToleranceOpt = Annotated[float, typer.Option(
+    "--tolerance", min=0, help="How much worse than the baseline's objective a candidate "
+                               "may be, where that exceeds the baseline's seed-to-seed spread.")]
+LrUpdatesOpt = Annotated[int, typer.Option("--lr-updates", min=20, help="Updates of the lr "
+                                                                         "range test.")]
+LrLowOpt = Annotated[float, typer.Option("--lr-low", min=1e-12,
+                                         help="First lr of the range test.")]
+LrHighOpt = Annotated[float, typer.Option("--lr-high", min=1e-12,
+                                          help="Last lr of the range test.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+
+def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
+                 lr_only: LrFindOpt = False, memory: MemoryOpt = None, updates: UpdatesOpt = 10,
+                 top: TopOpt = 2, tolerance: ToleranceOpt = 0.0, lr_updates: LrUpdatesOpt = 200,
+                 lr_low: LrLowOpt = 1e-6, lr_high: LrHighOpt = 10.0,
+                 tracking_uri: TrackingOpt = None, json_output: JsonOpt = False) -> None:
+    """Find the fastest configuration of the knobs the sweep file sweeps that fits its
+    memory budget and keeps its objective: profile every candidate for a few updates,
+    halve on samples/s, then train the fastest and the baseline (each swept knob at its
+    first listed value) for the sweep's epochs with budget.repeats seeds. Writes the
+    pick's sweep file and a throughput-memory plot under mlruns/reports/.
+
+    Example: msexp tune sweeps/accum.yaml --memory 200
+    """
+    if max_batch_only and lr_only:
+        raise SpecError("msexp tune", "--max-batch", "choose --max-batch or --lr-find", "both")
+    if lr_low >= lr_high:
+        raise SpecError("msexp tune", "--lr-low", "must be below --lr-high", lr_low)
+    spec = load_spec(file)
+    budget = memory_budget(spec, memory)
+    if max_batch_only:
+        require_budget(spec, budget)
+    check_tunable(spec)  # before the hosts start
+    with _runner(spec, 1 if (max_batch_only or lr_only) else spec.budget.workers) as runner:
+        runs = PhaseRuns(Tracker(tracking_uri), spec.name, f"{spec.name}-tune", spec.path)
+        if max_batch_only:
+            _show_batch(max_batch(spec, runner, runs, budget, updates, 1 << 16), json_output)
+        elif lr_only:
+            _show_lr(lr_find(spec, runner, runs, None, lr_updates, lr_low, lr_high),
+                     json_output)
+        else:
+            settings = Settings(updates, top, tolerance, memory)
+            _show_tune(tune(spec, settings, runner, runs), runs, json_output)
+
+
+@contextmanager
+def _runner(spec: SweepSpec, hosts: int) -> Iterator[Runner]:
+    started = start_hosts(hosts)
+    try:
+        yield Runner(spec, started, run_folder(spec).resolve())
+    finally:
+        for host in started:
+            host.kill()
+
+
+def _show_batch(found: BatchSearch, json_output: bool) -> None:
+    if json_output:
+        print_json({"micro_batch": found.micro_batch, "micro_size": found.micro_size,
+                    "batch_size": found.micro_batch * found.micro_size,
+                    "memory_mb": found.memory_mb,
+                    "tried": [{"micro_batch": s, "train_mem_mb": mb, "note": n}
+                              for s, mb, n in found.tried]})
+        return
+    for size, _, note in found.tried:
+        console.print(f"micro-batch {size:>6}: {note}", markup=False, highlight=False)
+    if not found.micro_batch:
+        console.print(f"no micro-batch fits {found.memory_mb:g} MB: micro-batch 1 did not")
+        return
+    console.print(f"largest micro-batch that fits {found.memory_mb:g} MB: {found.micro_batch} "
+                  f"(batch_size {found.micro_batch * found.micro_size} at micro_size "
+                  f"{found.micro_size})")
+
+
+def _show_lr(found: LrFind, json_output: bool) -> None:
+    if json_output:
+        print_json({"suggested_lr": found.suggestion, "plot": str(found.plot),
+                    "lr": found.rates, "train_loss": found.losses})
+        return
+    console.print(f"lr range test: {len(found.losses)} updates, lr {found.rates[0]:.3g} to "
+                  f"{found.rates[-1]:.3g}")
+    console.print("suggested lr: " + (f"{found.suggestion:.3g}" if found.suggestion else
+                                      "none (no clear descent: widen the range or add "
+                                      "--lr-updates)"))
+    console.print(f"plot: {found.plot}")
+
+
+def _show_tune(outcome: Outcome, runs: PhaseRuns, json_output: bool) -> None:
+    document = summary(outcome)
+    if json_output:
+        print_json(document)
+        return
+    for line in lines(document):
+        console.print(line, markup=False, highlight=False)
+    if outcome.parents:
+        first = next(iter(outcome.parents.values()))
+        runs_url, _, serve = runs.tracker.ui_links(outcome.experiment_id, first)
+        if serve:
+            console.print(f"serve the store:  {serve}")
+        console.print(f"compare runs:     {redact(runs_url)}")
+
+
+def summary(outcome: Outcome) -> dict[str, Any]:
+    """The tune run as a document: every candidate, the verdicts, the pick and its files."""
+    base = outcome.baseline
+    document: dict[str, Any] = {
+        "candidates": [{"config": p.candidate.point, "samples_per_s": p.rates,
+                        "step_ms": p.metrics.get("step_ms"), "memory_mb": p.memory_mb,
+                        "overflow_rate": p.metrics.get("overflow_rate"),
+                        "dropped": p.dropped, "verdict": _verdict(outcome, p)}
+                       for p in outcome.profiles],
+        "spread": outcome.spread,
+        "confirmed": [{"config": v.profile.candidate.point, "objective": v.objective,
+                       "samples_per_s": v.samples_per_s, "memory_mb": v.memory_mb,
+                       "rejected": v.rejected} for v in outcome.verdicts],
+        "baseline": None if base is None else {
+            "config": base.profile.candidate.point, "objective": base.objective,
+            "samples_per_s": base.samples_per_s, "memory_mb": base.memory_mb},
+        "pick": None, "plot": str(outcome.plot),
+        "sweep_file": str(outcome.sweep_file) if outcome.sweep_file else None,
+        "mlflow_runs": outcome.parents,
+    }
+    pick = outcome.pick
+    if pick is not None and base is not None:
+        document["pick"] = {
+            "config": pick.profile.candidate.point, "objective": pick.objective,
+            "throughput_ratio": pick.samples_per_s / base.samples_per_s,
+            "memory_ratio": (pick.memory_mb / base.memory_mb
+                             if pick.memory_mb and base.memory_mb else None)}
+    return document
+
+
+def _verdict(outcome: Outcome, profile: Any) -> str:
+    """What became of a candidate, in a few words."""
+    if profile.dropped:
+        return f"dropped: {profile.dropped}"
+    confirmed = next((v for v in outcome.verdicts if v.profile is profile), None)
+    if confirmed is not None:
+        chosen = outcome.pick is confirmed
+        return "the pick" if chosen else (f"not kept: {confirmed.rejected}" if confirmed.rejected
+                                          else "kept, slower than the pick")
+    if outcome.baseline is not None and outcome.baseline.profile is profile:
+        return ("the pick: the baseline, as nothing faster kept the objective"
+                if outcome.pick is outcome.baseline else "the baseline: trained as the reference")
+    rank = outcome.standing.index(profile) + 1
+    return (f"ranked {rank} of {len(outcome.standing)} by samples/s: not among the "
+            f"{len(outcome.verdicts)} confirmed")
+
+
+def lines(document: dict[str, Any]) -> list[str]:
+    """The terminal summary of `summary(...)`'s document."""
+    out = []
+    for c in document["candidates"]:
+        rate = f"{c['samples_per_s'][-1]:.1f} samples/s" if c["samples_per_s"] else "-"
+        memory = f"{c['memory_mb']:.1f} MB" if c["memory_mb"] is not None else "-"
+        out.append(f"  {_config(c['config']):<40} {rate:>18} {memory:>10}  "
+                   + c["verdict"])
+    spread = document["spread"]
+    out.append("halving spread (largest run-to-run change of samples/s): "
+               + (f"{spread:.1%}" if spread is not None else "not measured (under 2 left)"))
+    base = document["baseline"]
+    for v in document["confirmed"]:
+        out.append(f"  confirm {_config(v['config'])}: objective {_spread(v['objective'])}, "
+                   f"{v['samples_per_s']:.1f} samples/s: {v['rejected'] or 'kept'}")
+    pick = document["pick"]
+    if pick is None:
+        out.append("no pick: " + ("every candidate was dropped (reasons above)" if base is None
+                                  and not document["confirmed"] else "none kept (reasons above)"))
+    else:
+        memory = (f"{pick['memory_ratio']:.2f}x" if pick["memory_ratio"] is not None else "-")
+        out += [f"pick: {_config(pick['config'])}",
+                f"  throughput {pick['throughput_ratio']:.2f}x the baseline's "
+                f"({_config(base['config'])}), memory {memory}, objective "
+                f"{_spread(pick['objective'])} (baseline {_spread(base['objective'])})",
+                f"  sweep file: {document['sweep_file']}"]
+    out.append(f"plot: {document['plot']}")
+    return out
+
+
+def _config(point: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in point.items()) or "fixed"
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "none"
+    return f"{sum(values) / len(values):.4g} ± {seed_spread(values):.2g}"
+

@@ -1,0 +1,212 @@
+"""`msexp tune`'s three phases: profile every candidate, halve on throughput, confirm the
+fastest against the baseline over the sweep's epochs and seeds."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+from msexp.knobs import value_text
+from msexp.training.records import Probe
+from msexp.tune import rules
+from msexp.tune.candidates import Candidate
+from msexp.tune.runner import Job, Ran, Runner, failure
+
+MEMORY = "train_mem_mb"
+PROBED = ("samples_per_s", "step_ms", "train_mem_mb", "peak_mem_mb")  # constraints a probe checks
+
+
+@dataclass
+class Profile:
+    """A candidate's profiles: samples/s per round, its latest figures, or why it dropped."""
+
+    candidate: Candidate
+    rates: list[float] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    dropped: str | None = None
+
+    @property
+    def memory_mb(self) -> float | None:
+        """train_mem_mb, else (a command's) peak_mem_mb."""
+        return self.metrics.get(MEMORY, self.metrics.get("peak_mem_mb"))
+
+
+@dataclass
+class Verdict:
+    """A configuration trained over the seeds: its objective values, means, and the
+    reason it is not kept (None: kept)."""
+
+    profile: Profile
+    objective: list[float]
+    samples_per_s: float
+    memory_mb: float | None
+    rejected: str | None = None
+    fits: bool = True  # it keeps the budget (the baseline is judged on its objective only)
+
+
+@dataclass
+class Budget:
+    """What a candidate must keep: the sweep file's constraints (as (metric, max, min)) and
+    the memory budget in MB, if one is set."""
+
+    constraints: list[tuple[str, float | None, float | None]]
+    memory_mb: float | None
+
+    def violation(self, metrics: dict[str, float], metrics_known: tuple[str, ...] | None
+                  ) -> str | None:
+        """The first bound `metrics` break, among those on `metrics_known` (None: all)."""
+        bounds = list(self.constraints)
+        if self.memory_mb is not None:
+            bounds.append((MEMORY, self.memory_mb, None))
+        for metric, high, low in bounds:
+            if metrics_known is not None and metric not in metrics_known:
+                continue
+            value = metrics.get(metric)
+            if metric == MEMORY and value is None:
+                value = metrics.get("peak_mem_mb")
+            if value is None:
+                return f"{metric} was not measured"
+            if high is not None and value > high:
+                return f"{metric} {value:.4g} > {high:g} (the budget)"
+            if low is not None and value < low:
+                return f"{metric} {value:.4g} < {low:g} (the budget)"
+        return None
+
+
+Record = Callable[[list[Ran], dict[int, str]], None]
+"""Called with a round's runs and, by run index, the reason a run dropped its candidate."""
+
+
+def profile_all(runner: Runner, found: list[Candidate], budget: Budget, updates: int,
+                record: Record) -> list[Profile]:
+    """Profile each candidate once, one at a time (throughput measured alone). Within a
+    group of candidates equal but for batch_size and micro_size, micro-batches run
+    smallest first, and a micro-batch larger than one that broke the memory budget is
+    skipped: memory grows with the micro-batch."""
+    profiles = [Profile(c) for c in found]
+    too_big: dict[str, int] = {}
+    for profile in sorted(profiles, key=lambda p: p.candidate.micro_batch):
+        group = _group(profile.candidate)
+        if budget.memory_mb is not None and profile.candidate.micro_batch >= too_big.get(
+                group, 1 << 60):
+            profile.dropped = (f"skipped: micro-batch {profile.candidate.micro_batch} >= "
+                               f"{too_big[group]}, which broke the memory budget")
+            continue
+        ran = runner.run([_probe_job(profile.candidate, "profile", updates)], hosts=1)
+        _absorb(profile, ran[0], budget)
+        record(ran, {0: profile.dropped} if profile.dropped else {})
+        if profile.dropped and profile.dropped.startswith(MEMORY):
+            too_big[group] = profile.candidate.micro_batch
+    return profiles
+
+
+def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
+          record: Record) -> tuple[list[Profile], float | None]:
+    """Successive halving on samples/s: each round profiles the faster half again with
+    twice the updates; stop when the leader's margin exceeds twice the measured spread,
+    or after `rules.MAX_ROUNDS` rounds. Returns the standing, fastest first, and the last
+    spread measured (None: fewer than two candidates were left to halve)."""
+    standing = [p for p in profiles if p.dropped is None]
+    spread = None
+    for round_ in range(1, rules.MAX_ROUNDS + 1):
+        if len(standing) < 2:
+            break
+        before = {id(p): p.rates[-1] for p in standing}
+        kept = [p for p in standing if id(p) in rules.halve(before)]
+        jobs = [_probe_job(p.candidate, f"halve{round_}", updates * 2 ** round_)
+                for p in kept]
+        ran = runner.run(jobs, hosts=1)
+        for profile, run in zip(kept, ran):
+            _absorb(profile, run, budget)
+        record(ran, {i: p.dropped for i, p in enumerate(kept) if p.dropped})
+        standing = [p for p in kept if p.dropped is None]
+        now = {id(p): p.rates[-1] for p in standing}
+        spread = rules.spread(before, now)
+        if rules.settled(now, spread):
+            break
+    rest = [p for p in profiles if p.dropped is None and p not in standing]
+    return _fastest_first(standing) + _fastest_first(rest), spread
+
+
+def confirm(runner: Runner, top: list[Profile], baseline: Profile, seeds: list[int | None],
+            objective: str, maximize: bool, tolerance: float, budget: Budget,
+            record: Record) -> tuple[Verdict | None, list[Verdict]]:
+    """Train the top candidates and the baseline for the sweep's epochs with each seed;
+    returns the baseline's verdict (None: it failed; `fits`: it keeps the budget) and the
+    candidates'."""
+    group = [baseline] + [p for p in top if p is not baseline]
+    jobs = [Job((i, seed), f"confirm-{i:02d}-seed{seed}",
+                {**p.candidate.params, **({} if seed is None else {"seed": seed})})
+            for i, p in enumerate(group) for seed in seeds]
+    ran = runner.run(jobs)
+    verdicts = [_verdict(p, [r for r in ran if r.job.key[0] == i], objective,
+                         budget if i else Budget([], None))  # the baseline: a reference
+                for i, p in enumerate(group)]
+    record(ran, {})
+    base = verdicts[0]
+    base.fits = baseline.dropped is None and not any(
+        budget.violation(r.result.metrics, None) for r in ran if r.job.key[0] == 0)
+    if base.rejected:
+        for verdict in verdicts[1:]:
+            verdict.rejected = verdict.rejected or f"the baseline failed: {base.rejected}"
+        return None, verdicts[1:]
+    for verdict in verdicts[1:]:
+        if verdict.rejected is None and not rules.keeps(verdict.objective, base.objective,
+                                                        maximize, tolerance):
+            verdict.rejected = (f"{objective} {_mean(verdict.objective)} is worse than the "
+                                f"baseline's {_mean(base.objective)} by more than "
+                                f"{max(rules.seed_spread(base.objective), tolerance):.4g}")
+    by_profile = {id(v.profile): v for v in verdicts}
+    return base, [by_profile[id(p)] for p in top]  # fastest first, the baseline included
+
+
+def _verdict(profile: Profile, runs: list[Ran], objective: str, budget: Budget) -> Verdict:
+    values, rates, memory, rejected = [], [], [], None
+    for run in runs:
+        reason = failure(run.result) or budget.violation(run.result.metrics, None)
+        if reason is None and objective not in run.result.metrics:
+            reason = f"reported no {objective}"
+        if reason:
+            rejected = rejected or f"seed {run.job.key[1]}: {reason}"
+            continue
+        metrics = run.result.metrics
+        values.append(metrics[objective])
+        rates.append(metrics.get("samples_per_s", float("nan")))
+        memory.append(metrics.get(MEMORY, metrics.get("peak_mem_mb", float("nan"))))
+    return Verdict(profile, values, statistics.mean(rates) if rates else float("nan"),
+                   statistics.mean(memory) if memory else None, rejected)
+
+
+def _probe_job(candidate: Candidate, phase: str, updates: int) -> Job:
+    name = f"{phase}-{candidate.label.replace(' ', '-').replace('=', '')}"
+    return Job(phase, name, candidate.params, Probe(updates))
+
+
+def _absorb(profile: Profile, run: Ran, budget: Budget) -> None:
+    """Take a probe's figures (kept for the plot even where they drop the candidate), and
+    drop the candidate with the reason where it failed or breaks a rule."""
+    metrics = run.result.metrics
+    reason = failure(run.result)
+    if reason is None and "samples_per_s" in metrics:
+        profile.metrics = metrics
+        profile.rates.append(metrics["samples_per_s"])
+    elif reason is None:
+        reason = "reported no samples_per_s (MsexpCallback needs the batch size)"
+    if reason is None and metrics.get("overflow_rate", 0.0) > rules.OVERFLOW_LIMIT:
+        reason = (f"overflowed in {metrics['overflow_rate']:.0%} of its updates (more than "
+                  f"{rules.OVERFLOW_LIMIT:.0%})")
+    profile.dropped = reason or budget.violation(metrics, PROBED)
+
+
+def _group(candidate: Candidate) -> str:
+    return repr(sorted((k, value_text(v)) for k, v in candidate.params.items()
+                       if k not in ("batch_size", "micro_size")))
+
+
+def _fastest_first(profiles: list[Profile]) -> list[Profile]:
+    return sorted(profiles, key=lambda p: -p.rates[-1])
+
+
+def _mean(values: list[float]) -> str:
+    return f"{statistics.mean(values):.4g}" if values else "none"

@@ -1,0 +1,123 @@
+"""The tuner's rules, free of MindSpore and of the stores: successive halving, the keep
+rule, the largest micro-batch that fits, and the learning-rate suggestion."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Callable
+
+OVERFLOW_LIMIT = 0.5  # a profile overflowing in more of its updates overflows persistently
+MAX_ROUNDS = 3
+
+
+def ranked(rates: Mapping[Hashable, float]) -> list[Hashable]:
+    """Keys by samples/s, fastest first."""
+    return sorted(rates, key=lambda key: -rates[key])
+
+
+def halve(rates: Mapping[Hashable, float]) -> list[Hashable]:
+    """The faster half (rounded up, at least two while two remain), fastest first."""
+    order = ranked(rates)
+    return order[:max(min(2, len(order)), math.ceil(len(order) / 2))]
+
+
+def spread(before: Mapping[Hashable, float], now: Mapping[Hashable, float]) -> float:
+    """Run-to-run spread of samples/s: the largest relative change of a configuration
+    measured in both rounds, |now - before| / before."""
+    changes = [abs(now[key] - before[key]) / before[key] for key in now if before.get(key)]
+    return max(changes, default=0.0)
+
+
+def margin(rates: Mapping[Hashable, float]) -> float:
+    """How much faster the leader is than the second, relatively (inf when alone)."""
+    order = ranked(rates)
+    if len(order) < 2:
+        return math.inf
+    return rates[order[0]] / rates[order[1]] - 1
+
+
+def settled(rates: Mapping[Hashable, float], measured_spread: float) -> bool:
+    """Halving stops once the leader's margin exceeds twice the measured spread."""
+    return margin(rates) > 2 * measured_spread
+
+
+def seed_spread(values: Sequence[float]) -> float:
+    """Seed-to-seed spread of an objective: the sample standard deviation (0 for one seed)."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def keeps(candidate: Sequence[float], baseline: Sequence[float], maximize: bool,
+          tolerance: float = 0.0) -> bool:
+    """Whether a candidate keeps the objective: its mean is no worse than the baseline's by
+    more than the baseline's seed-to-seed spread, or `tolerance` where that is larger."""
+    loss = statistics.mean(baseline) - statistics.mean(candidate)
+    return (loss if maximize else -loss) <= max(seed_spread(baseline), tolerance)
+
+
+def largest_fitting(fits: Callable[[int], bool], start: int = 1, limit: int = 1 << 20
+                    ) -> tuple[int, list[int]]:
+    """The largest size for which `fits(size)` holds, as Lightning's scale_batch_size finds
+    it: double from `start` until a size does not fit (or passes `limit`), then binary
+    search between the last that fit and the first that did not. Returns it (0 if `start`
+    does not fit) and the sizes tried, in order."""
+    tried: list[int] = []
+
+    def check(size: int) -> bool:
+        tried.append(size)
+        return fits(size)
+
+    if not check(start):
+        return 0, tried
+    low, high = start, None
+    while high is None:
+        if low * 2 > limit:
+            return low, tried
+        if check(low * 2):
+            low *= 2
+        else:
+            high = low * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if check(middle):
+            low = middle
+        else:
+            high = middle
+    return low, tried
+
+
+def smooth(losses: Sequence[float], beta: float = 0.98) -> list[float]:
+    """Exponential moving average with bias correction (as Lightning's lr_find)."""
+    average, smoothed = 0.0, []
+    for i, loss in enumerate(losses, 1):
+        average = beta * average + (1 - beta) * loss
+        smoothed.append(average / (1 - beta ** i))
+    return smoothed
+
+
+def before_divergence(losses: Sequence[float]) -> list[float]:
+    """The smoothed losses up to where the range test diverges: the smoothed loss passes 4x
+    its best, or a loss is not finite (as Lightning's lr_find stops)."""
+    kept: list[float] = []
+    for loss in smooth(list(itertools.takewhile(math.isfinite, losses))):
+        if kept and loss > 4 * min(kept):
+            break
+        kept.append(loss)
+    return kept
+
+
+def suggest_lr(rates: Sequence[float], losses: Sequence[float], skip_begin: int = 10,
+               skip_end: int = 1) -> float | None:
+    """The lr where the smoothed loss falls fastest against log(lr), before the test
+    diverges; None if too few points remain."""
+    kept = list(zip(rates, before_divergence(losses)))
+    window = kept[skip_begin:len(kept) - skip_end]
+    if len(window) < 3:
+        return None
+    slopes = [(window[i + 1][1] - window[i - 1][1])
+              / (math.log(window[i + 1][0]) - math.log(window[i - 1][0]))
+              for i in range(1, len(window) - 1)]
+    steepest = min(range(len(slopes)), key=slopes.__getitem__)
+    return window[steepest + 1][0]

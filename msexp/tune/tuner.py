@@ -1,0 +1,103 @@
+"""`tune`: profile, halve and confirm, then the pick with its sweep file and plot."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from msexp.paths import REPORTS_DIR, STORE_DIR
+from msexp.spec import SweepSpec
+from msexp.tune import phases
+from msexp.tune.candidates import candidates, check_tunable, seeds
+from msexp.tune.output import sweep_file, throughput_plot
+from msexp.tune.phases import Budget, Profile, Verdict
+from msexp.tune.record import PhaseRuns
+from msexp.tune.runner import Runner
+
+TUNE_DIR = STORE_DIR / "tune"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The command's options: profile `updates`, `top` k to confirm, the objective's
+    `tolerance`, and a memory budget in MB (None: the file's constraint, if any)."""
+
+    updates: int = 10
+    top: int = 2
+    tolerance: float = 0.0
+    memory_mb: float | None = None
+
+
+@dataclass
+class Outcome:
+    """What a tune run found."""
+
+    profiles: list[Profile]
+    standing: list[Profile]
+    spread: float | None
+    baseline: Verdict | None
+    verdicts: list[Verdict]
+    pick: Verdict | None
+    plot: Path
+    sweep_file: Path | None
+    parents: dict[str, str]
+    experiment_id: str
+
+
+def memory_budget(spec: SweepSpec, memory_mb: float | None) -> float | None:
+    """`--memory`, else the sweep file's `train_mem_mb` constraint's max."""
+    if memory_mb is not None:
+        return memory_mb
+    return next((c.max for c in spec.constraints
+                 if c.metric == phases.MEMORY and c.max is not None), None)
+
+
+def budget_of(spec: SweepSpec, memory_mb: float | None) -> Budget:
+    return Budget([(c.metric, c.max, c.min) for c in spec.constraints],
+                  memory_budget(spec, memory_mb))
+
+
+def run_folder(spec: SweepSpec) -> Path:
+    """A fresh folder for this tune run's trials: mlruns/tune/NAME/TIME."""
+    return TUNE_DIR / spec.name / time.strftime("%Y%m%d-%H%M%S")
+
+
+def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -> Outcome:
+    """Profile every candidate, halve, confirm the top k against the baseline; the pick is
+    the fastest candidate kept, else the baseline where it fits the budget (nothing faster
+    kept the objective). Trials that fail are dropped with their reason."""
+    check_tunable(spec)
+    found = candidates(spec)
+    budget = budget_of(spec, settings.memory_mb)
+    profiles = phases.profile_all(runner, found, budget, settings.updates,
+                                  lambda ran, dropped: runs.children("profile", ran, dropped))
+    standing, spread = phases.halve(runner, profiles, budget, settings.updates,
+                                    lambda ran, dropped: runs.children("halve", ran, dropped))
+    objective = spec.objectives[0]
+    baseline_verdict, verdicts = None, []
+    if standing:
+        baseline_verdict, verdicts = phases.confirm(
+            runner, standing[:settings.top], profiles[0], seeds(spec), objective.metric,
+            objective.direction == "maximize", settings.tolerance, budget,
+            lambda ran, dropped: runs.children("confirm", ran, dropped))
+    pick = next((v for v in verdicts if v.rejected is None), None)
+    if pick is None and baseline_verdict is not None and baseline_verdict.fits:
+        pick = baseline_verdict  # nothing faster keeps the objective
+    rejected = [v.profile for v in verdicts if v.rejected]
+    plot = throughput_plot(REPORTS_DIR / f"{spec.name}-tune.png", profiles,
+                           pick.profile if pick else None, profiles[0], rejected,
+                           budget.memory_mb, f"msexp tune {spec.name}: throughput against "
+                           "memory")
+    written = None
+    if pick is not None:
+        swept = {k for c in found for k in c.point}
+        written = sweep_file(REPORTS_DIR / f"{spec.name}-tuned.yaml", spec.path,
+                             f"{spec.name}-tuned", pick.profile.candidate.point, swept)
+    phase = "confirm" if standing else "profile"
+    for path in (plot, written):
+        if path is not None:
+            runs.attach(phase, path)
+    runs.close()
+    return Outcome(profiles, standing, spread, baseline_verdict, verdicts, pick, plot, written,
+                   dict(runs.parents), runs.experiment_id)

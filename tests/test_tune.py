@@ -1,0 +1,262 @@
+"""`msexp tune`: the halving, keep, max-batch and lr rules against hand computations, its
+refusals, and real tune runs on lenet_digits (profile, halve, confirm; --max-batch)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from msexp.cli.app import app
+from msexp.execution.protocol import Status, TrialRequest, TrialResult, read_events
+from msexp.spec import load_spec
+from msexp.training.records import Probe
+from msexp.tune import rules
+from msexp.tune.runner import failure
+from tests.conftest import write
+
+DIGITS = """
+    name: tuned
+    experiment: lenet_digits
+    method: grid
+    objective:
+      - {metric: eval_accuracy, direction: maximize}
+    budget: {trial_timeout: 300, workers: 1, repeats: 2}
+    fixed: {epochs: 1, lr: 0.01, optimizer: adam}
+    params:
+      micro_size: [1, 4]
+      batch_size: [64, 256]
+"""
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "300"})
+
+
+def test_halving_keeps_the_faster_half_and_at_least_two() -> None:
+    assert rules.halve({"a": 10.0, "b": 30.0, "c": 20.0, "d": 5.0}) == ["b", "c"]
+    assert rules.halve({"a": 10.0, "b": 30.0, "c": 20.0}) == ["b", "c"]  # ceil(3/2) = 2
+    assert rules.halve({"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "e": 5.0}) == ["e", "d", "c"]
+    assert rules.halve({"a": 1.0}) == ["a"]
+
+
+def test_halving_stops_when_the_margin_exceeds_twice_the_spread() -> None:
+    before, now = {"a": 100.0, "b": 80.0}, {"a": 110.0, "b": 84.0}
+    assert rules.spread(before, now) == pytest.approx(0.10)  # a: |110 - 100| / 100
+    assert rules.margin(now) == pytest.approx(110 / 84 - 1)  # 0.3095 > 2 * 0.10
+    assert rules.settled(now, rules.spread(before, now))
+    assert not rules.settled({"a": 110.0, "b": 100.0}, 0.10)  # 0.10 < 0.20
+    assert rules.margin({"a": 1.0}) == math.inf
+
+
+def test_the_keep_rule_allows_the_baselines_seed_spread_or_the_tolerance() -> None:
+    baseline = [0.90, 0.92]  # mean 0.91, sample std 0.01414
+    assert rules.seed_spread(baseline) == pytest.approx(0.0141421, rel=1e-4)
+    assert rules.keeps([0.90, 0.91], baseline, maximize=True)  # 0.005 worse
+    assert not rules.keeps([0.89, 0.90], baseline, maximize=True)  # 0.015 worse
+    assert rules.keeps([0.89, 0.90], baseline, maximize=True, tolerance=0.02)
+    assert rules.keeps([0.99, 0.99], baseline, maximize=True)  # better is kept
+    assert not rules.keeps([0.95], [0.91], maximize=False)  # a loss: higher is worse
+    assert rules.keeps([0.90], [0.91], maximize=False)
+
+
+def test_the_max_batch_search_matches_a_hand_search() -> None:
+    def memory_mb(size: int) -> float:  # a stand-in for measured memory: linear in size
+        return 1.0 + 0.05 * size
+
+    budget = 20.0
+    found, tried = rules.largest_fitting(lambda s: memory_mb(s) <= budget)
+    by_hand = max(s for s in range(1, 5000) if memory_mb(s) <= budget)
+    assert found == by_hand == 380
+    assert tried[:10] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]  # doubling, then bisection
+    assert 384 in tried and 381 in tried and len(tried) <= 10 + 8
+    assert rules.largest_fitting(lambda s: False) == (0, [1])
+    assert rules.largest_fitting(lambda s: True, limit=64)[0] == 64
+
+
+def test_the_lr_suggestion_is_the_steepest_descent_before_divergence() -> None:
+    rates = [1e-6 * 10 ** (7 * i / 299) for i in range(300)]  # 1e-6 .. 10, exponential
+    # a loss that falls fastest at lr 1e-3 (log-logistic) and blows up above lr 1
+    losses = [2.0 - math.tanh(2 * (math.log10(r) + 3)) + (50.0 if r > 1 else 0.0)
+              for r in rates]
+    suggested = rules.suggest_lr(rates, losses)
+    # Lightning's EMA (beta 0.98) lags the curve by about 1 / (1 - beta) = 50 points, a
+    # little over one decade here: the steepest smoothed descent lies just past 1e-3
+    assert 1e-3 <= suggested <= 1e-3 * 10 ** 1.5
+    clean = sum(r <= 1 for r in rates)  # the smoothed loss passes 4x its best a few points on
+    assert clean < len(rules.before_divergence(losses)) <= clean + 5
+    assert rules.suggest_lr(rates[:12], losses[:12]) is None  # too few points
+
+
+def test_a_probe_request_round_trips_and_is_never_warm_for_an_lr_test(tmp_path: Path) -> None:
+    request = TrialRequest("lenet_digits", {"batch_size": 32}, tmp_path,
+                           probe=Probe(200, 1e-5, 1.0))
+    assert TrialRequest.from_json(request.to_json()) == request
+
+
+def test_a_failed_profile_names_its_reason() -> None:
+    assert failure(TrialResult(Status.COMPLETE)) is None
+    assert failure(TrialResult(Status.FAILED, error="out of memory")) == "failed: out of memory"
+    assert "trial timeout" in failure(TrialResult(Status.TIMEOUT, error="600 s"))
+
+
+def test_tune_refuses_a_range_a_hookless_command_and_max_batch_without_budget(
+        workdir: Path) -> None:
+    ranged = write(workdir / "ranged.yaml", DIGITS.replace(
+        "batch_size: [64, 256]", "weight_decay: {low: 0.001, high: 0.1}").replace(
+        "repeats: 2", "repeats: 1").replace("method: grid", "method: random"))
+    result = cli("tune", str(ranged))
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"{ranged}: params.weight_decay: msexp tune needs a list of values to profile each, not a "
+        "range, got 0.001 .. 0.1"]
+    write(workdir / "train.py", "print('accuracy 0.5')\n")
+    command = write(workdir / "command.yaml", """
+        name: cmd
+        experiment: {command: python train.py, metrics: ['accuracy (?P<eval_accuracy>\\S+)']}
+        objective: [{metric: eval_accuracy, direction: maximize}]
+        params: {lr: [0.1, 0.01]}
+    """)
+    result = cli("tune", str(command))
+    assert result.exit_code == 2, result.output
+    assert "add msexp.hooks.MsexpCallback() to its Model.train callbacks" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    digits = write(workdir / "digits.yaml", DIGITS)
+    result = cli("tune", str(digits), "--max-batch")
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"{digits}: constraints: --max-batch needs a memory "
+                                     "budget: --memory MB or a train_mem_mb max constraint, "
+                                     "got none")
+
+
+def _profiles(folder: Path) -> dict[str, dict[str, float]]:
+    """The result metrics of every probe under a tune run's folder, by folder name."""
+    found = {}
+    for events in folder.rglob("events.jsonl"):
+        for event in read_events(events):
+            if hasattr(event, "metrics") and "updates" in getattr(event, "metrics", {}):
+                found[events.parent.name] = event.metrics
+    return found
+
+
+@pytest.mark.slow
+def test_a_tune_run_drops_what_breaks_the_budget_and_picks_the_fastest_kept(
+        workdir: Path) -> None:
+    from msexp.tracking.runs import Tracker
+
+    sweep = write(workdir / "digits.yaml", DIGITS + "    constraints:\n"
+                  "      - {metric: train_mem_mb, max: 10}\n")
+    result = cli("tune", str(sweep), "--tolerance", "1", "--updates", "6", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    by_config = {(c["config"]["micro_size"], c["config"]["batch_size"]): c
+                 for c in found["candidates"]}
+    # micro-batch 256 (LeNet5 about 15 MB) breaks the 10 MB budget; micro-batch 64 fits
+    assert by_config[(1, 256)]["dropped"].startswith("train_mem_mb ")
+    assert "> 10 (the budget)" in by_config[(1, 256)]["dropped"]
+    assert by_config[(1, 256)]["memory_mb"] > 10  # measured, kept for the plot
+    assert by_config[(4, 256)]["dropped"] is None and by_config[(4, 256)]["memory_mb"] < 10
+    probes = _profiles(Path("mlruns/tune"))
+    assert len(probes) >= 3
+    for name, probe in probes.items():  # samples/s by hand: batch_size * 1000 / step_ms
+        batch = int(re.search(r"batch_size(\d+)", name).group(1))
+        assert probe["samples_per_s"] == pytest.approx(batch * 1000 / probe["step_ms"])
+        assert probe["overflow_rate"] == 0.0
+    pick = found["pick"]
+    assert pick is not None, result.output
+    rounds = max(len(c["samples_per_s"]) for c in found["candidates"])
+    fastest = max((c for c in found["candidates"] if len(c["samples_per_s"]) == rounds),
+                  key=lambda c: c["samples_per_s"][-1])
+    assert found["confirmed"][0]["config"] == fastest["config"]
+    assert pick["config"] == fastest["config"]  # --tolerance 1 keeps every candidate
+    base = found["baseline"]
+    assert base["config"] == {"micro_size": 1, "batch_size": 64}
+    assert len(base["objective"]) == 2  # budget.repeats seeds
+    assert pick["throughput_ratio"] == pytest.approx(
+        next(v["samples_per_s"] for v in found["confirmed"] if v["config"] == pick["config"])
+        / base["samples_per_s"])
+    tuned = load_spec(found["sweep_file"])  # ready to run: it validates
+    assert tuned.space.resolve({})["micro_size"] == pick["config"]["micro_size"]
+    assert Path(found["plot"]).stat().st_size > 10_000
+    tracker = Tracker()
+    for phase, parent in found["mlflow_runs"].items():
+        children = tracker.client.search_runs(
+            [tracker.experiment_id("tuned")], f"tags.`mlflow.parentRunId` = '{parent}'")
+        assert children and all(c.data.tags["msexp.tune.phase"] == phase for c in children)
+    confirm = tracker.client.list_artifacts(found["mlflow_runs"]["confirm"])
+    assert {"tuned-tune.png", "tuned-tuned.yaml"} <= {a.path for a in confirm}
+
+
+@pytest.mark.slow
+def test_max_batch_agrees_with_a_hand_binary_search_over_measured_memory(
+        workdir: Path) -> None:
+    sweep = write(workdir / "digits.yaml", DIGITS)
+    result = cli("tune", str(sweep), "--max-batch", "--memory", "2.5", "--updates", "2",
+                 "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    measured = {t["micro_batch"]: t["train_mem_mb"] for t in found["tried"]}
+    by_hand, _ = rules.largest_fitting(lambda size: measured[size] <= 2.5)
+    assert found["micro_batch"] == by_hand > 0
+    assert measured[found["micro_batch"]] <= 2.5 < measured[found["micro_batch"] + 1]
+    assert found["batch_size"] == found["micro_batch"]  # the baseline's micro_size is 1
+
+
+@pytest.mark.slow
+def test_lr_find_grows_the_lr_exponentially_and_suggests_one_inside_the_range(
+        workdir: Path) -> None:
+    sweep = write(workdir / "digits.yaml", DIGITS)
+    result = cli("tune", str(sweep), "--lr-find", "--lr-updates", "60", "--lr-low", "1e-5",
+                 "--lr-high", "1", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    rates, losses = found["lr"], found["train_loss"]
+    assert rates[0] == pytest.approx(1e-5) and len(losses) == len(rates) <= 60
+    step = (1 / 1e-5) ** (1 / 59)  # the same factor from each update to the next
+    assert all(b / a == pytest.approx(step) for a, b in zip(rates, rates[1:]))
+    assert found["suggested_lr"] == rules.suggest_lr(rates, losses)
+    assert 1e-5 < found["suggested_lr"] < 1
+    assert Path(found["plot"]).stat().st_size > 10_000
+
+
+def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> None:
+    from msexp.cli.tune import lines, summary
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.phases import Profile
+    from msexp.tune.tuner import Outcome
+
+    def profile(micro: int, dropped: str) -> Profile:
+        return Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),
+                       dropped=dropped)
+
+    profiles = [profile(1, "train_mem_mb 15 > 10 (the budget)"),
+                profile(2, "failed: batch_size 4096 is larger than the training set"),
+                profile(4, "passed the trial timeout (600 s)")]
+    outcome = Outcome(profiles, [], None, None, [], None, tmp_path / "p.png", None, {}, "0")
+    shown = lines(summary(outcome))
+    for p in profiles:
+        assert sum(p.dropped in line and f"micro_size={p.candidate.point['micro_size']}" in line
+                   for line in shown) == 1
+    assert "no pick: every candidate was dropped (reasons above)" in shown
+
+
+def test_a_probe_stops_after_its_updates_and_reports_figures_by_their_units() -> None:
+    from msexp.execution.local import train_request
+    from msexp.spec import trial_params
+    from msexp.training.probe import range_rates
+
+    events: list = []
+    params = trial_params("mlp_digits", {"batch_size": 32, "micro_size": 2, "epochs": 1})
+    request = TrialRequest("mlp_digits", params, probe=Probe(70))  # over one epoch's 44
+    metrics, _ = train_request(request, events.append, lambda: False)
+    epoch = next(e for e in events if hasattr(e, "series"))
+    assert len(epoch.series["train_loss"]) == 70 and metrics["updates"] == 70
+    assert metrics["samples_per_s"] == pytest.approx(32 * 1000 / metrics["step_ms"])
+    assert metrics["train_mem_mb"] > 0 and metrics["overflow_rate"] == 0.0
+    assert "eval_accuracy" not in metrics  # a probe evaluates nothing
+    rates = range_rates(Probe(5, 1e-4, 1.0))
+    assert rates == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1, 1.0])
