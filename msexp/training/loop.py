@@ -20,7 +20,7 @@ from msexp.training.checkpoint import CheckpointPlan, Checkpoints, load_into
 from msexp.training.graphs import Graphs
 from msexp.training.memory import PeakMemory
 from msexp.training.records import Diverged, Epoch, Stopped, Target
-from msexp.training.step import tensors_of
+from msexp.training.step import tensors_of, timed_update
 
 OnEpoch = Callable[[Epoch], None]
 
@@ -101,11 +101,7 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
         for micro_batches in batches.epoch(epoch):
             if stop_requested():
                 raise Stopped(f"stopped at epoch {epoch}, step {global_step}")
-            tensors = [(tensors_of(x), ms.Tensor(y)) for x, y in micro_batches]
-            with memory.update(step):
-                began = time.perf_counter()
-                loss, finite = step(tensors)
-                update_s.append(time.perf_counter() - began)
+            loss, finite = timed_update(step, micro_batches, memory, update_s)
             global_step += 1
             if not finite:
                 counters["overflow"] += 1

@@ -16,14 +16,12 @@ import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
-import mindspore as ms
-
 from msexp.experiment import Workload
 from msexp.training import data
 from msexp.training.graphs import Graphs
 from msexp.training.memory import PeakMemory
 from msexp.training.records import Diverged, Epoch, Probe, Stopped
-from msexp.training.step import tensors_of
+from msexp.training.step import timed_update
 
 
 def range_rates(probe: Probe) -> list[float]:
@@ -52,11 +50,7 @@ def run_probe(workload: Workload, params: dict[str, Any], graphs: Graphs, probe:
     for micro_batches in _forever(batches):
         if stop_requested():
             raise Stopped(f"stopped at update {len(losses)}")
-        tensors = [(tensors_of(x), ms.Tensor(y)) for x, y in micro_batches]
-        with memory.update(step):
-            began = time.perf_counter()
-            loss, finite = step(tensors)
-            update_s.append(time.perf_counter() - began)
+        loss, finite = timed_update(step, micro_batches, memory, update_s)
         losses.append(loss)
         overflow += not finite
         if finite and not math.isfinite(loss):

@@ -11,6 +11,7 @@ before the update.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import mindspore as ms
@@ -29,6 +30,18 @@ def tensors_of(inputs: Any) -> Any:
     if isinstance(inputs, tuple):
         return tuple(ms.Tensor(a) for a in inputs)
     return ms.Tensor(inputs)
+
+
+def timed_update(step: Callable, micro_batches: list, memory: Any, update_s: list[float]
+                 ) -> tuple[float, bool]:
+    """One update of `step` on NumPy `micro_batches`, its peak memory noted by `memory` (a
+    `PeakMemory`) and its seconds appended to `update_s`; (loss, finite)."""
+    tensors = [(tensors_of(x), ms.Tensor(y)) for x, y in micro_batches]
+    with memory.update(step):
+        began = time.perf_counter()
+        loss, finite = step(tensors)
+        update_s.append(time.perf_counter() - began)
+    return loss, finite
 
 
 class _Graph(nn.Cell):
