@@ -209,6 +209,15 @@ def test_each_command_in_the_docs_is_one_whose_help_lists_its_options(command: C
             f"msexp {' '.join(path)} --help lists no {option}")
 
 
+def test_each_sweep_file_a_docs_command_names_is_in_the_repository() -> None:
+    """Except on a page that has the reader make it with `msexp new`."""
+    scaffolding = {c.snippet.page for c in COMMANDS if c.argv[0] == "new"}
+    named = {arg for c in COMMANDS if c.snippet.page not in scaffolding for arg in c.argv
+             if re.fullmatch(r"sweeps/[\w.-]+\.ya?ml", arg)}
+    assert named, "no docs command names a file of sweeps/"
+    assert [n for n in sorted(named) if not (ROOT / n).is_file()] == []
+
+
 @pytest.mark.parametrize(("page", "path", "anchor"), links(),
                          ids=lambda v: v.name if isinstance(v, Path) else v)
 def test_each_link_of_the_docs_reaches_its_file_and_heading(page: Path, path: str,
