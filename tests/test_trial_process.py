@@ -1,0 +1,345 @@
+"""The trial process's own code, run in this process: the zygote and its forked trial
+children (`trial.Zygote`, `serve`, `_child_main`), a trial's events and log
+(`_run_logged`), and training in this process with warm graphs and checkpoints
+(`local.train_request`).
+
+A host runs this code in a subprocess, where mutmut sees no test; here it runs in the
+test's own process (real MindSpore, real forks), for the mutation profile "hosts".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from msexp.execution import trial
+from msexp.execution.command import CommandFailed
+from msexp.execution.link import RUN, socket_pair
+from msexp.execution.local import WarmGraphs, train_request
+from msexp.execution.protocol import (
+    Checkpointing,
+    Command,
+    End,
+    Epoch,
+    Error,
+    Result,
+    Start,
+    TrialRequest,
+    read_events,
+)
+from msexp.spec import trial_params
+from msexp.training.records import Diverged, Stopped
+from tests.conftest import ASSETS
+from tests.fault.conftest import wait_for
+from tests.test_host import gone
+
+TIMEOUT_S = 600.0
+BROKEN = str(ASSETS / "broken.py")  # an experiment that misbehaves as its `mode` says
+
+
+def request(folder: Path, name: str, experiment: str = "mlp_digits", **params) -> TrialRequest:
+    given = trial_params(experiment, {"epochs": 1, **params})
+    made = TrialRequest(experiment, given, folder / name)
+    made.events_path.parent.mkdir(parents=True, exist_ok=True)
+    made.events_path.write_text("")
+    made.log_path.write_text("")
+    return made
+
+
+def command(folder: Path, name: str, source: str) -> TrialRequest:
+    path = folder / f"{name}.py"
+    path.write_text(source, encoding="utf-8")
+    made = TrialRequest(name, {"seed": 0}, folder / name,
+                        command=Command([sys.executable, str(path)], str(folder), ["score"]))
+    made.events_path.parent.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def events_of(made: TrialRequest, kind: type) -> list:
+    return [e for e in read_events(made.events_path) if isinstance(e, kind)]
+
+
+@pytest.fixture
+def zygote():
+    sweep, theirs = socket_pair()
+    made = trial.Zygote(theirs.fileno())
+    yield made
+    made.close()
+    sweep.close()
+    theirs.close()
+
+
+@contextlib.contextmanager
+def real_output():
+    """Print to file descriptors 1 and 2, as a host does (not to pytest's capture), and
+    give them back after code that redirects them to a trial's log."""
+    kept = os.dup(1), os.dup(2)
+    streams = sys.stdout, sys.stderr
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = streams
+        for fd, copy in zip((1, 2), kept):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+# -- Zygote: a forked child per trial, kept warm for the same graph signature ----------
+
+def test_a_zygote_keeps_its_child_warm_only_for_the_same_signature(zygote, tmp_path):
+    a, b, c = (request(tmp_path, "a"), request(tmp_path, "b", lr=0.02),
+               request(tmp_path, "c", batch_size=32))
+    for made in (a, b, c):
+        zygote.run(made, made.to_json())
+        assert isinstance(read_events(made.events_path)[-1], End)
+        assert events_of(made, Result) and not events_of(made, Error)
+    (start_a,), (start_b,), (start_c,) = (events_of(m, Start) for m in (a, b, c))
+    assert [start_a.warm, start_b.warm, start_c.warm] == [False, True, False]
+    assert start_a.pid == start_b.pid != start_c.pid != os.getpid()
+    assert gone(start_a.pid), "the child of the other signature was ended"
+    assert zygote.idle is not None and zygote.idle.pid == start_c.pid
+    assert zygote.running is None
+    zygote.close()
+    assert gone(start_c.pid)
+
+
+def test_a_trial_that_exits_is_ended_by_the_zygote_with_its_exit_code(zygote, tmp_path):
+    made = request(tmp_path, "exits", BROKEN, mode="exits")
+    zygote.run(made, made.to_json())
+    assert zygote.idle is None
+    errors = events_of(made, Error)
+    assert [(e.kind, e.message) for e in errors] == [("exit", "trial process exited with code 3")]
+    assert isinstance(read_events(made.events_path)[-1], End)
+
+
+def test_a_trial_that_raises_ends_once_with_its_exception(zygote, tmp_path):
+    made = request(tmp_path, "raises", BROKEN, mode="raises")
+    with real_output():
+        zygote.run(made, made.to_json())
+    assert [(e.kind, e.message) for e in events_of(made, Error)] == [
+        ("exception", "RuntimeError: the experiment is broken on purpose")]
+    assert len(events_of(made, End)) == 1 and zygote.idle is None
+    assert "the experiment is broken on purpose" in made.log_path.read_text()
+
+
+def test_a_stopped_trial_keeps_its_child_warm(zygote, tmp_path):
+    made = request(tmp_path, "slow", BROKEN, epochs=50, pause_s=0.2)
+    zygote.signal(signal.SIGUSR1)  # nothing runs: nothing happens
+    running = threading.Thread(target=zygote.run, args=(made, made.to_json()))
+    running.start()
+    wait_for("the first epoch", lambda: events_of(made, Epoch), deadline_s=TIMEOUT_S)
+    zygote.signal(signal.SIGUSR1)
+    running.join(TIMEOUT_S)
+    assert [e.kind for e in events_of(made, Error)] == ["stopped"]
+    assert len(events_of(made, Epoch)) < 50
+    assert zygote.idle is not None, "a stopped trial's graphs are reusable"
+
+
+def test_a_killed_trial_child_is_reported_and_the_next_trial_gets_a_new_one(zygote, tmp_path):
+    made = request(tmp_path, "slow", BROKEN, epochs=50, pause_s=0.2)
+    running = threading.Thread(target=zygote.run, args=(made, made.to_json()))
+    running.start()
+    wait_for("the first epoch", lambda: events_of(made, Epoch), deadline_s=TIMEOUT_S)
+    zygote.signal(signal.SIGKILL)
+    running.join(TIMEOUT_S)
+    assert [(e.kind, e.message) for e in events_of(made, Error)] == [
+        ("exit", "trial process was killed by SIGKILL")]
+    assert zygote.idle is None
+    after = request(tmp_path, "after", BROKEN)
+    zygote.run(after, after.to_json())
+    (start,) = events_of(after, Start)
+    assert not start.warm and start.pid != events_of(made, Start)[0].pid
+
+
+# -- serve: the host's loop, on its end of the socket pair -----------------------------
+
+def test_serve_runs_what_the_sweep_sends_until_it_finishes(tmp_path):
+    sweep, theirs = socket_pair()
+    served = threading.Thread(target=trial.serve, args=(theirs.detach(),))
+    served.start()
+    sweep.wait_ready(served.is_alive, TIMEOUT_S)
+    first, second = request(tmp_path, "a"), request(tmp_path, "b", lr=0.02)
+    for made in (first, second):
+        sweep.send(RUN, made.to_json())
+        wait_for("the trial's end", lambda m=made: events_of(m, End), deadline_s=TIMEOUT_S)
+    (start_a,), (start_b,) = events_of(first, Start), events_of(second, Start)
+    assert start_b.warm and start_a.pid == start_b.pid != os.getpid()
+    sweep.finish()
+    served.join(TIMEOUT_S)
+    assert not served.is_alive() and gone(start_b.pid)
+    sweep.close()
+
+
+# -- a trial child's loop and one trial's events and log, in this process ---------------
+
+def test_a_trial_child_says_idle_after_each_trial_that_leaves_graphs(tmp_path):
+    lines = io.StringIO(request(tmp_path, "a").to_json() + "\n" +
+                        request(tmp_path, "b", lr=0.02).to_json() + "\n")
+    replies = io.StringIO()
+    with real_output():
+        assert trial._child_main(lines, replies) == 0
+    assert replies.getvalue() == "idle\nidle\n"
+    assert events_of(request_path(tmp_path, "b"), Start)[0].warm
+
+
+def request_path(folder: Path, name: str) -> TrialRequest:
+    return TrialRequest("mlp_digits", {}, folder / name)
+
+
+def test_a_trial_child_exits_after_a_trial_without_graphs(tmp_path):
+    made = command(tmp_path, "c", 'print("score: 0.25")\n')
+    replies = io.StringIO()
+    then = request(tmp_path, "never")
+    with real_output():
+        assert trial._child_main(io.StringIO(made.to_json() + "\n" + then.to_json() + "\n"),
+                                 replies) == 0
+    assert replies.getvalue() == ""
+    assert events_of(made, Result)[0].metrics == {"score": 0.25}
+    assert read_events(then.events_path) == [], "the child exited before it"
+
+
+def test_a_trial_child_exits_with_the_trials_exit_code(tmp_path):
+    made = request(tmp_path, "exits", BROKEN, mode="exits")
+    with real_output():
+        assert trial._child_main(io.StringIO(made.to_json() + "\n"), io.StringIO()) == 3
+    assert "mode exits" in made.log_path.read_text()
+
+
+def test_a_trial_logged_in_this_process_ends_its_events(tmp_path):
+    made = request(tmp_path, "raises", BROKEN, mode="raises")
+    stop = trial.StopFlag()
+    stop.set = True  # a stop meant for the trial before
+    with real_output():
+        trial._run_logged(made, stop, WarmGraphs())
+    assert not stop.set
+    kinds = [type(e).__name__ for e in read_events(made.events_path)]
+    assert kinds == ["Error", "End"]
+    log = made.log_path.read_text()
+    assert "mode raises in pid" in log and "Traceback" in log
+
+
+def test_failures_become_error_events_of_their_kind():
+    assert trial.failure(CommandFailed("exited 3")) == Error("exit", "exited 3")
+    assert trial.failure(Diverged("nan")) == Error("diverged", "Diverged: nan")
+    assert trial.failure(Stopped("pruned")) == Error("stopped", "Stopped: pruned")
+    assert trial.failure(KeyError("x")) == Error("exception", "KeyError: 'x'")
+
+
+def test_a_stop_flag_is_set_by_sigusr1():
+    flag = trial.StopFlag().listen()
+    try:
+        assert flag() is False
+        os.kill(os.getpid(), signal.SIGUSR1)
+        wait_for("the signal", flag)
+        assert flag() is True
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+
+
+def test_trials_fork_on_cpu_unless_told_not_to(monkeypatch):
+    assert trial._preload() is True
+    monkeypatch.setenv("MSEXP_FORK", "0")
+    assert trial._preload() is False
+
+
+def test_the_zygote_ends_a_trial_only_when_its_child_did_not(tmp_path):
+    made = request(tmp_path, "a")
+    trial._report_exit(made, 9)  # killed by SIGKILL (a wait status)
+    assert [type(e) for e in read_events(made.events_path)] == [Error, End]
+    assert read_events(made.events_path)[0].message == "trial process was killed by SIGKILL"
+    trial._report_exit(made, 3 << 8)
+    assert len(read_events(made.events_path)) == 2, "ended already: nothing added"
+    other = request(tmp_path, "b")
+    trial._report_exit(other, 3 << 8)
+    assert read_events(other.events_path)[0].message == "trial process exited with code 3"
+
+
+def test_a_command_trial_returns_its_metrics(tmp_path):
+    made = command(tmp_path, "c", 'print("score: 0.75")\n')
+    emitted = []
+    assert trial.run(made, emitted.append) == {"score": 0.75}
+    assert emitted[-1] == Result({"score": 0.75}, None)
+
+
+# -- local: training in this process, warm graphs and checkpoints ---------------------
+
+def test_warm_graphs_are_taken_once_and_only_by_their_signature():
+    class Graphs:
+        reusable = True
+
+    warm, graphs = WarmGraphs(), Graphs()
+    warm.keep("sig", graphs)
+    assert warm.held and warm.take("other") is None and not warm.held
+    warm.keep("sig", graphs)
+    assert warm.take("sig") is graphs and warm.take("sig") is None
+    warm.keep(None, graphs)
+    assert not warm.held, "a trial without a signature leaves nothing"
+    Graphs.reusable = False
+    warm.keep("sig", graphs)
+    assert not warm.held
+    Graphs.reusable = True
+    warm.keep("sig", graphs)
+    warm.drop()
+    assert not warm.held and warm.signature is None
+
+
+def train(made: TrialRequest, warm: WarmGraphs, stop=lambda: False) -> list:
+    emitted: list = []
+    train_request(made, emitted.append, stop, warm=warm)
+    return emitted
+
+
+def test_a_warm_trial_in_this_process_equals_it_cold(tmp_path):
+    warm = WarmGraphs()
+    train(request(tmp_path, "a", epochs=2), warm)
+    assert warm.held
+    warmed = train(request(tmp_path, "b", epochs=2, lr=0.02), warm)
+    cold = train(request(tmp_path, "c", epochs=2, lr=0.02), WarmGraphs())
+    assert warmed[0].warm and not cold[0].warm
+    assert warmed[0].pid == os.getpid() and warmed[0].impl == {} and warmed[0].resumed_from == 0
+    assert [e.metrics for e in warmed[1:-1]] == [e.metrics for e in cold[1:-1]]
+    assert {k: warmed[-1].metrics[k] for k in ("eval_loss", "train_loss")} == \
+           {k: cold[-1].metrics[k] for k in ("eval_loss", "train_loss")}
+
+
+def test_a_trial_that_fails_while_training_leaves_no_graphs(tmp_path):
+    warm = WarmGraphs()
+
+    def broken_stop() -> bool:
+        raise OSError("the disk is gone")
+
+    with pytest.raises(OSError):
+        train(request(tmp_path, "a"), warm, broken_stop)
+    assert not warm.held
+    with pytest.raises(Stopped):
+        train(request(tmp_path, "b"), warm, lambda: True)
+    assert warm.held, "a stopped trial's graphs stay reusable"
+
+
+def test_a_trial_with_checkpoints_resumes_from_its_last_epoch(tmp_path, capsys):
+    made = dataclasses.replace(request(tmp_path, "a", epochs=2), trial="study/0",
+                               checkpoint=Checkpointing(every=1, keep="last"))
+    first = train(made, WarmGraphs())
+    assert first[0].resumed_from == 0 and first[-1].checkpoint.endswith("epoch-0002.ckpt")
+    again = train(made, WarmGraphs())
+    assert again[0].resumed_from == 2
+    assert "msexp: resuming from epoch 2" in capsys.readouterr().out
+
+
+def test_thor_resolves_its_implementation_for_the_device():
+    from msexp.execution.local import _implementations
+
+    assert _implementations({"optimizer": "adam"}) == {}
+    assert _implementations({"optimizer": "thor", "thor_impl": "auto"}) == {"thor_impl": "msexp"}
