@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import io
 import os
 import signal
@@ -18,6 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from msexp.execution import trial
@@ -343,3 +345,137 @@ def test_thor_resolves_its_implementation_for_the_device():
 
     assert _implementations({"optimizer": "adam"}) == {}
     assert _implementations({"optimizer": "thor", "thor_impl": "auto"}) == {"thor_impl": "msexp"}
+
+
+# -- msrun: the trial process's watch over a data-parallel trial's cluster -------------
+
+def test_the_ranks_log_next_to_the_trials_log():
+    from msexp.execution.msrun import rank_log_dir
+
+    assert rank_log_dir(Path("t/3/trial.log")) == Path("t/3/trial.ranks")
+
+
+def test_each_rank_gets_its_share_of_the_threads(monkeypatch):
+    from msexp.execution import msrun
+    from msexp.paths import search_path
+
+    monkeypatch.setenv("MSEXP_THREADS", "5")
+    env = msrun._env(2)
+    assert env["MSEXP_THREADS"] == env["OMP_NUM_THREADS"] == "2"
+    assert env[msrun.LAUNCHER_ENV] == str(os.getpid()) and env["PATH"] == search_path()
+    assert msrun._env(8)["MSEXP_THREADS"] == "1"
+    monkeypatch.delenv("MSEXP_THREADS")
+    assert msrun._env(1)["MSEXP_THREADS"] == str(os.cpu_count())
+
+
+def test_thor_does_not_run_data_parallel(tmp_path):
+    from msexp.execution.msrun import launch
+
+    made = request(tmp_path, "t", optimizer="thor", devices=2)
+    with pytest.raises(ValueError, match="optimizer thor does not run data parallel yet.*"
+                                         "use devices 1, got 2"):
+        launch(made, lambda event: None, lambda: False)
+
+
+def cluster(tmp_path: Path, source: str, devices: int = 1):
+    """A `_Cluster` watching a stand-in for msrun: a real process running `source`."""
+    import subprocess
+
+    from msexp.execution.msrun import _Cluster
+
+    rank = tmp_path / "rank.py"
+    rank.write_text("import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n"
+                    "    time.sleep(0.05)\nsys.exit(1)\n")  # a rank that dies when told
+    launcher = tmp_path / "msrun.py"
+    launcher.write_text(source)
+    proc = subprocess.Popen([sys.executable, str(launcher), str(rank)], cwd=tmp_path)
+    return _Cluster(proc, tmp_path, devices, str(rank))
+
+
+def test_a_cluster_whose_msrun_ends_well_or_whose_ranks_are_done_is_finished(tmp_path):
+    done = cluster(tmp_path, "pass\n")
+    done.wait(lambda: False)
+    done.kill()
+    marked = cluster(tmp_path, "import time\ntime.sleep(600)\n", devices=2)
+    for rank in (0, 1):
+        (tmp_path / f"rank-{rank}.json").write_text('{"done": true}')
+    marked.wait(lambda: False)
+    marked.kill()
+    assert marked.proc.returncode is not None
+
+
+def test_a_stopped_cluster_raises_stopped(tmp_path):
+    running = cluster(tmp_path, "import time\ntime.sleep(600)\n", devices=3)
+    with pytest.raises(Stopped, match="^stopped; killed the 3 ranks$"):
+        running.wait(lambda: True)
+    running.kill()
+
+
+def test_a_failed_msrun_says_how_with_its_log(tmp_path):
+    failed = cluster(tmp_path, "open('msrun.log', 'w').write('one\\ntwo\\n')\nraise "
+                               "SystemExit(3)\n")
+    with pytest.raises(RuntimeError) as raised:
+        failed.wait(lambda: False)
+    failed.kill()
+    assert str(raised.value) == "msrun exited with code 3; last lines of msrun.log:\none\ntwo"
+
+
+RANK_LAUNCHER = """
+import os, subprocess, sys, time
+env = dict(os.environ, MS_ROLE="MS_WORKER", RANK_ID="0")
+subprocess.Popen([sys.executable, sys.argv[1], "die"], env=env).wait()
+time.sleep(600)
+"""
+
+
+def test_a_rank_that_dies_fails_the_trial_with_its_log(tmp_path):
+    dying = cluster(tmp_path, RANK_LAUNCHER)
+    (tmp_path / "worker_0.log").write_text("step 1\nTraceback: boom\n")
+
+    def kill_the_rank_once_seen() -> None:
+        wait_for("the rank", lambda: dying.ranks, deadline_s=TIMEOUT_S)
+        (tmp_path / "die").touch()
+
+    threading.Thread(target=kill_the_rank_once_seen, daemon=True).start()
+    with pytest.raises(RuntimeError) as raised:
+        dying.wait(lambda: False)
+    dying.kill()
+    (rank,) = dying.ranks.values()
+    assert dying.dead == [0]
+    assert str(raised.value) == (f"rank 0 of 1 (pid {rank.pid}) died; last lines of "
+                                 "worker_0.log:\nstep 1\nTraceback: boom")
+    assert gone(rank.pid) and gone(dying.proc.pid)
+
+
+def test_an_exit_msrun_reports_names_the_rank_and_its_error(tmp_path):
+    reports = "print('Worker process 4242 exit with exception. Error code: -9', " \
+              "file=open('msrun.log', 'w'))\nimport time\ntime.sleep(600)\n"
+    (tmp_path / "rank-0.json").write_text(
+        '{"pid": 4242, "error": {"type": "OSError", "message": "disk full"}}')
+    killed = cluster(tmp_path, reports)
+    with pytest.raises(RuntimeError) as raised:
+        killed.wait(lambda: False)
+    killed.kill()
+    assert str(raised.value).startswith(
+        "rank 0 of 1 (pid 4242) was killed by SIGKILL after OSError: disk full; "
+        "last lines of worker_0.log:\n")
+    (tmp_path / "rank-0.json").write_text(
+        '{"pid": 4242, "error": {"type": "Diverged", "message": "loss is nan"}}')
+    diverged = cluster(tmp_path, reports)
+    with pytest.raises(Diverged, match="^rank 0: loss is nan$"):
+        diverged.wait(lambda: False)
+    diverged.kill()
+
+
+def test_the_weights_checksum_follows_the_weights():
+    from mindspore import Tensor, nn
+
+    from msexp.execution.msrun import weights_checksum
+
+    network = nn.Dense(3, 2)
+    network.weight.set_data(Tensor(np.zeros((2, 3), np.float32)))
+    network.bias.set_data(Tensor(np.zeros(2, np.float32)))
+    zeros = weights_checksum(network)
+    assert zeros == hashlib.sha256(bytes(4 * 8)).hexdigest()
+    network.bias.set_data(Tensor(np.ones(2, np.float32)))
+    assert weights_checksum(network) != zeros
