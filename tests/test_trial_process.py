@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import hashlib
 import io
+import json
 import os
 import signal
 import sys
@@ -479,3 +480,26 @@ def test_the_weights_checksum_follows_the_weights():
     assert zeros == hashlib.sha256(bytes(4 * 8)).hexdigest()
     network.bias.set_data(Tensor(np.ones(2, np.float32)))
     assert weights_checksum(network) != zeros
+
+
+def test_a_rank_records_its_state_whole(tmp_path):
+    from msexp.execution.msrun import _write_marker
+
+    _write_marker(tmp_path / "rank-0.json", {"rank": 0, "done": True})
+    assert json.loads((tmp_path / "rank-0.json").read_text()) == {"rank": 0, "done": True}
+
+
+def test_a_rank_whose_msrun_is_gone_exits_at_once(monkeypatch):
+    """msrun's rank (this process) checks that its grandparent is the trial process."""
+    import psutil
+
+    from msexp.execution import msrun
+
+    monkeypatch.setenv(msrun.LAUNCHER_ENV, str(psutil.Process(os.getppid()).ppid()))
+    msrun._die_with_msrun()  # the launcher is there: nothing happens
+    monkeypatch.setenv(msrun.LAUNCHER_ENV, str(os.getpid()))  # not this one's grandparent
+    child = os.fork()
+    if child == 0:
+        msrun._die_with_msrun()
+        os._exit(7)
+    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 1
