@@ -27,6 +27,8 @@ from tests.conftest import ROOT
 from tests.fault.conftest import wait_for
 
 TIMEOUT_S = 600.0  # a deadline for a hang, on a loaded 2-core machine
+# trials in host processes or forked children, seconds each: the slow tier (tests/README.md)
+SLOW = pytest.mark.slow
 
 
 def mlp(folder: Path, name: str, **params) -> TrialRequest:
@@ -97,6 +99,7 @@ def test_a_socket_pair_gives_the_host_an_inheritable_socket():
 
 # -- Host: a real host process, driven from here ---------------------------------------
 
+@SLOW
 def test_a_host_keeps_a_warm_child_for_the_same_signature_only(host, tmp_path):
     first = host.run(mlp(tmp_path, "a", lr=0.05), TIMEOUT_S)
     warm = host.run(mlp(tmp_path, "b", lr=0.02), TIMEOUT_S)
@@ -119,6 +122,7 @@ def test_a_host_keeps_a_warm_child_for_the_same_signature_only(host, tmp_path):
     assert host.pid is None and gone(host_pid) and gone(other.pid)
 
 
+@SLOW
 def test_a_pruned_trial_stops_and_its_host_runs_the_next(host, tmp_path):
     seen = []
 
@@ -145,6 +149,7 @@ time.sleep(600)  # never looks at should_stop()
 """
 
 
+@SLOW
 def test_a_trial_that_ignores_its_stop_loses_its_child_and_the_host_stays(host, tmp_path):
     pruned = host.run(script(tmp_path, "ignores", IGNORES_STOP), TIMEOUT_S, lambda e: True)
     assert pruned.status is Status.PRUNED
@@ -159,6 +164,7 @@ def test_a_trial_that_ignores_its_stop_loses_its_child_and_the_host_stays(host, 
 SLEEPS = "import time\ntime.sleep(600)\n"
 
 
+@SLOW
 def test_a_trial_past_its_timeout_is_killed_with_its_host(host, tmp_path):
     result = host.run(script(tmp_path, "sleeps", SLEEPS), 2.0)
     assert result.status is Status.TIMEOUT
@@ -175,6 +181,7 @@ os.kill(psutil.Process(os.getppid()).ppid(), 9)  # the host, above the trial chi
 """
 
 
+@SLOW
 def test_a_host_that_dies_fails_its_trial_with_the_reason(host, tmp_path):
     result = host.run(script(tmp_path, "kills", KILLS_HOST), TIMEOUT_S)
     assert result.status is Status.FAILED
@@ -188,6 +195,7 @@ os.kill(os.getppid(), 9)  # the trial child that runs this command
 """
 
 
+@SLOW
 def test_a_trial_child_that_dies_ends_its_trial_and_the_host_stays(host, tmp_path):
     result = host.run(script(tmp_path, "dies", KILLS_CHILD), TIMEOUT_S)
     assert result.status is Status.FAILED
@@ -204,6 +212,7 @@ print("score: 0.5")
 """
 
 
+@SLOW
 def test_what_a_finished_trial_leaves_running_is_killed(host, tmp_path):
     result = host.run(script(tmp_path, "leaves", LEAVES_A_DAEMON), TIMEOUT_S)
     assert result.status is Status.COMPLETE, result.error
@@ -232,6 +241,7 @@ def test_start_hosts_share_the_cores_and_number_the_slots(tmp_path):
 
 # -- Slots: one host and one thread per concurrent trial -------------------------------
 
+@SLOW
 def test_slots_keep_only_the_hosts_they_need_and_close_them_after_the_work():
     hosts = [Host(cwd=ROOT) for _ in range(3)]
     for h in hosts:

@@ -45,6 +45,8 @@ from tests.fault.conftest import wait_for
 from tests.test_host import gone
 
 TIMEOUT_S = 600.0
+# trials in host processes or forked children, seconds each: the slow tier (tests/README.md)
+SLOW = pytest.mark.slow
 BROKEN = str(ASSETS / "broken.py")  # an experiment that misbehaves as its `mode` says
 
 
@@ -101,6 +103,7 @@ def real_output():
 
 # -- Zygote: a forked child per trial, kept warm for the same graph signature ----------
 
+@SLOW
 def test_a_zygote_keeps_its_child_warm_only_for_the_same_signature(zygote, tmp_path):
     a, b, c = (request(tmp_path, "a"), request(tmp_path, "b", lr=0.02),
                request(tmp_path, "c", batch_size=32))
@@ -118,6 +121,7 @@ def test_a_zygote_keeps_its_child_warm_only_for_the_same_signature(zygote, tmp_p
     assert gone(start_c.pid)
 
 
+@SLOW
 def test_a_trial_that_exits_is_ended_by_the_zygote_with_its_exit_code(zygote, tmp_path):
     made = request(tmp_path, "exits", BROKEN, mode="exits")
     zygote.run(made, made.to_json())
@@ -137,6 +141,7 @@ def test_a_trial_that_raises_ends_once_with_its_exception(zygote, tmp_path):
     assert "the experiment is broken on purpose" in made.log_path.read_text()
 
 
+@SLOW
 def test_a_stopped_trial_keeps_its_child_warm(zygote, tmp_path):
     made = request(tmp_path, "slow", BROKEN, epochs=50, pause_s=0.2)
     zygote.signal(signal.SIGUSR1)  # nothing runs: nothing happens
@@ -150,6 +155,7 @@ def test_a_stopped_trial_keeps_its_child_warm(zygote, tmp_path):
     assert zygote.idle is not None, "a stopped trial's graphs are reusable"
 
 
+@SLOW
 def test_a_killed_trial_child_is_reported_and_the_next_trial_gets_a_new_one(zygote, tmp_path):
     made = request(tmp_path, "slow", BROKEN, epochs=50, pause_s=0.2)
     running = threading.Thread(target=zygote.run, args=(made, made.to_json()))
@@ -168,6 +174,7 @@ def test_a_killed_trial_child_is_reported_and_the_next_trial_gets_a_new_one(zygo
 
 # -- serve: the host's loop, on its end of the socket pair -----------------------------
 
+@SLOW
 def test_serve_runs_what_the_sweep_sends_until_it_finishes(tmp_path):
     sweep, theirs = socket_pair()
     served = threading.Thread(target=trial.serve, args=(theirs.detach(),))
@@ -187,6 +194,7 @@ def test_serve_runs_what_the_sweep_sends_until_it_finishes(tmp_path):
 
 # -- a trial child's loop and one trial's events and log, in this process ---------------
 
+@SLOW
 def test_a_trial_child_says_idle_after_each_trial_that_leaves_graphs(tmp_path):
     lines = io.StringIO(request(tmp_path, "a").to_json() + "\n" +
                         request(tmp_path, "b", lr=0.02).to_json() + "\n")
@@ -304,6 +312,7 @@ def train(made: TrialRequest, warm: WarmGraphs, stop=lambda: False) -> list:
     return emitted
 
 
+@SLOW
 def test_a_warm_trial_in_this_process_equals_it_cold(tmp_path):
     warm = WarmGraphs()
     train(request(tmp_path, "a", epochs=2), warm)
@@ -331,6 +340,7 @@ def test_a_trial_that_fails_while_training_leaves_no_graphs(tmp_path):
     assert warm.held, "a stopped trial's graphs stay reusable"
 
 
+@SLOW
 def test_a_trial_with_checkpoints_resumes_from_its_last_epoch(tmp_path, capsys):
     made = dataclasses.replace(request(tmp_path, "a", epochs=2), trial="study/0",
                                checkpoint=Checkpointing(every=1, keep="last"))
