@@ -103,12 +103,19 @@ def real_output():
 
 # -- Zygote: a forked child per trial, kept warm for the same graph signature ----------
 
+def run_in(zygote: trial.Zygote, made: TrialRequest) -> None:
+    """One trial in a child forked with this process's own stdout and stderr objects
+    (pytest's, or a runner's that another thread may hold at the fork, would hang it)."""
+    with real_output():
+        zygote.run(made, made.to_json())
+
+
 @SLOW
 def test_a_zygote_keeps_its_child_warm_only_for_the_same_signature(zygote, tmp_path):
     a, b, c = (request(tmp_path, "a"), request(tmp_path, "b", lr=0.02),
                request(tmp_path, "c", batch_size=32))
     for made in (a, b, c):
-        zygote.run(made, made.to_json())
+        run_in(zygote, made)
         assert isinstance(read_events(made.events_path)[-1], End)
         assert events_of(made, Result) and not events_of(made, Error)
     (start_a,), (start_b,), (start_c,) = (events_of(m, Start) for m in (a, b, c))
@@ -124,7 +131,7 @@ def test_a_zygote_keeps_its_child_warm_only_for_the_same_signature(zygote, tmp_p
 @SLOW
 def test_a_trial_that_exits_is_ended_by_the_zygote_with_its_exit_code(zygote, tmp_path):
     made = request(tmp_path, "exits", BROKEN, mode="exits")
-    zygote.run(made, made.to_json())
+    run_in(zygote, made)
     assert zygote.idle is None
     errors = events_of(made, Error)
     assert [(e.kind, e.message) for e in errors] == [("exit", "trial process exited with code 3")]
@@ -133,8 +140,7 @@ def test_a_trial_that_exits_is_ended_by_the_zygote_with_its_exit_code(zygote, tm
 
 def test_a_trial_that_raises_ends_once_with_its_exception(zygote, tmp_path):
     made = request(tmp_path, "raises", BROKEN, mode="raises")
-    with real_output():
-        zygote.run(made, made.to_json())
+    run_in(zygote, made)
     assert [(e.kind, e.message) for e in events_of(made, Error)] == [
         ("exception", "RuntimeError: the experiment is broken on purpose")]
     assert len(events_of(made, End)) == 1 and zygote.idle is None
@@ -145,7 +151,7 @@ def test_a_trial_that_raises_ends_once_with_its_exception(zygote, tmp_path):
 def test_a_stopped_trial_keeps_its_child_warm(zygote, tmp_path):
     made = request(tmp_path, "slow", BROKEN, epochs=50, pause_s=0.2)
     zygote.signal(signal.SIGUSR1)  # nothing runs: nothing happens
-    running = threading.Thread(target=zygote.run, args=(made, made.to_json()))
+    running = threading.Thread(target=run_in, args=(zygote, made))
     running.start()
     wait_for("the first epoch", lambda: events_of(made, Epoch), deadline_s=TIMEOUT_S)
     zygote.signal(signal.SIGUSR1)
@@ -158,7 +164,7 @@ def test_a_stopped_trial_keeps_its_child_warm(zygote, tmp_path):
 @SLOW
 def test_a_killed_trial_child_is_reported_and_the_next_trial_gets_a_new_one(zygote, tmp_path):
     made = request(tmp_path, "slow", BROKEN, epochs=50, pause_s=0.2)
-    running = threading.Thread(target=zygote.run, args=(made, made.to_json()))
+    running = threading.Thread(target=run_in, args=(zygote, made))
     running.start()
     wait_for("the first epoch", lambda: events_of(made, Epoch), deadline_s=TIMEOUT_S)
     zygote.signal(signal.SIGKILL)
@@ -167,7 +173,7 @@ def test_a_killed_trial_child_is_reported_and_the_next_trial_gets_a_new_one(zygo
         ("exit", "trial process was killed by SIGKILL")]
     assert zygote.idle is None
     after = request(tmp_path, "after", BROKEN)
-    zygote.run(after, after.to_json())
+    run_in(zygote, after)
     (start,) = events_of(after, Start)
     assert not start.warm and start.pid != events_of(made, Start)[0].pid
 
@@ -177,7 +183,12 @@ def test_a_killed_trial_child_is_reported_and_the_next_trial_gets_a_new_one(zygo
 @SLOW
 def test_serve_runs_what_the_sweep_sends_until_it_finishes(tmp_path):
     sweep, theirs = socket_pair()
-    served = threading.Thread(target=trial.serve, args=(theirs.detach(),))
+
+    def serve() -> None:
+        with real_output():  # see run_in
+            trial.serve(theirs.detach())
+
+    served = threading.Thread(target=serve)
     served.start()
     sweep.wait_ready(served.is_alive, TIMEOUT_S)
     first, second = request(tmp_path, "a"), request(tmp_path, "b", lr=0.02)
