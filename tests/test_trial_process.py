@@ -524,3 +524,30 @@ def test_a_rank_whose_msrun_is_gone_exits_at_once(monkeypatch):
         msrun._die_with_msrun()
         os._exit(7)
     assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 1
+
+
+@SLOW
+def test_a_data_parallel_trial_runs_as_msrun_ranks_from_this_process(tmp_path):
+    from msexp.execution.msrun import launch, rank_log_dir
+    from msexp.execution.protocol import EventWriter, Launch
+
+    made = request(tmp_path, "dp", devices=2, hidden=16)
+    folder = rank_log_dir(made.log_path)
+    folder.mkdir(parents=True)
+    (folder / "stale.txt").write_text("from an earlier attempt")
+    emitted: list = []
+    with EventWriter.open(made.events_path) as emit:
+        def both(event) -> None:
+            emitted.append(event)
+            emit(event)
+
+        metrics = launch(made, both, lambda: False)
+    assert emitted == [Launch(2, str(folder), os.getpid())]
+    (result,) = events_of(made, Result)
+    assert metrics == result.metrics and "eval_loss" in metrics
+    assert not (folder / "stale.txt").exists(), "each attempt's rank logs afresh"
+    assert TrialRequest.from_json((folder / "request.json").read_text()) == made
+    markers = [json.loads((folder / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert [(m["rank"], m["done"], m["size"]) for m in markers] == [(0, True, 2), (1, True, 2)]
+    assert markers[0]["checksum"] == markers[1]["checksum"], "the ranks' weights agree"
+    assert (folder / "msrun.log").exists() and (folder / "worker_1.log").exists()
