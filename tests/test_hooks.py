@@ -209,3 +209,19 @@ def test_the_train_step_updates_every_micro_size_calls_and_counts_overflows() ->
     assert plain.loss_scale is None and plain.micro_size == 1
     evaluating = hooks.model(mlp(), loss, hooks.optimizer(mlp(), {}, 2), {})
     assert evaluating._eval_network is None
+
+
+def test_the_callback_without_an_eval_dataset_reports_no_eval_metric(in_a_trial) -> None:
+    params = {"batch_size": BATCH, "optimizer": "sgd", "lr": 0.1}
+    network, loss = mlp(), nn.CrossEntropyLoss()
+    model = hooks.model(network, loss, hooks.optimizer(network, params, 4), params,
+                        metrics={"Accuracy": Accuracy()})
+    data = NumpySlicesDataset((X, Y), ["x", "y"], shuffle=False).batch(BATCH)
+    model.train(1, data, callbacks=[hooks.MsexpCallback(model)], dataset_sink_mode=False)
+    ((_, _, metrics),) = reported(in_a_trial)
+    assert not any(name.startswith("eval_") for name in metrics) and "train_loss" in metrics
+
+
+def test_output_dir_may_be_asked_for_again(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("MSEXP_OUTPUT_DIR", str(tmp_path / "out"))
+    assert hooks.output_dir() == hooks.output_dir() == tmp_path / "out"

@@ -568,3 +568,48 @@ def test_a_data_parallel_trial_runs_as_msrun_ranks_from_this_process(tmp_path):
     assert [(m["rank"], m["done"], m["size"]) for m in markers] == [(0, True, 2), (1, True, 2)]
     assert markers[0]["checksum"] == markers[1]["checksum"], "the ranks' weights agree"
     assert (folder / "msrun.log").exists() and (folder / "worker_1.log").exists()
+
+
+def test_a_data_parallel_trial_stopped_at_once_starts_its_rank_logs_afresh(tmp_path):
+    from msexp.execution.msrun import launch, rank_log_dir
+    from msexp.execution.protocol import Launch
+
+    made = request(tmp_path, "dp", devices=2)
+    folder = rank_log_dir(made.log_path)
+    emitted: list = []
+    with pytest.raises(Stopped, match="^stopped; killed the 2 ranks$"):
+        launch(made, emitted.append, lambda: True)  # no rank log folder yet
+    assert emitted == [Launch(2, str(folder), os.getpid())]
+    assert TrialRequest.from_json((folder / "request.json").read_text()) == made
+    assert (folder / "rank.py").read_text().endswith("main(Path(sys.argv[1]))\n")
+    with pytest.raises(Stopped):
+        launch(made, emitted.append, lambda: True)  # the folder of the last attempt
+
+
+def test_a_cluster_that_fails_before_its_ranks_are_known_says_msrun_runs(tmp_path):
+    reports = "print('Worker process 4242 exit with exception. Error code: 1', " \
+              "file=open('msrun.log', 'w'))\nimport time\ntime.sleep(600)\n"
+    unknown = cluster(tmp_path, reports, devices=2)
+    with pytest.raises(RuntimeError) as raised:
+        unknown.wait(lambda: False)
+    unknown.kill()
+    assert str(raised.value) == ("msrun is still running; last lines of msrun.log:\n"
+                                 "Worker process 4242 exit with exception. Error code: 1")
+
+
+def test_a_trial_without_devices_runs_in_this_process(tmp_path):
+    made = request(tmp_path, "raises", BROKEN, mode="raises")
+    alone = dataclasses.replace(made, params={k: v for k, v in made.params.items()
+                                              if k != "devices"})
+    with pytest.raises(RuntimeError, match="the experiment is broken on purpose"):
+        trial.run(alone, lambda event: None)
+
+
+def test_a_trials_log_is_created_readable_by_all(tmp_path):
+    made = request(tmp_path, "raises", BROKEN, mode="raises")
+    made.log_path.unlink()
+    umask = os.umask(0)
+    os.umask(umask)
+    with real_output():
+        trial._run_logged(made, trial.StopFlag(), WarmGraphs())
+    assert made.log_path.stat().st_mode & 0o777 == 0o644 & ~umask
