@@ -613,3 +613,27 @@ def test_a_trials_log_is_created_readable_by_all(tmp_path):
     with real_output():
         trial._run_logged(made, trial.StopFlag(), WarmGraphs())
     assert made.log_path.stat().st_mode & 0o777 == 0o644 & ~umask
+
+
+@SLOW
+def test_without_fork_serve_runs_trials_itself_and_keeps_their_graphs(tmp_path, monkeypatch):
+    monkeypatch.setenv("MSEXP_FORK", "0")  # the GPU and Ascend path: no trial child
+    sweep, theirs = socket_pair()
+
+    def serve() -> None:
+        with real_output():  # the trials redirect this process's output to their logs
+            trial.serve(theirs.detach())
+
+    served = threading.Thread(target=serve)
+    served.start()
+    sweep.wait_ready(served.is_alive, TIMEOUT_S)
+    first, second = request(tmp_path, "a"), request(tmp_path, "b", lr=0.02)
+    for made in (first, second):
+        sweep.send(RUN, made.to_json())
+        wait_for("the trial's end", lambda m=made: events_of(m, End), deadline_s=TIMEOUT_S)
+    sweep.finish()
+    served.join(TIMEOUT_S)
+    sweep.close()
+    (start_a,), (start_b,) = events_of(first, Start), events_of(second, Start)
+    assert start_a.pid == start_b.pid == os.getpid()
+    assert not start_a.warm and start_b.warm
