@@ -212,7 +212,9 @@ def test_serve_runs_what_the_sweep_sends_until_it_finishes(tmp_path):
                                                                     SAYS_ITS_PARENT)
     for made in (first, second):
         sweep.send(RUN, made.to_json())
-        wait_for("the trial's end", lambda m=made: events_of(m, End), deadline_s=TIMEOUT_S)
+        wait_for("the trial's end", lambda m=made: events_of(m, End) or not served.is_alive(),
+                 deadline_s=TIMEOUT_S)
+        assert served.is_alive(), "serve ended before the sweep finished"
     assert os.getpid() != child_pid(first) != child_pid(second)
     sweep.finish()
     served.join(TIMEOUT_S)
@@ -371,9 +373,11 @@ def test_a_trial_that_fails_while_training_leaves_no_graphs(tmp_path):
 @SLOW
 def test_a_trial_with_checkpoints_resumes_from_its_last_epoch(tmp_path, capsys):
     made = dataclasses.replace(request(tmp_path, "a", epochs=2), trial="study/0",
-                               checkpoint=Checkpointing(every=1, keep="last"))
+                               checkpoint=Checkpointing(every=1, keep="all"))
     first = train(made, WarmGraphs())
     assert first[0].resumed_from == 0 and first[-1].checkpoint.endswith("epoch-0002.ckpt")
+    kept = sorted(p.name for p in made.checkpoint_dir.glob("*.ckpt"))
+    assert kept == ["epoch-0001.ckpt", "epoch-0002.ckpt"], "keep: all, as the request says"
     again = train(made, WarmGraphs())
     assert again[0].resumed_from == 2
     assert "msexp: resuming from epoch 2" in capsys.readouterr().out
@@ -630,7 +634,9 @@ def test_without_fork_serve_runs_trials_itself_and_keeps_their_graphs(tmp_path, 
     first, second = request(tmp_path, "a"), request(tmp_path, "b", lr=0.02)
     for made in (first, second):
         sweep.send(RUN, made.to_json())
-        wait_for("the trial's end", lambda m=made: events_of(m, End), deadline_s=TIMEOUT_S)
+        wait_for("the trial's end", lambda m=made: events_of(m, End) or not served.is_alive(),
+                 deadline_s=TIMEOUT_S)
+        assert served.is_alive(), "serve ended before the sweep finished"
     sweep.finish()
     served.join(TIMEOUT_S)
     sweep.close()
