@@ -110,6 +110,8 @@ def test_a_host_keeps_a_warm_child_for_the_same_signature_only(host, tmp_path):
         assert [e.epoch for e in result.epochs] == [1]
         assert result.wall_s > 0 and result.stop_s is None and result.error == ""
         assert isinstance(read_events(result.events_path)[-1], End)
+        assert result.log_path == result.events_path.with_name("trial.log")
+        assert result.log_path.is_file()
     assert not first.warm and warm.warm and not other.warm
     assert warm.pid == first.pid != other.pid
     again = host.run(mlp(tmp_path, "a", lr=0.05), TIMEOUT_S)  # a retry, in the same folder
