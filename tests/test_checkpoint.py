@@ -286,3 +286,16 @@ def test_the_training_state_holds_each_parameter_once_with_the_loss_scale(tmp_pa
     assert list(found) == ["0.weight", "0.bias", "2.weight", "2.bias", *names]
     assert found["0.weight"] is network[0].weight
     assert scaler_parameters(object()) == []
+
+
+def test_a_failed_save_names_the_file_it_wrote(tmp_path: Path) -> None:
+    import shutil
+
+    checkpoints, _ = saver(tmp_path)
+    shutil.rmtree(tmp_path / "ckpt")  # e.g. a disk that went away
+    with pytest.raises(OSError) as raised:
+        save_epochs(checkpoints, [0.5])
+    partial = tmp_path / "ckpt" / ".partial-epoch-0001.ckpt"
+    error = raised.value
+    assert (error.errno, error.strerror, error.filename) == (2, "No such file or directory",
+                                                             str(partial))

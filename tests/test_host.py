@@ -83,6 +83,8 @@ def test_wait_ready_returns_on_ready_or_when_the_host_dies():
     host = HostEnd(theirs.detach(), lambda: None, lambda: None)
     waited = threading.Thread(target=sweep.wait_ready, args=(lambda: True, TIMEOUT_S))
     waited.start()
+    waited.join(0.2)
+    assert waited.is_alive(), "it waits for the host's ready"
     host.say_ready()
     waited.join(TIMEOUT_S)
     assert not waited.is_alive()
