@@ -76,6 +76,7 @@ def test_the_host_end_queues_runs_in_order_and_acts_on_stops_and_kills_at_once()
     assert sweep.sock.recv(64) == b"ready\n"
     sweep.close()
     sweep.send(RUN, "after close")  # a host that is gone is found by its exit, not here
+    host.say_ready()  # nor a sweep that is gone
 
 
 def test_wait_ready_returns_on_ready_or_when_the_host_dies():
