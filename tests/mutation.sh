@@ -5,6 +5,7 @@
 #   tests/mutation.sh               every mutant (hours on a 2-core machine)
 #   SAMPLE=500 tests/mutation.sh    a seeded random sample of that many (SEED=11222026)
 #   SAMPLE=500 TAKE=200 ...         the first 200 of that draw (itself a uniform sample)
+#   SAMPLE=500 SKIP=200 ...         the rest of that draw
 #   tests/mutation.sh NAME...       these mutants again (after a test was added)
 #
 # CHILDREN=2 runs two mutants at once (default 1). Changing [tool.mutmut] discards results.
@@ -48,7 +49,7 @@ import random, re, sys
 names = sorted(name for line in sys.stdin if line.strip()
                if re.search(r'$MATCH', name := line.split()[0].rstrip(':')))
 print(*random.Random(${SEED:-11222026}).sample(names, ${SAMPLE}), sep='\n')")
-  names=("${names[@]:0:${TAKE:-$SAMPLE}}")  # the draw's order is random: a part is a sample
+  names=("${names[@]:${SKIP:-0}:${TAKE:-$SAMPLE}}")  # the draw's order is random: a part is a sample
   mutate "${names[@]}"
   statuses | grep -F -f <(printf '%s:\n' "${names[@]}") | awk '{$1=""; print}' | sort | uniq -c
 else
