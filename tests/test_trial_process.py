@@ -427,7 +427,8 @@ def cluster(tmp_path: Path, source: str, devices: int = 1):
     from msexp.execution.msrun import _Cluster
 
     rank = tmp_path / "rank.py"
-    rank.write_text("import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n"
+    rank.write_text("import os, sys, time\nend = time.monotonic() + 600\n"
+                    "while not os.path.exists(sys.argv[1]) and time.monotonic() < end:\n"
                     "    time.sleep(0.05)\nsys.exit(1)\n")  # a rank that dies when told
     launcher = tmp_path / "msrun.py"
     launcher.write_text(source)
