@@ -4,12 +4,34 @@
 #
 #   tests/mutation.sh               every mutant (hours on a 2-core machine)
 #   SAMPLE=500 tests/mutation.sh    a seeded random sample of that many (SEED=11222026)
+#   SAMPLE=500 TAKE=200 ...         the first 200 of that draw (itself a uniform sample)
+#   SAMPLE=500 SKIP=200 ...         the rest of that draw
 #   tests/mutation.sh NAME...       these mutants again (after a test was added)
 #
 # CHILDREN=2 runs two mutants at once (default 1). Changing [tool.mutmut] discards results.
+# PROFILE=hosts uses tests/mutation/hosts.toml instead of [tool.mutmut] (the host, trial,
+# training, checkpoint, memory, signature and hooks modules), in a copy of the tree in
+# .mutation/hosts/ (its own mutants/ and mutants-run.log); only the mutants matching its
+# pattern are sampled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-$(test -x .venv/bin/python && echo .venv/bin/python || echo python)}
+PY=${PY:-$(test -x .venv/bin/python && echo "$PWD/.venv/bin/python" || echo python)}
+FIRST='msexp.cli.app.x__exit__mutmut_1'  # any one mutant: its run makes all of them
+MATCH='.'
+if [[ -n "${PROFILE:-}" ]]; then
+  work=.mutation/$PROFILE
+  mkdir -p "$work"
+  for item in msexp tests experiments sweeps benchmarks README.md; do
+    rm -rf "${work:?}/$item"
+    cp -a "$item" "$work/$item"
+  done
+  # the project's pyproject.toml with the profile's [tool.mutmut] instead of its own
+  { sed '/^\[tool\.mutmut\]/,/^\[/{/^\[tool\.mutmut\]/d;/^\[/!d}' pyproject.toml
+    cat "tests/mutation/$PROFILE.toml"; } > "$work/pyproject.toml"
+  cd "$work"
+  FIRST='msexp.execution.slots.xǁSlotsǁkeep__mutmut_1'
+  MATCH='^msexp\.(execution|training|hooks)\.|^msexp\.knobs\.x_graph_params__'
+fi
 # Trial and CLI subprocesses must import the mutated copy, not this checkout.
 # The folder must exist before Python starts, or the import system skips it for good.
 export PYTHONPATH="$PWD/mutants:$PWD/tests/assets"
@@ -21,11 +43,13 @@ mutate() {
 statuses() { "$PY" -m mutmut results --all true 2>/dev/null; }
 : > mutants-run.log
 if [[ -n "${SAMPLE:-}" ]]; then
-  mutate 'msexp.cli.app.x__exit__mutmut_1'  # makes every mutant and the test map
+  mutate "$FIRST"  # makes every mutant and the test map
   mapfile -t names < <(statuses | "$PY" -c "
-import random, sys
-names = sorted(line.split()[0].rstrip(':') for line in sys.stdin if line.strip())
+import random, re, sys
+names = sorted(name for line in sys.stdin if line.strip()
+               if re.search(r'$MATCH', name := line.split()[0].rstrip(':')))
 print(*random.Random(${SEED:-11222026}).sample(names, ${SAMPLE}), sep='\n')")
+  names=("${names[@]:${SKIP:-0}:${TAKE:-$SAMPLE}}")  # the draw's order is random: a part is a sample
   mutate "${names[@]}"
   statuses | grep -F -f <(printf '%s:\n' "${names[@]}") | awk '{$1=""; print}' | sort | uniq -c
 else

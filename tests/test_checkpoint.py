@@ -128,3 +128,174 @@ def test_a_metric_exactly_on_its_target_has_reached_it(tmp_path: Path) -> None:
     low = epochs[0].metrics["eval_loss"]
     on_loss = Target("eval_loss", low, maximize=False)
     assert on_loss.reached({"eval_loss": low}) and not on_loss.reached({"eval_loss": low * 1.01})
+
+
+# -- the checkpoint folder's rules, exact (mutation profile "hosts") ------------------
+
+def epoch(number: int, **metrics: float):
+    from msexp.training.records import Epoch
+
+    return Epoch(number, number, 0.0, metrics)
+
+
+def saver(tmp_path: Path, **plan: Any):
+    from msexp.training.checkpoint import Checkpoints
+
+    weight = ms.Parameter(Tensor(np.ones(3, np.float32)), name="w")
+    return Checkpoints(CheckpointPlan(tmp_path / "ckpt", **plan), {"w": weight}), weight
+
+
+def saved_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("epoch-*.ckpt"))
+
+
+def save_epochs(checkpoints, values: list[float]):
+    saved, history = None, []
+    for number, value in enumerate(values, 1):
+        history.append(epoch(number, eval_loss=value))
+        saved = checkpoints.save(number, number * 10, history, {"overflow": number}, saved)
+    return saved
+
+
+def test_keep_last_keeps_the_latest_and_its_record(tmp_path: Path) -> None:
+    checkpoints, _ = saver(tmp_path)
+    saved = save_epochs(checkpoints, [0.5, 0.4, 0.6])
+    assert saved_files(tmp_path / "ckpt") == ["epoch-0003.ckpt"]
+    assert (saved.epoch, saved.step, saved.file, saved.counters) == (3, 30, "epoch-0003.ckpt",
+                                                                      {"overflow": 3})
+    assert latest(tmp_path / "ckpt") == saved
+    assert checkpoints.finish(saved) == tmp_path / "ckpt" / "epoch-0003.ckpt"
+    assert not list((tmp_path / "ckpt").glob(".partial-*"))
+
+
+def test_keep_best_holds_the_best_and_the_latest_until_the_end(tmp_path: Path) -> None:
+    checkpoints, _ = saver(tmp_path, keep="best", metric="eval_loss", maximize=False)
+    saved = save_epochs(checkpoints, [0.5, 0.4, 0.6])
+    assert saved.best == {"epoch": 2, "value": 0.4, "file": "epoch-0002.ckpt"}
+    assert saved_files(tmp_path / "ckpt") == ["epoch-0002.ckpt", "epoch-0003.ckpt"]
+    assert checkpoints.finish(saved) == tmp_path / "ckpt" / "epoch-0002.ckpt"
+    assert saved_files(tmp_path / "ckpt") == ["epoch-0002.ckpt"]
+    assert latest(tmp_path / "ckpt").best["epoch"] == 2
+
+
+def test_keep_best_when_maximizing_and_on_a_tie_keeps_the_first(tmp_path: Path) -> None:
+    checkpoints, _ = saver(tmp_path, keep="best", metric="eval_loss", maximize=True)
+    saved = save_epochs(checkpoints, [0.5, 0.7, 0.7, 0.6])
+    assert saved.best == {"epoch": 2, "value": 0.7, "file": "epoch-0002.ckpt"}
+
+
+def test_keep_all_and_keep_none(tmp_path: Path) -> None:
+    every, _ = saver(tmp_path / "all", keep="all")
+    saved = save_epochs(every, [0.5, 0.4])
+    assert every.finish(saved) == tmp_path / "all" / "ckpt" / "epoch-0002.ckpt"
+    assert saved_files(tmp_path / "all" / "ckpt") == ["epoch-0001.ckpt", "epoch-0002.ckpt"]
+    nothing, _ = saver(tmp_path / "none", keep="none")
+    saved = save_epochs(nothing, [0.5, 0.4])
+    assert saved_files(tmp_path / "none" / "ckpt") == ["epoch-0002.ckpt"], "until the end"
+    assert nothing.finish(saved) is None and list((tmp_path / "none" / "ckpt").iterdir()) == []
+    assert nothing.finish(None) is None
+
+
+def test_a_checkpoint_is_due_every_n_epochs_and_after_the_last(tmp_path: Path) -> None:
+    checkpoints, _ = saver(tmp_path, every=2)
+    assert [n for n in range(1, 6) if checkpoints.due(n, 5)] == [2, 4, 5]
+
+
+def test_restore_loads_the_latest_into_the_parameters(tmp_path: Path) -> None:
+    checkpoints, weight = saver(tmp_path)
+    saved = save_epochs(checkpoints, [0.5])
+    weight.set_data(Tensor(np.zeros(3, np.float32)))
+    assert checkpoints.restore() == saved
+    assert weight.asnumpy().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_load_into_names_what_the_file_lacks(tmp_path: Path) -> None:
+    from msexp.training.checkpoint import load_into
+
+    checkpoints, _ = saver(tmp_path)
+    save_epochs(checkpoints, [0.5])
+    fresh = ms.Parameter(Tensor(np.zeros(3, np.float32)), name="w")
+    extra = ms.Parameter(Tensor(np.zeros(2, np.float32)), name="v")
+    written = {}
+    missing = load_into({"w": fresh, "v": extra}, tmp_path / "ckpt" / "epoch-0001.ckpt",
+                        written.update)
+    assert missing == ["v"] and list(written) == [fresh]
+    assert written[fresh].asnumpy().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_checkpoint_of_another_trial_or_params_is_moved_aside(tmp_path: Path, capsys) -> None:
+    from msexp.training.checkpoint import Checkpoints, owner, resumable
+
+    mine = owner("study/1", {"lr": 0.1, "seed": 0})
+    weight = ms.Parameter(Tensor(np.ones(3, np.float32)), name="w")
+    folder = tmp_path / "ckpt"
+    theirs = Checkpoints(CheckpointPlan(folder, owner=owner("study/0", {"lr": 0.1})),
+                         {"w": weight})
+    save_epochs(theirs, [0.5])
+    assert resumable(CheckpointPlan(folder, owner=mine)) is None
+    assert capsys.readouterr().out == (
+        f"msexp: starting afresh, not resuming: {folder / 'epoch-0001.ckpt'} was saved by "
+        f"study/0, not by study/1; its files are now in {tmp_path / 'ckpt.replaced-1'}\n")
+    assert list(folder.iterdir()) == [] and (tmp_path / "ckpt.replaced-1" / "state.json").exists()
+    other = Checkpoints(CheckpointPlan(folder, owner=owner("study/1", {"lr": 0.2, "b": 1})),
+                        {"w": weight})
+    save_epochs(other, [0.5])
+    assert resumable(CheckpointPlan(folder, owner=mine)) is None
+    assert "was trained with other params (b, lr, seed); its files are now in " \
+           f"{tmp_path / 'ckpt.replaced-2'}" in capsys.readouterr().out
+    same = Checkpoints(CheckpointPlan(folder, owner=mine), {"w": weight})
+    saved = save_epochs(same, [0.5])
+    assert resumable(CheckpointPlan(folder, owner=mine)) == saved
+
+
+def test_a_checkpoint_without_its_file_or_owner_is_not_resumed(tmp_path: Path, capsys) -> None:
+    from msexp.training.checkpoint import resumable
+
+    checkpoints, _ = saver(tmp_path)
+    save_epochs(checkpoints, [0.5])
+    folder = tmp_path / "ckpt"
+    assert resumable(CheckpointPlan(folder, owner={"trial": "study/0"})) is None
+    assert "was saved by an unrecorded trial, not by study/0" in capsys.readouterr().out
+    save_epochs(checkpoints, [0.5])
+    (folder / "epoch-0001.ckpt").write_bytes(b"")
+    assert resumable(CheckpointPlan(folder)) is None
+    assert f"{folder / 'epoch-0001.ckpt'} is empty (0 bytes)" in capsys.readouterr().out
+    save_epochs(checkpoints, [0.5])
+    (folder / "epoch-0001.ckpt").unlink()
+    assert resumable(CheckpointPlan(folder, owner={"trial": "x"})) is None
+    assert f"{folder / 'epoch-0001.ckpt'}, which state.json names, is gone" in \
+           capsys.readouterr().out
+    assert resumable(CheckpointPlan(tmp_path / "nothing")) is None
+    assert capsys.readouterr().out == "", "nothing saved: nothing to say"
+
+
+def test_a_torn_record_is_no_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "state.json").write_text("{not json")
+    assert latest(tmp_path) is None and latest(tmp_path / "absent") is None
+
+
+def test_the_training_state_holds_each_parameter_once_with_the_loss_scale(tmp_path) -> None:
+    from msexp.training.checkpoint import scaler_parameters, state_parameters
+    from msexp.training.loss_scale import make_scaler
+
+    network = mlp()
+    scaler, _ = make_scaler(params())
+    names = [name for name, _ in scaler_parameters(scaler)]
+    assert names == ["loss_scale.scale_value", "loss_scale.counter"]
+    found = state_parameters(network, None, scaler, network)
+    assert list(found) == ["0.weight", "0.bias", "2.weight", "2.bias", *names]
+    assert found["0.weight"] is network[0].weight
+    assert scaler_parameters(object()) == []
+
+
+def test_a_failed_save_names_the_file_it_wrote(tmp_path: Path) -> None:
+    import shutil
+
+    checkpoints, _ = saver(tmp_path)
+    shutil.rmtree(tmp_path / "ckpt")  # e.g. a disk that went away
+    with pytest.raises(OSError) as raised:
+        save_epochs(checkpoints, [0.5])
+    partial = tmp_path / "ckpt" / ".partial-epoch-0001.ckpt"
+    error = raised.value
+    assert (error.errno, error.strerror, error.filename) == (2, "No such file or directory",
+                                                             str(partial))

@@ -81,3 +81,56 @@ def test_a_step_is_measured_once_per_process(monkeypatch) -> None:
         step([(x, y), (x, y)])
     assert second.metrics(network, optimizer, step.buffers)["train_mem_mb"] == cold
     assert cold > memory.state_bytes(network, optimizer, step.buffers) / 2**20
+
+
+# -- the parts of the figure, exact (mutation profile "hosts") --------------------------
+
+RECORD = "Timestamp(ns),Total Allocated(Byte),Total Reserved(Byte)\n"
+
+
+def test_the_pool_peak_is_the_updates_own_from_the_profilers_record(tmp_path) -> None:
+    rows = [(5, 5000), (10, 300), (20, 800), (30, 200), (40, 9000)]
+    record = tmp_path / "deep" / "cpu_ms_memory_record_1.txt"
+    record.parent.mkdir()
+    record.write_text(RECORD + "".join(f"{t},{b},0\n" for t, b in rows))
+    assert memory._pool_peak(tmp_path, 10, 30) == 800 - 200, "the peak less what it kept"
+    assert memory._pool_peak(tmp_path, 11, 29) == 0
+    assert memory._pool_peak(tmp_path, 41, 50) is None
+    (tmp_path / "cpu_ms_memory_record_2.txt").write_text(RECORD + "35,4000,0\n")
+    assert memory._pool_peak(tmp_path, 10, 35) == 4000 - 4000
+
+
+def test_the_peak_rss_is_the_kernels_and_is_reset_at_the_start(tmp_path) -> None:
+    status = dict(line.split(":", 1) for line in
+                  memory._STATUS.read_text().splitlines())
+    assert abs(memory._rss_peak_kb() - int(status["VmHWM"].split()[0])) < 50_000
+    big = bytearray(300 * 2**20)
+    big[::4096] = b"x" * len(big[::4096])  # touch every page
+    high = memory._rss_peak_kb()
+    del big
+    peak = memory.PeakMemory()
+    assert peak.peak_mb() * 1024 < high - 200 * 1024, "the earlier peak does not count"
+
+
+def test_the_state_counts_each_parameter_once() -> None:
+    network = lenet_digits.lenet5()
+    optimizer = make_optimizer(params(optimizer="adam"), network.trainable_params(), 1)
+    buffers = [ms.Parameter(ms.Tensor(np.zeros(10, np.float32)), name="buffer")]
+    weights = sum(p.nbytes for p in network.get_parameters())
+    moments = sum(p.nbytes for p in optimizer.get_parameters()
+                  if p.name not in {q.name for q in network.get_parameters()})
+    assert memory.state_bytes(network, optimizer, buffers) == weights + moments + 40
+    assert memory.state_bytes(network, optimizer, []) == weights + moments
+    assert moments >= 2 * weights, "adam's two moments"
+
+
+def test_cpu_metrics_have_train_mem_only_once_measured() -> None:
+    network = lenet_digits.lenet5()
+    optimizer = make_optimizer(params(), network.trainable_params(), 1)
+    peak = memory.PeakMemory()
+    assert set(peak.metrics(network, optimizer, [])) == {"peak_mem_mb"}
+    peak._pool_peak = 2**20
+    found = peak.metrics(network, optimizer, [])
+    state = memory.state_bytes(network, optimizer, [])
+    assert found["train_mem_mb"] == (2**20 + state) / 2**20
+    assert found["peak_mem_mb"] > 0

@@ -1,0 +1,271 @@
+"""The host, its channel and its slots, driven in this process: the sweep's side of a
+real host process (`Host`), the socket pair (`link`) and the slot threads (`Slots`).
+
+These are what a trial's results pass through; the mutation profile "hosts"
+(tests/README.md) judges them with this file, so each test is quick and asserts what a
+sweep would see.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from msexp.execution.host import Host, start_hosts
+from msexp.execution.link import KILL, RUN, STOP, HostEnd, socket_pair
+from msexp.execution.protocol import Command, End, Status, TrialRequest, read_events
+from msexp.execution.slots import Slots
+from msexp.keys import TrialEnv
+from msexp.spec import trial_params
+from tests.conftest import ROOT
+from tests.fault.conftest import wait_for
+
+TIMEOUT_S = 600.0  # a deadline for a hang, on a loaded 2-core machine
+# trials in host processes or forked children, seconds each: the slow tier (tests/README.md)
+SLOW = pytest.mark.slow
+
+
+def mlp(folder: Path, name: str, **params) -> TrialRequest:
+    return TrialRequest("mlp_digits", trial_params("mlp_digits", {"epochs": 1, **params}),
+                        folder / name)
+
+
+def script(folder: Path, name: str, source: str, metrics=("score",)) -> TrialRequest:
+    path = folder / f"{name}.py"
+    path.write_text(source, encoding="utf-8")
+    command = Command([sys.executable, str(path)], str(folder), metrics=list(metrics))
+    return TrialRequest(name, {"seed": 0}, folder / name, command=command)
+
+
+def gone(pid: int | None) -> bool:
+    """The process is gone, or a zombie waiting for its reaper."""
+    try:
+        return pid is None or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def host():
+    started = Host(cwd=ROOT)
+    yield started
+    started.kill()
+
+
+# -- link: the socket pair between a sweep and its host --------------------------------
+
+def test_the_host_end_queues_runs_in_order_and_acts_on_stops_and_kills_at_once():
+    sweep, theirs = socket_pair()
+    told: queue.Queue[str] = queue.Queue()
+    host = HostEnd(theirs.detach(), lambda: told.put(STOP), lambda: told.put(KILL))
+    sweep.send(RUN, '{"a": 1}')
+    sweep.send(STOP)
+    sweep.send(KILL)
+    sweep.send(RUN, "second line")
+    assert told.get(timeout=TIMEOUT_S) == STOP
+    assert told.get(timeout=TIMEOUT_S) == KILL
+    sweep.finish()  # no more requests: the host's loop ends
+    assert list(host) == ['{"a": 1}', "second line"]
+    host.say_ready()
+    assert sweep.sock.recv(64) == b"ready\n"
+    sweep.close()
+    sweep.send(RUN, "after close")  # a host that is gone is found by its exit, not here
+    host.say_ready()  # nor a sweep that is gone
+
+
+def test_wait_ready_returns_on_ready_or_when_the_host_dies():
+    sweep, theirs = socket_pair()
+    host = HostEnd(theirs.detach(), lambda: None, lambda: None)
+    waited = threading.Thread(target=sweep.wait_ready, args=(lambda: True, TIMEOUT_S))
+    waited.start()
+    waited.join(0.2)
+    assert waited.is_alive(), "it waits for the host's ready"
+    host.say_ready()
+    waited.join(TIMEOUT_S)
+    assert not waited.is_alive()
+    silent, _kept = socket_pair()  # never says ready, and is dead
+    silent.wait_ready(lambda: False, TIMEOUT_S)  # returns at once, not after TIMEOUT_S
+
+
+def test_a_socket_pair_gives_the_host_an_inheritable_socket():
+    sweep, theirs = socket_pair()
+    assert theirs.get_inheritable() and not sweep.sock.get_inheritable()
+    sweep.send(RUN, "x ")
+    assert theirs.recv(64) == b"run x\n", "one line, trailing space dropped"
+
+
+# -- Host: a real host process, driven from here ---------------------------------------
+
+@SLOW
+def test_a_host_keeps_a_warm_child_for_the_same_signature_only(host, tmp_path):
+    first = host.run(mlp(tmp_path, "a", lr=0.05), TIMEOUT_S)
+    warm = host.run(mlp(tmp_path, "b", lr=0.02), TIMEOUT_S)
+    other = host.run(mlp(tmp_path, "c", batch_size=32), TIMEOUT_S)
+    for result in (first, warm, other):
+        assert result.status is Status.COMPLETE, result.error
+        assert set(result.metrics) >= {"eval_loss", "train_loss"}
+        assert [e.epoch for e in result.epochs] == [1]
+        assert result.wall_s > 0 and result.stop_s is None and result.error == ""
+        assert isinstance(read_events(result.events_path)[-1], End)
+        assert result.log_path == result.events_path.with_name("trial.log")
+        assert result.log_path.is_file()
+    assert not first.warm and warm.warm and not other.warm
+    assert warm.pid == first.pid != other.pid
+    again = host.run(mlp(tmp_path, "a", lr=0.05), TIMEOUT_S)  # a retry, in the same folder
+    assert [e.epoch for e in again.epochs] == [1], "the last attempt's events are gone"
+    assert again.metrics["eval_loss"] == first.metrics["eval_loss"]
+    assert first.metrics != warm.metrics, "the warm trial ran its own lr"
+    host_pid = host.pid
+    assert psutil.Process(host_pid).environ()[TrialEnv.MARKER] == host.marker
+    host.close()
+    assert host.pid is None and gone(host_pid) and gone(other.pid)
+
+
+@SLOW
+def test_a_pruned_trial_stops_and_its_host_runs_the_next(host, tmp_path):
+    seen = []
+
+    def prune(epoch) -> bool:
+        seen.append(epoch.epoch)
+        return True
+
+    pruned = host.run(mlp(tmp_path, "a", epochs=20), TIMEOUT_S, prune)
+    assert pruned.status is Status.PRUNED, pruned.error
+    assert seen == [1], "asked once, at the first epoch"
+    assert 1 <= len(pruned.epochs) < 20
+    assert pruned.stop_s is not None and 0 <= pruned.stop_s <= pruned.wall_s
+    host_pid = host.pid
+    after = host.run(mlp(tmp_path, "b"), TIMEOUT_S, lambda epoch: False)
+    assert after.status is Status.COMPLETE and after.stop_s is None
+    assert host.pid == host_pid
+
+
+IGNORES_STOP = """
+import time
+from msexp.hooks import channel
+channel.report(1, eval_accuracy=0.5)
+time.sleep(600)  # never looks at should_stop()
+"""
+
+
+@SLOW
+def test_a_trial_that_ignores_its_stop_loses_its_child_and_the_host_stays(host, tmp_path):
+    pruned = host.run(script(tmp_path, "ignores", IGNORES_STOP), TIMEOUT_S, lambda e: True)
+    assert pruned.status is Status.PRUNED
+    assert [e.epoch for e in pruned.epochs] == [1]
+    assert 1.5 <= pruned.stop_s <= pruned.wall_s, "killed after the stop's grace"
+    host_pid = host.pid
+    wait_for("the trial child to be killed", lambda: gone(pruned.pid))
+    after = host.run(mlp(tmp_path, "b"), TIMEOUT_S)
+    assert after.status is Status.COMPLETE and host.pid == host_pid is not None
+
+
+SLEEPS = "import time\ntime.sleep(600)\n"
+
+
+@SLOW
+def test_a_trial_past_its_timeout_is_killed_with_its_host(host, tmp_path):
+    result = host.run(script(tmp_path, "sleeps", SLEEPS), 2.0)
+    assert result.status is Status.TIMEOUT
+    assert result.error == "exceeded trial_timeout of 2 s"
+    assert result.wall_s >= 2.0 and host.pid is None
+    assert gone(result.pid), "the command went with its host"
+    again = host.run(mlp(tmp_path, "b"), TIMEOUT_S)
+    assert again.status is Status.COMPLETE and host.pid is not None, "a new host"
+
+
+KILLS_HOST = """
+import os, psutil
+os.kill(psutil.Process(os.getppid()).ppid(), 9)  # the host, above the trial child
+"""
+
+
+@SLOW
+def test_a_host_that_dies_fails_its_trial_with_the_reason(host, tmp_path):
+    result = host.run(script(tmp_path, "kills", KILLS_HOST), TIMEOUT_S)
+    assert result.status is Status.FAILED
+    assert result.error == "trial process was killed by SIGKILL"
+    assert host.pid is None
+
+
+KILLS_CHILD = """
+import os
+os.kill(os.getppid(), 9)  # the trial child that runs this command
+"""
+
+
+@SLOW
+def test_a_trial_child_that_dies_ends_its_trial_and_the_host_stays(host, tmp_path):
+    result = host.run(script(tmp_path, "dies", KILLS_CHILD), TIMEOUT_S)
+    assert result.status is Status.FAILED
+    assert result.error == "trial process was killed by SIGKILL"
+    assert host.pid is not None and gone(result.pid)
+
+
+LEAVES_A_DAEMON = """
+import subprocess, sys
+daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                          start_new_session=True)
+print(daemon.pid, file=open("daemon.pid", "w"))
+print("score: 0.5")
+"""
+
+
+@SLOW
+def test_what_a_finished_trial_leaves_running_is_killed(host, tmp_path):
+    result = host.run(script(tmp_path, "leaves", LEAVES_A_DAEMON), TIMEOUT_S)
+    assert result.status is Status.COMPLETE, result.error
+    assert result.metrics == {"score": 0.5}
+    daemon = int((tmp_path / "leaves" / "outputs" / "daemon.pid").read_text())
+    wait_for("the daemon to be killed", lambda: gone(daemon))
+    assert host.pid is not None, "the host stays"
+
+
+def test_start_hosts_share_the_cores_and_number_the_slots(tmp_path):
+    hosts = start_hosts(2, tmp_path)
+    try:
+        assert [h.slot for h in hosts] == [0, 1]
+        assert all(h.cwd == tmp_path and h.pid is not None for h in hosts)
+        threads = max(1, (psutil.cpu_count() or 1) // 2)
+        env = psutil.Process(hosts[1].pid).environ()
+        assert env["MSEXP_THREADS"] == env["OMP_NUM_THREADS"] == str(threads)
+        assert env["MSEXP_SLOT"] == "1" and env[TrialEnv.MARKER] == hosts[1].marker
+        assert env["GLOG_v"] == os.environ.get("GLOG_v", "2"), "C++ log: warnings"  # noqa: SIM112
+        assert hosts[0].marker != hosts[1].marker
+    finally:
+        for h in hosts:
+            h.kill()
+    assert all(h.pid is None for h in hosts)
+
+
+# -- Slots: one host and one thread per concurrent trial -------------------------------
+
+@SLOW
+def test_slots_keep_only_the_hosts_they_need_and_close_them_after_the_work():
+    hosts = [Host(cwd=ROOT) for _ in range(3)]
+    for h in hosts:
+        h.prewarm()
+    pids = [h.pid for h in hosts]
+    slots = Slots(hosts)
+    slots.keep(2)
+    assert slots.hosts == hosts[:2] and hosts[2].pid is None and gone(pids[2])
+    worked: queue.Queue[Host] = queue.Queue()
+    waited = threading.Event()
+    slots.run(worked.put, waited.set)
+    assert waited.is_set() and {worked.get_nowait(), worked.get_nowait()} == set(hosts[:2])
+    assert all(h.pid is None for h in hosts[:2]) and all(gone(p) for p in pids)
+
+
+def test_stopping_slots_kills_every_host():
+    hosts = [Host(cwd=ROOT), Host(cwd=ROOT)]
+    for h in hosts:
+        h.prewarm()
+    pids = [h.pid for h in hosts]
+    Slots(hosts).stop()
+    assert all(h.pid is None for h in hosts) and all(gone(p) for p in pids)

@@ -1,0 +1,646 @@
+"""The trial process's own code, run in this process: the zygote and its forked trial
+children (`trial.Zygote`, `serve`, `_child_main`), a trial's events and log
+(`_run_logged`), and training in this process with warm graphs and checkpoints
+(`local.train_request`).
+
+A host runs this code in a subprocess, where mutmut sees no test; here it runs in the
+test's own process (real MindSpore, real forks), for the mutation profile "hosts".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msexp.execution import trial
+from msexp.execution.command import CommandFailed
+from msexp.execution.link import RUN, socket_pair
+from msexp.execution.local import WarmGraphs, train_request
+from msexp.execution.protocol import (
+    Checkpointing,
+    Command,
+    End,
+    Epoch,
+    Error,
+    Result,
+    Start,
+    TrialRequest,
+    read_events,
+)
+from msexp.spec import trial_params
+from msexp.training.records import Diverged, Stopped
+from tests.conftest import ASSETS
+from tests.fault.conftest import wait_for
+from tests.test_host import gone
+
+TIMEOUT_S = 600.0
+# trials in host processes or forked children, seconds each: the slow tier (tests/README.md)
+SLOW = pytest.mark.slow
+BROKEN = str(ASSETS / "broken.py")  # an experiment that misbehaves as its `mode` says
+
+
+def request(folder: Path, name: str, experiment: str = "mlp_digits", **params) -> TrialRequest:
+    given = trial_params(experiment, {"epochs": 1, **params})
+    made = TrialRequest(experiment, given, folder / name)
+    made.events_path.parent.mkdir(parents=True, exist_ok=True)
+    made.events_path.write_text("")
+    made.log_path.write_text("")
+    return made
+
+
+def command(folder: Path, name: str, source: str) -> TrialRequest:
+    path = folder / f"{name}.py"
+    path.write_text(source, encoding="utf-8")
+    made = TrialRequest(name, {"seed": 0}, folder / name,
+                        command=Command([sys.executable, str(path)], str(folder), ["score"]))
+    made.events_path.parent.mkdir(parents=True, exist_ok=True)
+    made.events_path.write_text("")
+    return made
+
+
+def events_of(made: TrialRequest, kind: type) -> list:
+    return [e for e in read_events(made.events_path) if isinstance(e, kind)]
+
+
+@pytest.fixture
+def zygote():
+    sweep, theirs = socket_pair()
+    made = trial.Zygote(theirs.fileno())
+    yield made
+    made.close()
+    sweep.close()
+    theirs.close()
+
+
+@contextlib.contextmanager
+def real_output():
+    """Print to file descriptors 1 and 2, as a host does (not to pytest's capture), and
+    give them back after code that redirects them to a trial's log."""
+    kept = os.dup(1), os.dup(2)
+    streams = sys.stdout, sys.stderr
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = streams
+        for fd, copy in zip((1, 2), kept):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+# -- Zygote: a forked child per trial ---------------------------------------------------
+# Children forked here run no MindSpore graph: a child forked from a process that has
+# run one (as this test process may have) hangs in MindSpore's runtime. The host never
+# runs a graph itself, so its children are safe; the warm child that a host keeps for a
+# trial of the same signature is test_host's.
+
+def run_in(zygote: trial.Zygote, made: TrialRequest) -> None:
+    """One trial in a child forked with this process's own stdout and stderr objects
+    (pytest's, or a runner's that another thread may hold at the fork, would hang it)."""
+    with real_output():
+        zygote.run(made, made.to_json())
+
+
+SAYS_ITS_PARENT = 'import os\nprint("score:", os.getppid())\n'  # the trial child's pid
+
+
+def child_pid(made: TrialRequest) -> int:
+    return int(events_of(made, Result)[0].metrics["score"])
+
+
+def test_a_zygote_forks_a_child_per_trial_that_keeps_no_graphs(zygote, tmp_path):
+    a, b = command(tmp_path, "a", SAYS_ITS_PARENT), command(tmp_path, "b", SAYS_ITS_PARENT)
+    for made in (a, b):
+        run_in(zygote, made)
+        assert [type(e) for e in read_events(made.events_path)] == [Start, Result, End]
+        assert zygote.idle is None and zygote.running is None
+    assert os.getpid() != child_pid(a) != child_pid(b)
+    assert gone(child_pid(a)) and gone(child_pid(b)), "each child exited and was reaped"
+
+
+def test_a_trial_that_exits_is_ended_by_the_zygote_with_its_exit_code(zygote, tmp_path):
+    made = request(tmp_path, "exits", BROKEN, mode="exits")
+    run_in(zygote, made)
+    assert zygote.idle is None
+    errors = events_of(made, Error)
+    assert [(e.kind, e.message) for e in errors] == [("exit", "trial process exited with code 3")]
+    assert isinstance(read_events(made.events_path)[-1], End)
+
+
+def test_a_trial_that_raises_ends_once_with_its_exception(zygote, tmp_path):
+    made = request(tmp_path, "raises", BROKEN, mode="raises")
+    run_in(zygote, made)
+    assert [(e.kind, e.message) for e in events_of(made, Error)] == [
+        ("exception", "RuntimeError: the experiment is broken on purpose")]
+    assert len(events_of(made, End)) == 1 and zygote.idle is None
+    assert "the experiment is broken on purpose" in made.log_path.read_text()
+
+
+WAITS_FOR_THE_STOP = """
+import time
+from msexp import hooks
+hooks.report(1, eval_accuracy=0.5)
+while not hooks.should_stop():
+    time.sleep(0.02)
+"""
+
+
+@SLOW
+def test_a_stop_reaches_the_trial_in_its_child(zygote, tmp_path):
+    made = command(tmp_path, "stops", WAITS_FOR_THE_STOP)
+    zygote.signal(signal.SIGUSR1)  # nothing runs: nothing happens
+    running = threading.Thread(target=run_in, args=(zygote, made))
+    running.start()
+    wait_for("the first epoch", lambda: events_of(made, Epoch), deadline_s=TIMEOUT_S)
+    zygote.signal(signal.SIGUSR1)
+    running.join(TIMEOUT_S)
+    assert [(e.kind, e.message) for e in events_of(made, Error)] == [
+        ("stopped", "Stopped: stopped after epoch 1")]
+    assert len(events_of(made, End)) == 1
+
+
+SLEEPS = """
+import os, time
+open("started", "w").close()
+time.sleep(600)
+"""
+
+
+def test_a_killed_trial_child_is_reported_and_the_next_trial_gets_a_new_one(zygote, tmp_path):
+    made = command(tmp_path, "sleeps", SLEEPS)
+    running = threading.Thread(target=run_in, args=(zygote, made))
+    running.start()
+    wait_for("the command", (made.folder / "outputs" / "started").exists, deadline_s=TIMEOUT_S)
+    child = zygote.running.pid
+    zygote.signal(signal.SIGKILL)
+    running.join(TIMEOUT_S)
+    assert [(e.kind, e.message) for e in events_of(made, Error)] == [
+        ("exit", "trial process was killed by SIGKILL")]
+    assert zygote.idle is None and zygote.running is None and gone(child)
+    after = command(tmp_path, "after", SAYS_ITS_PARENT)
+    run_in(zygote, after)
+    assert child_pid(after) != child
+
+
+# -- serve: the host's loop, on its end of the socket pair -----------------------------
+
+def test_serve_runs_what_the_sweep_sends_until_it_finishes(tmp_path):
+    sweep, theirs = socket_pair()
+
+    def serve() -> None:
+        with real_output():  # see run_in
+            trial.serve(theirs.detach())
+
+    served = threading.Thread(target=serve)
+    served.start()
+    sweep.wait_ready(served.is_alive, TIMEOUT_S)
+    first, second = command(tmp_path, "a", SAYS_ITS_PARENT), command(tmp_path, "b",
+                                                                    SAYS_ITS_PARENT)
+    for made in (first, second):
+        sweep.send(RUN, made.to_json())
+        wait_for("the trial's end", lambda m=made: events_of(m, End) or not served.is_alive(),
+                 deadline_s=TIMEOUT_S)
+        assert served.is_alive(), "serve ended before the sweep finished"
+    assert os.getpid() != child_pid(first) != child_pid(second)
+    sweep.finish()
+    served.join(TIMEOUT_S)
+    assert not served.is_alive()
+    sweep.close()
+
+
+# -- a trial child's loop and one trial's events and log, in this process ---------------
+
+@SLOW
+def test_a_trial_child_says_idle_after_each_trial_that_leaves_graphs(tmp_path):
+    lines = io.StringIO(request(tmp_path, "a").to_json() + "\n" +
+                        request(tmp_path, "b", lr=0.02).to_json() + "\n")
+    replies = io.StringIO()
+    with real_output():
+        assert trial._child_main(lines, replies) == 0
+    assert replies.getvalue() == "idle\nidle\n"
+    assert events_of(request_path(tmp_path, "b"), Start)[0].warm
+
+
+def request_path(folder: Path, name: str) -> TrialRequest:
+    return TrialRequest("mlp_digits", {}, folder / name)
+
+
+def test_a_trial_child_exits_after_a_trial_without_graphs(tmp_path):
+    made = command(tmp_path, "c", 'print("score: 0.25")\n')
+    replies = io.StringIO()
+    then = request(tmp_path, "never")
+    with real_output():
+        assert trial._child_main(io.StringIO(made.to_json() + "\n" + then.to_json() + "\n"),
+                                 replies) == 0
+    assert replies.getvalue() == ""
+    assert events_of(made, Result)[0].metrics == {"score": 0.25}
+    assert read_events(then.events_path) == [], "the child exited before it"
+
+
+def test_a_trial_child_exits_with_the_trials_exit_code(tmp_path):
+    made = request(tmp_path, "exits", BROKEN, mode="exits")
+    with real_output():
+        assert trial._child_main(io.StringIO(made.to_json() + "\n"), io.StringIO()) == 3
+    assert "mode exits" in made.log_path.read_text()
+
+
+def test_a_trial_logged_in_this_process_ends_its_events(tmp_path):
+    made = request(tmp_path, "raises", BROKEN, mode="raises")
+    stop = trial.StopFlag()
+    stop.set = True  # a stop meant for the trial before
+    with real_output():
+        trial._run_logged(made, stop, WarmGraphs())
+    assert not stop.set
+    kinds = [type(e).__name__ for e in read_events(made.events_path)]
+    assert kinds == ["Error", "End"]
+    log = made.log_path.read_text()
+    assert "mode raises in pid" in log and "Traceback" in log
+
+
+def test_failures_become_error_events_of_their_kind():
+    assert trial.failure(CommandFailed("exited 3")) == Error("exit", "exited 3")
+    assert trial.failure(Diverged("nan")) == Error("diverged", "Diverged: nan")
+    assert trial.failure(Stopped("pruned")) == Error("stopped", "Stopped: pruned")
+    assert trial.failure(KeyError("x")) == Error("exception", "KeyError: 'x'")
+
+
+def test_a_stop_flag_is_set_by_sigusr1():
+    flag = trial.StopFlag().listen()
+    try:
+        assert flag() is False
+        os.kill(os.getpid(), signal.SIGUSR1)
+        wait_for("the signal", flag)
+        assert flag() is True
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+
+
+def test_trials_fork_on_cpu_unless_told_not_to(monkeypatch):
+    assert trial._preload() is True
+    monkeypatch.setenv("MSEXP_FORK", "0")
+    assert trial._preload() is False
+
+
+def test_the_zygote_ends_a_trial_only_when_its_child_did_not(tmp_path):
+    made = request(tmp_path, "a")
+    trial._report_exit(made, 9)  # killed by SIGKILL (a wait status)
+    assert [type(e) for e in read_events(made.events_path)] == [Error, End]
+    assert read_events(made.events_path)[0].message == "trial process was killed by SIGKILL"
+    trial._report_exit(made, 3 << 8)
+    assert len(read_events(made.events_path)) == 2, "ended already: nothing added"
+    other = request(tmp_path, "b")
+    trial._report_exit(other, 3 << 8)
+    assert read_events(other.events_path)[0].message == "trial process exited with code 3"
+
+
+def test_a_command_trial_returns_its_metrics(tmp_path):
+    made = command(tmp_path, "c", 'print("score: 0.75")\n')
+    emitted = []
+    assert trial.run(made, emitted.append) == {"score": 0.75}
+    assert emitted[-1] == Result({"score": 0.75}, None)
+
+
+# -- local: training in this process, warm graphs and checkpoints ---------------------
+
+def test_warm_graphs_are_taken_once_and_only_by_their_signature():
+    class Graphs:
+        reusable = True
+
+    warm, graphs = WarmGraphs(), Graphs()
+    warm.keep("sig", graphs)
+    assert warm.held and warm.take("other") is None and not warm.held
+    warm.keep("sig", graphs)
+    assert warm.take("sig") is graphs and warm.take("sig") is None
+    warm.keep(None, graphs)
+    assert not warm.held, "a trial without a signature leaves nothing"
+    Graphs.reusable = False
+    warm.keep("sig", graphs)
+    assert not warm.held
+    Graphs.reusable = True
+    warm.keep("sig", graphs)
+    warm.drop()
+    assert not warm.held and warm.signature is None
+
+
+def train(made: TrialRequest, warm: WarmGraphs, stop=lambda: False) -> list:
+    emitted: list = []
+    train_request(made, emitted.append, stop, warm=warm)
+    return emitted
+
+
+@SLOW
+def test_a_warm_trial_in_this_process_equals_it_cold(tmp_path):
+    warm = WarmGraphs()
+    train(request(tmp_path, "a", epochs=2), warm)
+    assert warm.held
+    warmed = train(request(tmp_path, "b", epochs=2, lr=0.02), warm)
+    cold = train(request(tmp_path, "c", epochs=2, lr=0.02), WarmGraphs())
+    assert warmed[0].warm and not cold[0].warm
+    assert warmed[0].pid == os.getpid() and warmed[0].impl == {} and warmed[0].resumed_from == 0
+    assert [e.metrics for e in warmed[1:-1]] == [e.metrics for e in cold[1:-1]]
+    assert {k: warmed[-1].metrics[k] for k in ("eval_loss", "train_loss")} == \
+           {k: cold[-1].metrics[k] for k in ("eval_loss", "train_loss")}
+
+
+def test_a_trial_that_fails_while_training_leaves_no_graphs(tmp_path):
+    warm = WarmGraphs()
+
+    def broken_stop() -> bool:
+        raise OSError("the disk is gone")
+
+    with pytest.raises(OSError):
+        train(request(tmp_path, "a"), warm, broken_stop)
+    assert not warm.held
+    with pytest.raises(Stopped):
+        train(request(tmp_path, "b"), warm, lambda: True)
+    assert warm.held, "a stopped trial's graphs stay reusable"
+
+
+@SLOW
+def test_a_trial_with_checkpoints_resumes_from_its_last_epoch(tmp_path, capsys):
+    made = dataclasses.replace(request(tmp_path, "a", epochs=2), trial="study/0",
+                               checkpoint=Checkpointing(every=1, keep="all"))
+    first = train(made, WarmGraphs())
+    assert first[0].resumed_from == 0 and first[-1].checkpoint.endswith("epoch-0002.ckpt")
+    kept = sorted(p.name for p in made.checkpoint_dir.glob("*.ckpt"))
+    assert kept == ["epoch-0001.ckpt", "epoch-0002.ckpt"], "keep: all, as the request says"
+    again = train(made, WarmGraphs())
+    assert again[0].resumed_from == 2
+    assert "msexp: resuming from epoch 2" in capsys.readouterr().out
+
+
+def test_thor_resolves_its_implementation_for_the_device():
+    from msexp.execution.local import _implementations
+
+    assert _implementations({"optimizer": "adam"}) == {}
+    assert _implementations({"optimizer": "thor", "thor_impl": "auto"}) == {"thor_impl": "msexp"}
+
+
+# -- msrun: the trial process's watch over a data-parallel trial's cluster -------------
+
+def test_the_ranks_log_next_to_the_trials_log():
+    from msexp.execution.msrun import rank_log_dir
+
+    assert rank_log_dir(Path("t/3/trial.log")) == Path("t/3/trial.ranks")
+
+
+def test_each_rank_gets_its_share_of_the_threads(monkeypatch):
+    from msexp.execution import msrun
+    from msexp.paths import search_path
+
+    monkeypatch.setenv("MSEXP_THREADS", "5")
+    env = msrun._env(2)
+    assert env["MSEXP_THREADS"] == env["OMP_NUM_THREADS"] == "2"
+    assert env[msrun.LAUNCHER_ENV] == str(os.getpid()) and env["PATH"] == search_path()
+    assert msrun._env(8)["MSEXP_THREADS"] == "1"
+    monkeypatch.delenv("MSEXP_THREADS")
+    assert msrun._env(1)["MSEXP_THREADS"] == str(os.cpu_count())
+
+
+def test_thor_does_not_run_data_parallel(tmp_path):
+    from msexp.execution.msrun import launch
+
+    made = request(tmp_path, "t", optimizer="thor", devices=2)
+    with pytest.raises(ValueError, match="optimizer thor does not run data parallel yet.*"
+                                         "use devices 1, got 2"):
+        launch(made, lambda event: None, lambda: False)
+
+
+def cluster(tmp_path: Path, source: str, devices: int = 1):
+    """A `_Cluster` watching a stand-in for msrun: a real process running `source`."""
+    import subprocess
+
+    from msexp.execution.msrun import _Cluster
+
+    rank = tmp_path / "rank.py"
+    rank.write_text("import os, sys, time\nend = time.monotonic() + 600\n"
+                    "while not os.path.exists(sys.argv[1]) and time.monotonic() < end:\n"
+                    "    time.sleep(0.05)\nsys.exit(1)\n")  # a rank that dies when told
+    launcher = tmp_path / "msrun.py"
+    launcher.write_text(source)
+    proc = subprocess.Popen([sys.executable, str(launcher), str(rank)], cwd=tmp_path)
+    return _Cluster(proc, tmp_path, devices, str(rank))
+
+
+def test_a_cluster_whose_msrun_ends_well_or_whose_ranks_are_done_is_finished(tmp_path):
+    done = cluster(tmp_path, "pass\n")
+    done.wait(lambda: False)
+    done.kill()
+    marked = cluster(tmp_path, "import time\ntime.sleep(600)\n", devices=2)
+    for rank in (0, 1):
+        (tmp_path / f"rank-{rank}.json").write_text('{"done": true}')
+    marked.wait(lambda: False)
+    marked.kill()
+    assert marked.proc.returncode is not None
+
+
+def test_a_stopped_cluster_raises_stopped(tmp_path):
+    running = cluster(tmp_path, "import time\ntime.sleep(600)\n", devices=3)
+    with pytest.raises(Stopped, match="^stopped; killed the 3 ranks$"):
+        running.wait(lambda: True)
+    running.kill()
+
+
+def test_a_failed_msrun_says_how_with_its_log(tmp_path):
+    failed = cluster(tmp_path, "open('msrun.log', 'w').write('one\\ntwo\\n')\nraise "
+                               "SystemExit(3)\n")
+    with pytest.raises(RuntimeError) as raised:
+        failed.wait(lambda: False)
+    failed.kill()
+    assert str(raised.value) == "msrun exited with code 3; last lines of msrun.log:\none\ntwo"
+
+
+RANK_LAUNCHER = """
+import os, subprocess, sys, time
+env = dict(os.environ, MS_ROLE="MS_WORKER", RANK_ID="0")
+subprocess.Popen([sys.executable, sys.argv[1], "die"], env=env).wait()
+time.sleep(600)
+"""
+
+
+def test_a_rank_that_dies_fails_the_trial_with_its_log(tmp_path):
+    dying = cluster(tmp_path, RANK_LAUNCHER)
+    (tmp_path / "worker_0.log").write_text("step 1\nTraceback: boom\n")
+
+    def kill_the_rank_once_seen() -> None:
+        wait_for("the rank", lambda: dying.ranks, deadline_s=TIMEOUT_S)
+        (tmp_path / "die").touch()
+
+    threading.Thread(target=kill_the_rank_once_seen, daemon=True).start()
+    with pytest.raises(RuntimeError) as raised:
+        dying.wait(lambda: False)
+    dying.kill()
+    (rank,) = dying.ranks.values()
+    assert dying.dead == [0]
+    assert str(raised.value) == (f"rank 0 of 1 (pid {rank.pid}) died; last lines of "
+                                 "worker_0.log:\nstep 1\nTraceback: boom")
+    assert gone(rank.pid) and gone(dying.proc.pid)
+
+
+def test_an_exit_msrun_reports_names_the_rank_and_its_error(tmp_path):
+    reports = "print('Worker process 4242 exit with exception. Error code: -9', " \
+              "file=open('msrun.log', 'w'))\nimport time\ntime.sleep(600)\n"
+    (tmp_path / "rank-0.json").write_text(
+        '{"pid": 4242, "error": {"type": "OSError", "message": "disk full"}}')
+    killed = cluster(tmp_path, reports)
+    with pytest.raises(RuntimeError) as raised:
+        killed.wait(lambda: False)
+    killed.kill()
+    assert str(raised.value).startswith(
+        "rank 0 of 1 (pid 4242) was killed by SIGKILL after OSError: disk full; "
+        "last lines of worker_0.log:\n")
+    (tmp_path / "rank-0.json").write_text(
+        '{"pid": 4242, "error": {"type": "Diverged", "message": "loss is nan"}}')
+    diverged = cluster(tmp_path, reports)
+    with pytest.raises(Diverged, match="^rank 0: loss is nan$"):
+        diverged.wait(lambda: False)
+    diverged.kill()
+
+
+def test_the_weights_checksum_follows_the_weights():
+    from mindspore import Tensor, nn
+
+    from msexp.execution.msrun import weights_checksum
+
+    network = nn.Dense(3, 2)
+    network.weight.set_data(Tensor(np.zeros((2, 3), np.float32)))
+    network.bias.set_data(Tensor(np.zeros(2, np.float32)))
+    zeros = weights_checksum(network)
+    assert zeros == hashlib.sha256(bytes(4 * 8)).hexdigest()
+    network.bias.set_data(Tensor(np.ones(2, np.float32)))
+    assert weights_checksum(network) != zeros
+
+
+def test_a_rank_records_its_state_whole(tmp_path):
+    from msexp.execution.msrun import _write_marker
+
+    _write_marker(tmp_path / "rank-0.json", {"rank": 0, "done": True})
+    assert json.loads((tmp_path / "rank-0.json").read_text()) == {"rank": 0, "done": True}
+
+
+def test_a_rank_whose_msrun_is_gone_exits_at_once(monkeypatch):
+    """msrun's rank (this process) checks that its grandparent is the trial process."""
+    import psutil
+
+    from msexp.execution import msrun
+
+    monkeypatch.setenv(msrun.LAUNCHER_ENV, str(psutil.Process(os.getppid()).ppid()))
+    msrun._die_with_msrun()  # the launcher is there: nothing happens
+    monkeypatch.setenv(msrun.LAUNCHER_ENV, str(os.getpid()))  # not this one's grandparent
+    child = os.fork()
+    if child == 0:
+        msrun._die_with_msrun()
+        os._exit(7)
+    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 1
+
+
+@SLOW
+def test_a_data_parallel_trial_runs_as_msrun_ranks_from_this_process(tmp_path):
+    from msexp.execution.msrun import launch, rank_log_dir
+    from msexp.execution.protocol import EventWriter, Launch
+
+    made = request(tmp_path, "dp", devices=2, hidden=16)
+    folder = rank_log_dir(made.log_path)
+    folder.mkdir(parents=True)
+    (folder / "stale.txt").write_text("from an earlier attempt")
+    emitted: list = []
+    with EventWriter.open(made.events_path) as emit:
+        def both(event) -> None:
+            emitted.append(event)
+            emit(event)
+
+        metrics = launch(made, both, lambda: False)
+    assert emitted == [Launch(2, str(folder), os.getpid())]
+    (result,) = events_of(made, Result)
+    assert metrics == result.metrics and "eval_loss" in metrics
+    assert not (folder / "stale.txt").exists(), "each attempt's rank logs afresh"
+    assert TrialRequest.from_json((folder / "request.json").read_text()) == made
+    markers = [json.loads((folder / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert [(m["rank"], m["done"], m["size"]) for m in markers] == [(0, True, 2), (1, True, 2)]
+    assert markers[0]["checksum"] == markers[1]["checksum"], "the ranks' weights agree"
+    assert (folder / "msrun.log").exists() and (folder / "worker_1.log").exists()
+
+
+def test_a_data_parallel_trial_stopped_at_once_starts_its_rank_logs_afresh(tmp_path):
+    from msexp.execution.msrun import launch, rank_log_dir
+    from msexp.execution.protocol import Launch
+
+    made = request(tmp_path, "dp", devices=2)
+    folder = rank_log_dir(made.log_path)
+    emitted: list = []
+    with pytest.raises(Stopped, match="^stopped; killed the 2 ranks$"):
+        launch(made, emitted.append, lambda: True)  # no rank log folder yet
+    assert emitted == [Launch(2, str(folder), os.getpid())]
+    assert TrialRequest.from_json((folder / "request.json").read_text()) == made
+    assert (folder / "rank.py").read_text().endswith("main(Path(sys.argv[1]))\n")
+    with pytest.raises(Stopped):
+        launch(made, emitted.append, lambda: True)  # the folder of the last attempt
+
+
+def test_a_cluster_that_fails_before_its_ranks_are_known_says_msrun_runs(tmp_path):
+    reports = "print('Worker process 4242 exit with exception. Error code: 1', " \
+              "file=open('msrun.log', 'w'))\nimport time\ntime.sleep(600)\n"
+    unknown = cluster(tmp_path, reports, devices=2)
+    with pytest.raises(RuntimeError) as raised:
+        unknown.wait(lambda: False)
+    unknown.kill()
+    assert str(raised.value) == ("msrun is still running; last lines of msrun.log:\n"
+                                 "Worker process 4242 exit with exception. Error code: 1")
+
+
+def test_a_trial_without_devices_runs_in_this_process(tmp_path):
+    made = request(tmp_path, "raises", BROKEN, mode="raises")
+    alone = dataclasses.replace(made, params={k: v for k, v in made.params.items()
+                                              if k != "devices"})
+    with pytest.raises(RuntimeError, match="the experiment is broken on purpose"):
+        trial.run(alone, lambda event: None)
+
+
+def test_a_trials_log_is_created_readable_by_all(tmp_path):
+    made = request(tmp_path, "raises", BROKEN, mode="raises")
+    made.log_path.unlink()
+    umask = os.umask(0)
+    os.umask(umask)
+    with real_output():
+        trial._run_logged(made, trial.StopFlag(), WarmGraphs())
+    assert made.log_path.stat().st_mode & 0o777 == 0o644 & ~umask
+
+
+@SLOW
+def test_without_fork_serve_runs_trials_itself_and_keeps_their_graphs(tmp_path, monkeypatch):
+    monkeypatch.setenv("MSEXP_FORK", "0")  # the GPU and Ascend path: no trial child
+    sweep, theirs = socket_pair()
+
+    def serve() -> None:
+        with real_output():  # the trials redirect this process's output to their logs
+            trial.serve(theirs.detach())
+
+    served = threading.Thread(target=serve)
+    served.start()
+    sweep.wait_ready(served.is_alive, TIMEOUT_S)
+    first, second = request(tmp_path, "a"), request(tmp_path, "b", lr=0.02)
+    for made in (first, second):
+        sweep.send(RUN, made.to_json())
+        wait_for("the trial's end", lambda m=made: events_of(m, End) or not served.is_alive(),
+                 deadline_s=TIMEOUT_S)
+        assert served.is_alive(), "serve ended before the sweep finished"
+    sweep.finish()
+    served.join(TIMEOUT_S)
+    sweep.close()
+    (start_a,), (start_b,) = events_of(first, Start), events_of(second, Start)
+    assert start_a.pid == start_b.pid == os.getpid()
+    assert not start_a.warm and start_b.warm
