@@ -188,7 +188,12 @@ def with_repeats(source: str, file: SweepFile) -> tuple[dict[str, Any], dict[str
     base = fixed.pop("seed", KNOBS["seed"].default)
     if not isinstance(base, int) or isinstance(base, bool):
         raise SpecError(source, "fixed.seed", "must be an integer", base)
-    return fixed, {**file.params, "seed": list(range(base, base + repeats))}
+    seeds = list(range(base, base + repeats))
+    for i, seed in enumerate(seeds):
+        rule = KNOBS["seed"].check(seed)  # MindSpore's set_seed range, a script's too
+        if rule:
+            raise SpecError(source, f"params.seed.{i}", rule, seed)
+    return fixed, {**file.params, "seed": seeds}
 
 
 def read_name(path: str | Path) -> str:
