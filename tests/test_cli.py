@@ -64,6 +64,26 @@ def test_optunas_warnings_go_to_the_log_not_the_console(workdir: Path) -> None:
     assert "ExperimentalWarning: Argument ``heartbeat_interval`` is an experimental" in log
 
 
+def test_mlflows_lines_go_to_the_log_even_where_mlflow_was_imported_first(
+        workdir: Path, capfd) -> None:
+    """MLflow's import adds a stderr handler (a user's experiment may import it before
+    msexp routes the logs); its INFO lines reach the log only."""
+    import logging
+
+    import mlflow  # noqa: F401
+
+    library = logging.getLogger("mlflow")
+    library.addHandler(logging.StreamHandler())  # as MLflow's own logging set-up does
+    invoke("status", "--study", "none", "--storage", f"sqlite:///{workdir / 'o.db'}")
+    capfd.readouterr()
+    logging.getLogger("mlflow.store.db.utils").info("Creating initial MLflow database tables")
+    assert capfd.readouterr() == ("", "")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    log = (workdir / "mlruns" / "msexp.log").read_text(encoding="utf-8")
+    assert "INFO mlflow.store.db.utils: Creating initial MLflow database tables" in log
+
+
 def test_report_to_an_unreachable_store_is_one_line(sweep: Path) -> None:
     open_study(load_spec(sweep), None)
     result = invoke("report", str(sweep), "--tracking-uri", UNREACHABLE)

@@ -105,7 +105,9 @@ def route_logs() -> None:
     root = logging.getLogger()
     root.handlers = [h for h in root.handlers if not isinstance(h, LogFile)] + [LogFile()]
     root.setLevel(logging.WARNING)
-    logging.getLogger("mlflow").setLevel(logging.INFO)
+    library = logging.getLogger("mlflow")  # its stderr handler, if imported before this
+    library.handlers, library.propagate = [], True
+    library.setLevel(logging.INFO)
     own = logging.getLogger("msexp")
     own.setLevel(logging.INFO)
     own.handlers = [h for h in own.handlers if not isinstance(h, Stderr)] + [Stderr()]
