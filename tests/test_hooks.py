@@ -57,6 +57,7 @@ def test_accumulation_through_model_train_equals_the_full_batch(micro_size: int,
         np.testing.assert_allclose(accumulated[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_a_partial_last_update_is_the_same_at_every_micro_size() -> None:
     """70 samples in batches of 16: each epoch ends with an update of 6, which micro_size
     2 and 4 split into micro-batches of 8 and 4 weighted by their real sizes."""
@@ -125,6 +126,7 @@ def graph_mode():
     ms.set_context(mode=mode)
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_thor_trains_through_model_train_in_graph_mode(graph_mode: None) -> None:
     params = {**BASE, "optimizer": "thor", "lr": 0.05, "thor.frequency": 2}
     full = train_with_model({**params, "micro_size": 1})

@@ -49,6 +49,7 @@ def measured() -> dict[int, tuple[float, float]]:
     return found
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_accumulation_shrinks_the_training_memory(measured) -> None:
     assert measured[8][0] <= 0.5 * measured[1][0], measured
 

@@ -103,6 +103,7 @@ def test_plan_check_runs_the_script_for_real_and_finds_the_objective_or_refuses(
     assert last.endswith("trial.log` shows why), got eval_acc")
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_an_unchanged_model_zoo_script_sweeps_each_trial_in_its_own_folder(
         lenet: Path) -> None:
     sweep = write(lenet / "sweep.yaml", f"""

@@ -171,6 +171,7 @@ def test_inverses_change_exactly_every_frequency_steps() -> None:
     assert changed_at == [0, 3, 6]
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_split_groups_give_the_same_update() -> None:
     updates = []
     for split in ([], [0], [0, 1]):
@@ -183,6 +184,7 @@ def test_split_groups_give_the_same_update() -> None:
             np.testing.assert_allclose(b, a, atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_same_seed_gives_identical_weights() -> None:
     first = weights(run_thor(small_net(), net_batches(3), weight_decay=0.01)[0])
     second = weights(run_thor(small_net(), net_batches(3), weight_decay=0.01)[0])
@@ -192,6 +194,7 @@ def test_same_seed_gives_identical_weights() -> None:
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_loss_scale_is_taken_out_of_the_factors() -> None:
     plain = weights(run_thor(small_net(), net_batches(2))[0])
     scaled = weights(run_thor(small_net(), net_batches(2), scaler=amp.StaticLossScaler(1024.0))[0])
@@ -199,6 +202,7 @@ def test_loss_scale_is_taken_out_of_the_factors() -> None:
         np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_amp_o2_keeps_factors_in_float32() -> None:
     initial = weights(small_net())
     full = weights(run_thor(small_net(), net_batches(2))[0])

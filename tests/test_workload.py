@@ -122,6 +122,7 @@ def test_an_experiment_file_imports_its_sibling_modules(workdir: Path, monkeypat
     assert load_spec(sweep).experiment.ref == "project/exp.py"
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_workload_optimizer_schedule_and_clipping(workdir: Path) -> None:
     path = write(workdir / "opt.py", HEADER + """
 
@@ -150,6 +151,7 @@ def test_workload_optimizer_schedule_and_clipping(workdir: Path) -> None:
     assert abs(clipped["eval_loss"] - trained["eval_loss"]) > 0.05
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_a_multi_input_network_trains(workdir: Path) -> None:
     path = write(workdir / "multi.py", HEADER + """
 

@@ -102,6 +102,7 @@ def test_a_damaged_checkpoint_starts_afresh_and_says_why(interrupted: Path, dama
     assert why in line
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_a_new_study_with_other_params_does_not_take_the_old_trials_checkpoints(
         mark: str) -> None:
     """Issue 25, broken 2: run a sweep, delete the journal, change lr, run it again."""

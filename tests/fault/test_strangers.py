@@ -99,6 +99,7 @@ def test_a_pid_reused_by_another_process_is_never_signalled(workdir: Path) -> No
         stranger.wait()
 
 
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_the_recorded_server_and_what_it_started_are_stopped(workdir: Path) -> None:
     server = group_leader()
     pid_file = Path("mlruns/services/mlflow.pid")
