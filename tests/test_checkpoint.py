@@ -51,6 +51,7 @@ def stop_after(epochs: int):
 
 # mutation: resume loads the oldest epoch-*.ckpt instead of the record's newest (keep: all)
 @pytest.mark.parametrize("keep", ["last", "all"])
+@pytest.mark.slow  # over 4 s: the fast tier stays quick
 def test_a_resumed_trial_equals_an_uninterrupted_one(tmp_path: Path, keep: str) -> None:
     whole: list[Any] = []
     uninterrupted = train(workload(), params(), whole.append).metrics

@@ -421,6 +421,7 @@ class WaitForTheStop(Callback):
 """
 
 
+@pytest.mark.slow  # over 4 s: the fast tier stays quick
 def test_a_pruned_model_train_script_ends_its_training_itself(scripts: Path) -> None:
     # mutation: msexp.hooks (channel or MsexpCallback) ignores the stop signal: the script
     # trains its 10 epochs (it is not killed here, as the trial process would kill it)

@@ -96,6 +96,7 @@ def test_a_database_of_another_application_is_refused(tmp_path: Path) -> None:
     open_storage(f"sqlite:///{tmp_path / 'new.db'}")  # no tables yet: Optuna's to make
 
 
+@pytest.mark.slow  # over 4 s: the fast tier stays quick
 def test_a_postgresql_server_that_never_answers_fails_on_the_connect_timeout() -> None:
     """The probe has a connection timeout: a server that takes the connection and says
     nothing (hung, or behind a firewall that drops packets) fails it, instead of hanging."""
