@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from msexp import interrupts
+from msexp import interrupts, private
 from msexp.cli import cluster, scaffold, scripts, studies, sweeps, tune
 from msexp.cli.options import debug_command, err_console, state
 from msexp.errors import MsexpError
@@ -77,6 +77,7 @@ def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")
     state["debug"] = debug
     redact_logs()
     route_logs()
+    private.remove_orphans()  # what a process killed with kill -9 left holding secrets
 
 
 class LogFile(logging.FileHandler):

@@ -17,17 +17,18 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from msexp import private
 from msexp.execution.arguments import arguments, command_argv, trial_params
 from msexp.execution.log_metrics import MetricReader
 from msexp.execution.process import (
     become_subreaper,
+    copy_redacted,
     descendants,
     die_with_parent,
     exit_reason,
@@ -39,7 +40,7 @@ from msexp.execution.script_help import switches
 from msexp.keys import TrialEnv
 from msexp.paths import newest_checkpoint, search_path, write_atomic
 from msexp.training.records import Stopped
-from msexp.urls import known_secrets, redact, redact_known, redact_params, secret_name
+from msexp.urls import known_secrets, redact, redact_params, secret_name
 
 POLL_S = 0.05
 DRAIN_S = 5.0  # reading what the command wrote after it exited (a stray may hold it open)
@@ -130,16 +131,13 @@ def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path
 
 def _params_file(folder: Path, params: dict[str, Any]) -> Path:
     """The params file the script reads (`msexp.hooks.params`): the trial folder's
-    params.json, or, where the params hold a secret, a private file outside mlruns/ (mode
-    600, removed when the command ends) and params.json redacted."""
+    params.json, or, where the params hold a secret, a private file (`msexp.private`,
+    removed when the command ends) and params.json redacted."""
     text, shown = json.dumps(params, default=str), json.dumps(redact_params(params), default=str)
     (folder / "params.json").write_text(shown, encoding="utf-8")
     if text == shown:
         return folder / "params.json"
-    handle, private = tempfile.mkstemp(prefix="msexp-params-", suffix=".json")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(text)
-    return Path(private)
+    return private.write(text)
 
 
 def _forget_private_params(env: dict[str, str]) -> None:
@@ -158,23 +156,13 @@ def public_environment() -> dict[str, str]:
 
 def _copying(proc: subprocess.Popen, command: Command, log: TextIO | None,
              secrets: list[str]) -> tuple[MetricReader, threading.Thread]:
-    """Start copying the command's output into `log` (default: stdout, the trial log)."""
+    """Start copying the command's output into `log` (default: stdout, the trial log),
+    redacted, reading metrics on the way."""
     reader = MetricReader(command.metrics)
-    lines = threading.Thread(target=_copy_output, daemon=True,
-                             args=(proc, reader, log or sys.stdout, secrets))
+    lines = threading.Thread(target=copy_redacted, daemon=True,
+                             args=(proc.stdout, log or sys.stdout, secrets, reader.feed))
     lines.start()
     return reader, lines
-
-
-def _copy_output(proc: subprocess.Popen, reader: MetricReader, log: TextIO,
-                 secrets: list[str]) -> None:
-    """Copy the command's output into the trial log (`secrets` and passwords in URLs
-    redacted), reading metrics on the way."""
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        log.write(redact_known(line, secrets))
-        log.flush()
-        reader.feed(line)
 
 
 class _Epochs:

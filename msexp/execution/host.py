@@ -37,7 +37,6 @@ from msexp.execution.protocol import (
     TrialResult,
 )
 from msexp.keys import TrialEnv
-from msexp.urls import known_secrets, redact_known
 
 POLL_S = 0.01  # how often a trial's events are read (a trial's end waits half of it)
 CLOSE_S = 10.0  # for a host to end its warm trial child and exit
@@ -122,7 +121,6 @@ class Host:
             self._kill_leftovers(result.pid)  # what the trial started and left running
         else:
             self.kill()  # whatever is left of this trial goes; the next trial gets a new host
-        hide_secrets(request, result)
         now = time.monotonic()
         result.wall_s = now - started
         if not ended and result.status is Status.TIMEOUT:
@@ -246,26 +244,3 @@ def start_hosts(count: int, cwd: Path | None = None) -> list[Host]:
     for host in hosts:
         host.prewarm()
     return hosts
-
-
-
-def hide_secrets(request: TrialRequest, result: TrialResult) -> None:
-    """Rewrite what the trial wrote (its log, its events, its ranks' files), which MLflow
-    logs as artifacts, without any secret it printed (`urls.known_secrets`)."""
-    secrets = known_secrets(request.params)
-    ranks = result.rank_logs
-    files = [request.log_path, request.events_path,
-             *(sorted(p for p in ranks.rglob("*") if p.is_file()) if ranks else [])]
-    for path in files:
-        with contextlib.suppress(FileNotFoundError):
-            _rewrite(path, lambda text: redact_known(text, secrets))
-
-
-def _rewrite(path: Path, change: Callable[[str], str]) -> None:
-    """Replace `path` with `change` of its text (bytes that are not UTF-8 kept), whole."""
-    text = path.read_bytes().decode("utf-8", "surrogateescape")
-    changed = change(text)
-    if changed != text:
-        partial = path.with_name(path.name + ".partial")
-        partial.write_bytes(changed.encode("utf-8", "surrogateescape"))
-        os.replace(partial, path)

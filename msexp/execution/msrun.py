@@ -19,7 +19,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -29,12 +28,20 @@ import mindspore as ms
 import psutil
 from mindspore.communication import get_group_size, get_rank, init
 
+from msexp import private
 from msexp.execution.local import Emit, train_request
-from msexp.execution.process import die_with_parent, exit_reason, msrun_argv, tail
+from msexp.execution.process import (
+    die_with_parent,
+    exit_reason,
+    msrun_argv,
+    redacted_output,
+    tail,
+)
 from msexp.execution.protocol import EventWriter, Launch, Result, TrialRequest, read_events
 from msexp.paths import search_path, write_atomic
 from msexp.training.parallel import mean_over_ranks
 from msexp.training.records import Diverged, Stopped
+from msexp.urls import known_secrets, redact_known
 
 POLL_S = 0.1
 EXIT_GRACE_S = 1.5  # msrun looks at its workers once a second before it logs an exit code
@@ -73,21 +80,23 @@ def launch(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool]
     folder = rank_log_dir(request.log_path)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    request_path = folder / "request.json"
-    request_path.write_text(request.to_json(), encoding="utf-8")
+    request_path = private.write(request.to_json())  # its params hold secrets in clear
     script = folder / "rank.py"
     script.write_text(RANK_SCRIPT, encoding="utf-8")
     emit(Launch(devices, str(folder), os.getpid()))
     env = _env(devices)
     command = msrun_argv(devices, folder, [str(script), str(request_path)], env["PATH"])
-    with open(folder / "msrun.log", "w", encoding="utf-8") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=die_with_parent)
-    cluster = _Cluster(proc, folder, devices, str(script))
     try:
-        cluster.wait(stop_requested)
+        with open(folder / "msrun.log", "w", encoding="utf-8") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    preexec_fn=die_with_parent)
+        cluster = _Cluster(proc, folder, devices, str(script))
+        try:
+            cluster.wait(stop_requested)
+        finally:
+            cluster.kill()
     finally:
-        cluster.kill()
+        request_path.unlink(missing_ok=True)
     return next((e.metrics for e in read_events(request.events_path)
                  if isinstance(e, Result)), {})
 
@@ -221,18 +230,23 @@ def main(request_path: Path) -> None:
         init()  # the scheduler serves the cluster inside init() and exits with it
         return
     rank = int(os.environ["RANK_ID"])
-    marker = request_path.with_name(f"rank-{rank}.json")
+    request = TrialRequest.from_json(request_path.read_text(encoding="utf-8"))
+    marker = rank_log_dir(request.log_path) / f"rank-{rank}.json"
     state: dict[str, Any] = {"rank": rank, "pid": os.getpid()}
     _write_marker(marker, state)
-    print(f"msexp rank {rank}, pid {os.getpid()}", flush=True)
-    try:
-        state.update(_train(TrialRequest.from_json(request_path.read_text(encoding="utf-8"))))
-    except BaseException as exc:
-        traceback.print_exc()
-        _write_marker(marker, {**state, "error": {"type": type(exc).__name__,
-                                                "message": str(exc)}})
-        sys.stdout.flush()
-        sys.stderr.flush()
+    secrets = known_secrets(request.params)
+    with os.fdopen(os.dup(1), "w", encoding="utf-8") as log, redacted_output(log, secrets):
+        print(f"msexp rank {rank}, pid {os.getpid()}", flush=True)
+        try:
+            state.update(_train(request, secrets))
+        except BaseException as exc:
+            traceback.print_exc()
+            error = {"type": type(exc).__name__, "message": redact_known(str(exc), secrets)}
+            _write_marker(marker, {**state, "error": error})
+            failed = True
+        else:
+            failed = False
+    if failed:
         os._exit(1)
     _write_marker(marker, {**state, "done": True})
 
@@ -249,14 +263,14 @@ def _die_with_msrun() -> None:
             os._exit(1)  # msrun died before the death signal was armed
 
 
-def _train(request: TrialRequest) -> dict[str, Any]:
+def _train(request: TrialRequest, secrets: list[str]) -> dict[str, Any]:
     threads = os.environ.get("MSEXP_THREADS")
     if threads:
         ms.set_context(runtime_num_threads=int(threads))
     init()
     rank, size = get_rank(), get_group_size()
     events = request.events_path if rank == 0 else Path(os.devnull)  # rank 0 reports
-    with EventWriter.open(events) as emit:
+    with EventWriter.open(events, secrets) as emit:
         _, workload = train_request(request, emit, lambda: False, (rank, size),
                                     mean_over_ranks(size))
     return {"size": size, "checksum": weights_checksum(workload.network)}

@@ -19,6 +19,7 @@ from typing import IO, Any, Union
 
 from msexp.knobs import graph_params
 from msexp.training.records import Epoch, Probe, Target
+from msexp.urls import redact_known
 
 PATHS = ("log_path", "events_path", "rank_logs", "checkpoint")  # TrialResult's Path fields
 
@@ -184,17 +185,18 @@ def decode(line: str) -> Event:
 
 
 class EventWriter:
-    """Appends events to a stream, a line each, flushed as written."""
+    """Appends events to a stream, a line each, flushed as written, with `secrets` and
+    passwords in URLs redacted (`urls.redact_known`)."""
 
-    def __init__(self, stream: IO[str]):
-        self.stream = stream
+    def __init__(self, stream: IO[str], secrets: list[str] | None = None):
+        self.stream, self.secrets = stream, secrets or []
 
     @classmethod
-    def open(cls, path: Path) -> EventWriter:
-        return cls(open(path, "a", buffering=1, encoding="utf-8"))  # noqa: SIM115
+    def open(cls, path: Path, secrets: list[str] | None = None) -> EventWriter:
+        return cls(open(path, "a", buffering=1, encoding="utf-8"), secrets)  # noqa: SIM115
 
     def __call__(self, event: Event) -> None:
-        self.stream.write(encode(event) + "\n")
+        self.stream.write(redact_known(encode(event), self.secrets) + "\n")
         self.stream.flush()
 
     def __enter__(self) -> EventWriter:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from msexp.execution.command import CommandFailed, run_command
 from msexp.execution.link import HostEnd
 from msexp.execution.local import Emit, WarmGraphs, train_request
-from msexp.execution.process import die_with_parent, exit_reason
+from msexp.execution.process import die_with_parent, exit_reason, redacted_output
 from msexp.execution.protocol import (
     End,
     Error,
@@ -33,6 +33,7 @@ from msexp.execution.protocol import (
 )
 from msexp.experiment import load_experiment
 from msexp.training.records import Diverged, Stopped
+from msexp.urls import known_secrets
 
 
 def run(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool] = lambda: False,
@@ -257,33 +258,26 @@ def _report_exit(request: TrialRequest, status: int) -> None:
     if any(isinstance(event, End) for event in read_events(request.events_path)):
         return
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    with EventWriter.open(request.events_path) as emit:
+    with EventWriter.open(request.events_path, known_secrets(request.params)) as emit:
         emit(Error("exit", exit_reason(code)))
         emit(End())
 
 
 def _run_logged(request: TrialRequest, stop: StopFlag, warm: WarmGraphs) -> None:
-    """Run one trial with its own log and events file, ending with an "end" event."""
+    """Run one trial with its own log and events file, ending with an "end" event once
+    its output is in its log; no secret of its params or of this process's environment
+    is written to either (`process.redacted_output`)."""
     stop.set = False
-    _redirect_output(str(request.log_path))
-    with EventWriter.open(request.events_path) as emit:
-        try:
-            run(request, emit, stop, warm)
-        except Exception as exc:
-            traceback.print_exc()
-            emit(failure(exc))
-        sys.stdout.flush()
-        sys.stderr.flush()
+    secrets = known_secrets(request.params)
+    with EventWriter.open(request.events_path, secrets) as emit:
+        with request.log_path.open("a", encoding="utf-8") as log, \
+                redacted_output(log, secrets):
+            try:
+                run(request, emit, stop, warm)
+            except Exception as exc:
+                traceback.print_exc()
+                emit(failure(exc))
         emit(End())
-
-
-def _redirect_output(path: str) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 if __name__ == "__main__":
