@@ -249,6 +249,30 @@ def test_a_checkpoint_of_another_trial_or_params_is_moved_aside(tmp_path: Path, 
     assert resumable(CheckpointPlan(folder, owner=mine)) == saved
 
 
+def test_only_the_same_secret_values_resume_and_none_is_recorded(tmp_path: Path,
+                                                                 capsys) -> None:
+    """Params that differ only in a secret (redacted alike) are other params: a salted
+    digest of the real values tells them apart, and no file holds a value in clear."""
+    from msexp.training.checkpoint import Checkpoints, owner, resumable
+
+    def plan(password: str) -> CheckpointPlan:
+        params = {"lr": 0.1, "data_url": f"postgresql://u:{password}@h/db",
+                  "api_token": f"tok-{password}"}
+        return CheckpointPlan(folder, owner=owner("study/1", params), params=params)
+
+    folder = tmp_path / "ckpt"
+    weight = ms.Parameter(Tensor(np.ones(3, np.float32)), name="w")
+    saved = save_epochs(Checkpoints(plan("S3CRET-a"), {"w": weight}), [0.5])
+    state = (folder / "state.json").read_text()
+    assert "S3CRET" not in state and '"digest"' in state
+    assert resumable(plan("S3CRET-a")) == saved, "the same real values resume"
+    assert capsys.readouterr().out == ""
+    assert resumable(plan("S3CRET-b")) is None
+    assert "was trained with other values of its secret params; its files are now in " \
+           f"{tmp_path / 'ckpt.replaced-1'}" in capsys.readouterr().out
+    assert owner("study/1", {"lr": 0.1}) == {"trial": "study/1", "params": {"lr": 0.1}}
+
+
 def test_a_checkpoint_without_its_file_or_owner_is_not_resumed(tmp_path: Path, capsys) -> None:
     from msexp.training.checkpoint import resumable
 

@@ -109,7 +109,8 @@ def _plan(request: TrialRequest) -> Any:
     if wanted is None or request.folder is None:
         return None
     return CheckpointPlan(request.checkpoint_dir, wanted.every, wanted.keep, wanted.metric,
-                          wanted.maximize, owner(request.trial, request.params))
+                          wanted.maximize, owner(request.trial, request.params),
+                          request.params)
 
 
 def build_workload(request: TrialRequest) -> Workload:

@@ -15,8 +15,10 @@ uninterrupted one; a MindSpore dataset's shuffle starts afresh on resume.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +43,8 @@ class CheckpointPlan:
         metric, maximize: what `keep: best` compares.
         owner: which trial of which study saves here, and its params (see `owner`): a
             checkpoint recorded with another owner is never resumed.
+        params: the trial's params in clear, to check a recorded digest of its secret
+            ones (never written).
     """
 
     folder: Path
@@ -49,6 +53,7 @@ class CheckpointPlan:
     metric: str | None = None
     maximize: bool = True
     owner: dict[str, Any] | None = None
+    params: dict[str, Any] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -64,11 +69,20 @@ class Saved:
     owner: dict[str, Any] | None = None  # the plan's owner when it was saved
 
 
-def owner(trial: str | None, params: dict[str, Any]) -> dict[str, Any]:
+def owner(trial: str | None, params: dict[str, Any], salt: str | None = None
+          ) -> dict[str, Any]:
     """What a checkpoint records about the trial that trains it: `trial` (its study and
     number, as the orchestrator names it) and its params, as JSON keeps them, secrets
-    redacted."""
-    return {"trial": trial, "params": json.loads(json.dumps(redact_params(params), default=str))}
+    redacted; where that hides a value, also a salted digest of the params in clear
+    (`salt`, default a new random one), so that only the same real values resume."""
+    shown = json.loads(json.dumps(redact_params(params), default=str))
+    record = {"trial": trial, "params": shown}
+    real = json.dumps(params, default=str, sort_keys=True)
+    if json.loads(real) != shown:
+        salt = salt or secrets.token_hex(16)
+        digest = hashlib.sha256(f"{salt}\n{real}".encode()).hexdigest()
+        record.update(salt=salt, digest=digest)
+    return record
 
 
 def latest(folder: Path) -> Saved | None:
@@ -102,15 +116,19 @@ def _not_resumable(plan: CheckpointPlan, saved: Saved) -> str | None:
         return f"{path}, which {STATE} names, is gone"
     if path.stat().st_size == 0:
         return f"{path} is empty (0 bytes)"
-    if saved.owner == plan.owner:
-        return None
     theirs, mine = saved.owner or {}, plan.owner or {}
+    if plan.params is not None and mine:  # the digest of the same values, with their salt
+        mine = owner(mine.get("trial"), plan.params, theirs.get("salt"))
+    if theirs == mine:
+        return None
     if theirs.get("trial") != mine.get("trial"):
         return (f"{path} was saved by {theirs.get('trial') or 'an unrecorded trial'}, "
                 f"not by {mine.get('trial') or 'this trial'}")
     params = {**theirs.get("params", {}), **mine.get("params", {})}
     changed = sorted(k for k in params if theirs.get("params", {}).get(k) !=
                      mine.get("params", {}).get(k))
+    if not changed:
+        return f"{path} was trained with other values of its secret params"
     return f"{path} was trained with other params ({', '.join(changed)})"
 
 
