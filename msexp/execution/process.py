@@ -67,10 +67,12 @@ def tail(path: Path, lines: int) -> str:
 def copy_redacted(lines: Iterable[str], log: IO[str], secrets: list[str],
                   on_line: Callable[[str], None] = lambda line: None) -> None:
     """Copy a process's output into a log, line by line as it comes, with `secrets` and
-    passwords in URLs redacted (`urls.redact_known`); `on_line` sees each line as is."""
+    passwords in URLs redacted (`urls.redact_known`); `on_line` sees each line as is. A
+    line the log cannot take (a full disk) is dropped: the process never blocks on it."""
     for line in lines:
-        log.write(redact_known(line, secrets))
-        log.flush()
+        with contextlib.suppress(OSError, ValueError):  # ValueError: the log was closed
+            log.write(redact_known(line, secrets))
+            log.flush()
         on_line(line)
 
 

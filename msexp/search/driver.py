@@ -19,7 +19,7 @@ from msexp.errors import MsexpError, describe
 from msexp.execution.protocol import Epoch, Status, TrialResult
 from msexp.execution.subscribers import Subscriber, TrialInfo
 from msexp.interrupts import handled
-from msexp.search.prepare import prepare_trial, unprepared
+from msexp.search.prepare import prepare_trial, stale, unprepared
 from msexp.search.pruning import PruningBridge
 from msexp.search.source import TrialSource
 from msexp.search.tell import best_so_far, judge, tell
@@ -50,7 +50,7 @@ class Sweep:
         self.stopping = threading.Event()
         self.results: dict[int, TrialResult] = {}
         self.running: dict[int, Any] = {}  # trial number: the host running it
-        source.on_lost = self._lost
+        source.on_lost, source.on_fail = self._lost, self._record_failed
         self.interrupted = 0
         self.error: Exception | None = None  # what stopped the sweep outside any trial
 
@@ -146,6 +146,13 @@ class Sweep:
         host = self.running.get(number)
         if host is not None:
             host.kill()
+
+    def _record_failed(self, frozen: Any, error: str) -> dict[str, Any]:
+        """Record in MLflow a trial of a dead orchestrator that is failed out of retries
+        (before Optuna is told, as every trial); what to keep on it."""
+        trial = stale(self.spec, frozen)
+        self.recorder.on_trial_end(trial, TrialResult(Status.FAILED, error=error))
+        return trial.attrs
 
     def _on_epoch(self, trial: TrialInfo, epoch: Epoch) -> bool:
         """Show the epoch to every watcher; True when the trial is to stop (pruned)."""

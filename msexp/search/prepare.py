@@ -38,3 +38,12 @@ def unprepared(spec: SweepSpec, handle: optuna.Trial) -> TrialInfo:
     return TrialInfo(handle.number, f"#{handle.number}", dict(handle.params),
                      {**handle.params, "experiment": spec.experiment.ref}, time.time(),
                      handle=handle)
+
+
+def stale(spec: SweepSpec, frozen: optuna.trial.FrozenTrial) -> TrialInfo:
+    """A trial whose orchestrator died, failed out of retries without running again: it
+    is recorded with the params Optuna keeps (secrets as stand-ins)."""
+    started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
+    return TrialInfo(frozen.number, f"#{frozen.number}", dict(frozen.params),
+                     {**frozen.params, "experiment": spec.experiment.ref}, started,
+                     rerun=True)

@@ -4,10 +4,10 @@ kept alive by heartbeats, and put back when they cannot finish."""
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from msexp.execution.process import kill_processes, marked, owner
 from msexp.keys import StudyKey, TrialKey
@@ -15,6 +15,8 @@ from msexp.search.heartbeat import Beating, TrialHeartbeat, owner_is_dead
 from msexp.search.optuna_private import pop_waiting, set_waiting, storage_of, trial_id
 from msexp.search.storage import study_lock
 from msexp.search.study import finished_count, started_count
+
+OnFail = Callable[[FrozenTrial, str], dict[str, Any]]
 
 
 class TrialSource:
@@ -32,6 +34,9 @@ class TrialSource:
         self.heartbeat = TrialHeartbeat(study)
         self.held: dict[int, optuna.Trial] = {}  # claimed and not told yet
         self.on_lost: Callable[[int], None] = lambda number: None
+        # records a stale trial failed out of retries (in MLflow) before it is failed;
+        # returns the attributes to keep on it
+        self.on_fail: OnFail = lambda trial, error: {}
         self._lock = threading.Lock()  # this process's threads: one claim at a time
         self._beating = Beating(self.heartbeat, self._held_ids)
 
@@ -58,7 +63,7 @@ class TrialSource:
         """The next trial for this process, or None when the study has none left."""
         me = owner()  # before any trial is taken: a failure here leaves none RUNNING
         with self._lock, study_lock(self.storage_url):
-            requeue_stale_trials(self.study, self.heartbeat)
+            requeue_stale_trials(self.study, self.heartbeat, self.on_fail)
             trial = pop_waiting(self.study)
             if trial is None and self.samples and started_count(self.study) < self.total:
                 trial = self.study.ask()
@@ -73,7 +78,7 @@ class TrialSource:
         """Trials no process has taken yet: queued ones (those of dead or silent
         processes included), and the rest of a sampler's budget."""
         with self._lock, study_lock(self.storage_url):
-            requeue_stale_trials(self.study, self.heartbeat)
+            requeue_stale_trials(self.study, self.heartbeat, self.on_fail)
         waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         return waiting + (max(0, self.total - started_count(self.study)) if self.samples else 0)
 
@@ -114,30 +119,34 @@ class TrialSource:
 
 
 def put_back(study: optuna.Study, trial: int, attempts: int, count_attempt: bool,
-             reason: str) -> bool:
+             reason: str, before_fail: Callable[[str], dict[str, Any]] = lambda error: {}
+             ) -> bool:
     """Queue the unfinished trial with id `trial` again as it is (WAITING): same number,
     params, folder and checkpoints, so the next attempt continues it. A stop by signal or
     an unreachable MLflow does not count as an attempt; a dead orchestrator does. Past
-    `budget.retries` counted attempts the trial is failed instead; returns whether it was
-    queued."""
+    `budget.retries` counted attempts the trial is failed instead, once `before_fail`
+    (given the error) has recorded it; returns whether it was queued."""
     storage = storage_of(study)
     attempts += count_attempt
     storage.set_trial_user_attr(trial, TrialKey.ATTEMPT, attempts)
     if attempts > study.user_attrs.get(StudyKey.RETRIES, 0):
-        storage.set_trial_user_attr(trial, TrialKey.ERROR,
-                                    f"{reason}; out of retries after {attempts} attempts")
+        error = f"{reason}; out of retries after {attempts} attempts"
+        kept = {**before_fail(error), TrialKey.ERROR: error}
+        for key, value in kept.items():
+            storage.set_trial_user_attr(trial, key, value)
         storage.set_trial_state_values(trial, TrialState.FAIL)
         return False
     storage.set_trial_user_attr(trial, TrialKey.ERROR, reason)
     return set_waiting(study, trial)
 
 
-def requeue_stale_trials(study: optuna.Study, heartbeat: TrialHeartbeat | None = None
-                         ) -> list[int]:
+def requeue_stale_trials(study: optuna.Study, heartbeat: TrialHeartbeat | None = None,
+                         on_fail: OnFail = lambda trial, error: {}) -> list[int]:
     """Queue again the RUNNING trials whose orchestrator died or went silent (see
     `TrialHeartbeat.stale_trials`); returns their numbers. It counts as an attempt (see
-    `put_back`). What a dead owner's trial processes left running (a daemon, a `setsid`
-    helper) is killed first, found by their marker."""
+    `put_back`); one out of retries is failed once `on_fail` has recorded it. What a dead
+    owner's trial processes left running (a daemon, a `setsid` helper) is killed first,
+    found by their marker."""
     stale = []
     for frozen in (heartbeat or TrialHeartbeat(study)).stale_trials():
         name = frozen.user_attrs.get(TrialKey.OWNER, "")
@@ -145,7 +154,8 @@ def requeue_stale_trials(study: optuna.Study, heartbeat: TrialHeartbeat | None =
             kill_processes(marked(name))
         try:
             put_back(study, trial_id(frozen), frozen.user_attrs.get(TrialKey.ATTEMPT, 0), True,
-                     "orchestrator stopped (no heartbeat)")
+                     "orchestrator stopped (no heartbeat)",
+                     lambda error, frozen=frozen: on_fail(frozen, error))
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # its owner told it meanwhile: it was slow, not dead
         stale.append(frozen.number)

@@ -125,14 +125,17 @@ def _point(params: dict[str, Any]) -> str:
 
 
 def assert_invariants(name: str, experiment: str, mark: str, planned: list[dict] | int,
-                      storage: str | None = None, tracking_uri: str | None = None) -> None:
+                      storage: str | None = None, tracking_uri: str | None = None,
+                      may_fail: bool = False) -> None:
     """What every fault must leave, once the sweep has been resumed to its end: every
-    planned point (or, for a sampler, `planned` trials) has exactly one trial, COMPLETE,
-    and exactly one MLflow child run, FINISHED, under the study's one parent run; no trial
-    or run is RUNNING; nothing waits in the spool; no process of the test is left."""
+    planned point (or, for a sampler, `planned` trials) has exactly one trial, COMPLETE
+    (or, where the case `may_fail`, FAIL), and exactly one MLflow child run, FINISHED (or
+    FAILED for a failed trial), under the study's one parent run; no trial or run is
+    RUNNING; nothing waits in the spool; no process of the test is left."""
     trials = load_study(name, storage).get_trials(deepcopy=False)
     states = {t.number: t.state.name for t in trials}
-    assert all(t.state is TrialState.COMPLETE for t in trials), states
+    ends = {TrialState.COMPLETE, TrialState.FAIL} if may_fail else {TrialState.COMPLETE}
+    assert all(t.state in ends for t in trials), states
     if isinstance(planned, int):
         assert len(trials) == planned, states
     else:
@@ -148,8 +151,10 @@ def assert_invariants(name: str, experiment: str, mark: str, planned: list[dict]
         [experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
     assert sorted(int(r.data.tags["msexp.trial"]) for r in children) == \
         sorted(t.number for t in trials), "exactly one child run per trial"
-    assert {r.info.status for r in children} == {"FINISHED"}
-    assert {r.data.tags["status"] for r in children} == {"COMPLETE"}
+    ran = {int(r.data.tags["msexp.trial"]): (r.info.status, r.data.tags["status"])
+           for r in children}
+    assert ran == {t.number: ("FINISHED", "COMPLETE") if t.state is TrialState.COMPLETE
+                   else ("FAILED", "FAILED") for t in trials}
     assert not list(Path("mlruns/spool").glob("*.json")), "every spooled result delivered"
     assert_no_process_left(mark)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import uuid
 from pathlib import Path
@@ -26,6 +27,7 @@ from tests.fault.conftest import (
     assert_no_secret_under_mlruns,
     assert_nothing_running,
     load_study,
+    wait_for,
 )
 
 pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
@@ -192,3 +194,74 @@ def test_a_command_gets_its_secret_params_in_clear_and_no_file_keeps_them(mark: 
     assert_params_shown_redacted("needs")
     assert_no_secret_under_mlruns(["S3CRET"])
     assert_invariants("needs", "needs", mark, STAND_INS)
+
+
+def test_a_sweep_killed_mid_trial_leaves_no_secret_under_mlruns(mark: str) -> None:
+    """kill -9 of the sweep while a built-in trial with secret params trains: what it
+    printed (in its log) and its events were redacted as written, not after its end; the
+    next sweep finishes the study."""
+    path = write(Path("killed.yaml"), """
+        name: killed
+        experiment: tells:build
+        fixed: {api_token: S3CRET-token, epochs: 3, pause_s: 0.4}
+        budget: {retries: 1}
+        params: {data_url: ["postgresql://u:S3CRET-a@h/db", "postgresql://u:S3CRET-b@h/db"]}
+    """)
+    events = Path("mlruns/trials/killed/trial-0000/events.jsonl")
+    first = subprocess.Popen(msexp_cmd("sweep", str(path)), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL,
+                             env={**os.environ, "MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow"})
+    try:
+        assert wait_for("the trial trains", lambda: events.is_file() and
+                        '"epoch"' in events.read_text(), first)
+        first.kill()
+        first.wait()
+        assert_no_process_left(mark)
+    finally:
+        first.kill()
+    log = Path("mlruns/trials/killed/trial-0000/trial.log").read_text()
+    assert "token *** from postgresql://u:***@h/db" in log, log
+    assert "tracking password ***" in log, log
+    assert_no_secret_under_mlruns(["S3CRET"])
+    sweep(path, {"MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow"})
+    assert_no_secret_under_mlruns(["S3CRET"])
+    assert_invariants("killed", "killed", mark, STAND_INS)
+
+
+def test_a_commands_private_params_file_does_not_outlive_its_trial(mark: str,
+                                                                   tmp_path: Path) -> None:
+    """The file holding a command's secret params in clear (outside mlruns/, mode 600, in
+    a folder of mode 700) stays while its trial runs, is left by a kill -9 of the sweep,
+    and is removed by the next msexp start, which finishes the study without one left."""
+    noted = tmp_path / "params-path"
+    script = write(Path("holds.sh"), """
+        [ "$1" = --help ] && exit 0
+        if [ ! -e "$NOTE_AT" ]; then echo "$MSEXP_TRIAL" > "$NOTE_AT"; exec sleep 1000; fi
+        echo "eval_accuracy: 0.9"
+    """)
+    path = write(Path("holds.yaml"), f"name: holds\nexperiment: {{command: sh {script.name}}}\n"
+                 "budget: {retries: 1}\nparams: {api_token: [S3CRET-token]}\n")
+    first = subprocess.Popen(msexp_cmd("sweep", str(path)), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env={**os.environ, "NOTE_AT": str(noted)})
+    try:
+        assert wait_for("the command runs", lambda: noted.is_file() and
+                        noted.read_text().endswith("\n"), first)
+        private = Path(noted.read_text().strip())
+        assert "mlruns" not in private.parts and "S3CRET-token" in private.read_text()
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+        assert stat.S_IMODE(private.parent.stat().st_mode) == 0o700
+        status = subprocess.run(msexp_cmd("status", str(path)), capture_output=True,
+                                timeout=DEADLINE_S)
+        assert status.returncode == 0 and private.is_file(), "its owner runs: it stays"
+        first.kill()
+        first.wait()
+        assert_no_process_left(mark)
+    finally:
+        first.kill()
+    assert private.is_file(), "killed with kill -9, its owner could not remove it"
+    sweep(path, {"NOTE_AT": str(noted)})
+    assert not private.exists()
+    left = [p for p in private.parent.iterdir() if "S3CRET" in p.read_text(errors="replace")]
+    assert not left
+    assert_no_secret_under_mlruns(["S3CRET"])
+    assert_invariants("holds", "holds", mark, [{"api_token": "***"}])
