@@ -110,6 +110,7 @@ def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path
     outputs.mkdir(parents=True, exist_ok=True)
     params_file = _params_file(folder, request.params)
     channel = folder / "reports.jsonl"
+    channel.unlink(missing_ok=True)  # a new file, as the trial's log and events (see host)
     channel.write_text("")
     passed = {name: os.environ[name] for name in command.pass_env if name in os.environ}
     env = {**public_environment(), **passed, TrialEnv.PARAMS: str(params_file),

@@ -132,8 +132,9 @@ class Host:
     def _ready_for(self, request: TrialRequest) -> tuple[subprocess.Popen, SweepEnd]:
         """Empty the trial's log and events files; the host, started and ready."""
         request.events_path.parent.mkdir(parents=True, exist_ok=True)
-        request.events_path.write_text("")
-        request.log_path.write_text("")
+        for path in (request.events_path, request.log_path):  # new files: whatever still
+            path.unlink(missing_ok=True)  # holds the old ones open writes where no one reads
+            path.write_text("")
         self.prewarm()
         proc, link = self._proc, self._link  # a stop may kill the host at any moment
         if not self._ready:
@@ -221,10 +222,12 @@ class Host:
 
     def kill(self) -> None:
         """Kill the host's process group, its trial and everything they started (found
-        by the marker or noted while the trial ran), `setsid` descendants included."""
+        by the marker or noted while the trial ran), `setsid` descendants included. A
+        host already reaped is not signalled by its pid, which another process may have
+        now: what it started was noted while it ran."""
         proc, self._proc = self._proc, None
         link, self._link = self._link, None
-        if proc is not None:
+        if proc is not None and proc.poll() is None:  # not reaped: the pid is still its own
             self._note_family(proc.pid)
             kill_group(proc.pid)
         if link is not None:
