@@ -150,8 +150,8 @@ class Sweep:
     def _record_failed(self, frozen: Any, error: str) -> dict[str, Any]:
         """Record in MLflow a trial of a dead orchestrator that is failed out of retries
         (before Optuna is told, as every trial); what to keep on it."""
-        trial = stale(self.spec, frozen)
-        self.recorder.on_trial_end(trial, TrialResult(Status.FAILED, error=error))
+        trial, result = stale(self.spec, self.study, frozen, error)
+        self.recorder.on_trial_end(trial, result)
         return trial.attrs
 
     def _on_epoch(self, trial: TrialInfo, epoch: Epoch) -> bool:

@@ -7,7 +7,7 @@ import time
 
 import optuna
 
-from msexp.execution.protocol import TrialRequest
+from msexp.execution.protocol import Status, TrialRequest, TrialResult
 from msexp.execution.subscribers import TrialInfo
 from msexp.keys import StudyKey, TrialKey
 from msexp.knobs import value_text
@@ -40,10 +40,17 @@ def unprepared(spec: SweepSpec, handle: optuna.Trial) -> TrialInfo:
                      handle=handle)
 
 
-def stale(spec: SweepSpec, frozen: optuna.trial.FrozenTrial) -> TrialInfo:
-    """A trial whose orchestrator died, failed out of retries without running again: it
-    is recorded with the params Optuna keeps (secrets as stand-ins)."""
+def stale(spec: SweepSpec, study: optuna.Study, frozen: optuna.trial.FrozenTrial,
+          error: str) -> tuple[TrialInfo, TrialResult]:
+    """A trial whose orchestrator died, failed out of retries without running again: what
+    it is recorded with (the params Optuna keeps, secrets as stand-ins; the log and
+    events its last attempt left)."""
     started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
-    return TrialInfo(frozen.number, f"#{frozen.number}", dict(frozen.params),
-                     {**frozen.params, "experiment": spec.experiment.ref}, started,
-                     rerun=True)
+    trial = TrialInfo(frozen.number, f"#{frozen.number}", dict(frozen.params),
+                      {**frozen.params, "experiment": spec.experiment.ref}, started,
+                      rerun=True)
+    folder = TRIALS_DIR / study.study_name / f"trial-{frozen.number:04d}"
+    result = TrialResult(Status.FAILED, error=error, log_path=folder / "trial.log",
+                         events_path=folder / "events.jsonl",
+                         wall_s=max(0.0, time.time() - started))
+    return trial, result
