@@ -13,12 +13,13 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import msexp_cmd, write
+from tests.conftest import child_runs, mlflow_client, msexp_cmd, write
 from tests.fault.conftest import (
     DEADLINE_S,
     assert_invariants,
     assert_no_process_left,
     completed,
+    load_study,
     wait_for,
 )
 
@@ -78,3 +79,33 @@ def test_signals_at_random_points_keep_every_promise(chain: int, mark: str) -> N
                            capture_output=True, text=True, timeout=DEADLINE_S)
     assert final.returncode == 0, final.stdout + final.stderr
     assert_invariants(study, "faults", mark, POINTS)
+
+
+def test_a_trial_out_of_retries_after_kill_9_has_its_one_failed_run(mark: str) -> None:
+    """kill -9 of the sweep in mid-trial without retries: the next sweep finds the trial
+    stale and fails it out of retries, and records it in MLflow first (FAILED, with the
+    log its attempt left), so the point has one finished trial and one run."""
+    sweep = write(Path.cwd() / "once.yaml", """
+        name: once
+        experiment: broken:build
+        budget: {retries: 0}
+        fixed: {epochs: 30, hidden: 16, pause_s: 0.3}
+        params: {lr: [0.01]}
+    """)
+    first = subprocess.Popen(msexp_cmd("sweep", str(sweep)), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    assert wait_for("the trial trains", stages("once", 0)["epoch"], first)
+    first.kill()
+    first.wait()
+    assert_no_process_left(mark)
+    again = subprocess.run(msexp_cmd("sweep", str(sweep)), capture_output=True, text=True,
+                           timeout=DEADLINE_S)
+    assert again.returncode == 1 and "every trial failed" in again.stderr, again.stdout
+    (trial,) = load_study("once").trials
+    assert trial.state.name == "FAIL" and "out of retries" in trial.user_attrs["error"]
+    (run,) = child_runs("once")
+    assert run.info.status == "FAILED" and "out of retries" in run.data.tags["error"]
+    assert trial.user_attrs["mlflow_run_id"] == run.info.run_id
+    artifacts = {a.path for a in mlflow_client().list_artifacts(run.info.run_id)}
+    assert {"trial.log", "events.jsonl"} <= artifacts
+    assert_invariants("once", "once", mark, [{"lr": 0.01}], may_fail=True)
