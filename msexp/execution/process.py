@@ -80,29 +80,44 @@ def copy_redacted(lines: Iterable[str], log: IO[str], secrets: list[str],
 def redacted_output(log: IO[str], secrets: list[str]) -> Iterator[None]:
     """This process's stdout and stderr, at the file descriptor level (MindSpore's C++
     logs too, and what it starts), into a pipe whose lines a thread copies into `log`,
-    redacted as written (`copy_redacted`). On leaving, both point at /dev/null and the
-    pipe is drained (a process left holding it is not waited for past DRAIN_S)."""
+    redacted as written (`copy_redacted`). On leaving, both point at /dev/null once a
+    last mark has come through the pipe: all written before is in `log` (what a process
+    left holding the pipe writes later is copied on, not waited for)."""
     sys.stdout.flush()
     sys.stderr.flush()
     read_end, write_end = os.pipe()
     os.dup2(write_end, 1)
     os.dup2(write_end, 2)
     os.close(write_end)
-    lines = os.fdopen(read_end, encoding="utf-8", errors="replace")
-    copier = threading.Thread(target=copy_redacted, args=(lines, log, secrets), daemon=True)
-    copier.start()
+    mark, drained = f"msexp-drained-{os.urandom(8).hex()}\n", threading.Event()
+    lines = _until_mark(os.fdopen(read_end, encoding="utf-8", errors="replace"), mark,
+                        drained)
+    threading.Thread(target=copy_redacted, args=(lines, log, secrets), daemon=True).start()
     try:
         yield
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        os.write(1, mark.encode())
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.dup2(null, 2)
         os.close(null)
-        copier.join(DRAIN_S)
-        if not copier.is_alive():
-            lines.close()
+        drained.wait(DRAIN_S)
+
+
+def _until_mark(lines: IO[str], mark: str, seen: threading.Event) -> Iterator[str]:
+    """The lines, without `mark`; `seen` is set when it comes (or the pipe closes)."""
+    with lines:
+        for line in lines:
+            if mark in line:
+                rest = line.replace(mark, "")
+                if rest:
+                    yield rest
+                seen.set()
+            else:
+                yield line
+    seen.set()
 
 
 def die_with_parent() -> None:
