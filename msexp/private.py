@@ -46,10 +46,11 @@ def write(text: str, suffix: str = ".json") -> Path:
 
 
 def owner_alive(path: Path) -> bool:
-    """Whether the process that wrote `path` still runs."""
+    """Whether the process that wrote `path` still runs (a zombie does not)."""
     pid = path.name.partition("-")[0]
     try:
-        return pid.isdigit() and path.name.startswith(_stamp(int(pid)) + "-")
+        return pid.isdigit() and path.name.startswith(_stamp(int(pid)) + "-") and \
+            psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 

@@ -74,7 +74,8 @@ class MlflowRecorder(Subscriber):
             experiment_id, self.study.study_name,
             {"msexp.sweep": spec.name, "msexp.method": spec.method.value,
              "msexp.experiment": spec.experiment.ref, "msexp.storage": storage_label},
-            spec.path, {**spec.fixed, **{p.name: p.describe() for p in spec.space.params}})
+            spec.path, {**spec.fixed, **{p.name: p.describe() for p in spec.space.params}},
+            {p.name: list(p.values or ()) for p in spec.space.params})
         self.study.set_user_attr(StudyKey.PARENT_RUN, run_id)
         return run_id
 

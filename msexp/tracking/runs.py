@@ -140,9 +140,11 @@ class Tracker:
         self.client.update_run(run_id, status="RUNNING")
 
     def parent_run(self, experiment_id: str, study: str, tags: Mapping[str, str],
-                   sweep_file: Path, params: Mapping[str, Any] | None = None) -> str:
+                   sweep_file: Path, params: Mapping[str, Any] | None = None,
+                   values: Mapping[str, Any] | None = None) -> str:
         """Create the sweep's parent run with its `params` (the search space: each swept
-        knob's values or range, each fixed knob's value) and the sweep file attached."""
+        knob's values or range, each fixed knob's value) and the sweep file attached,
+        without the secrets among `params` or the swept `values` (each knob's list)."""
         from mlflow.entities import Param  # lazy: as above
 
         with self.writing():
@@ -153,7 +155,8 @@ class Tracker:
             for i in range(0, len(logged), 100):
                 self.client.log_batch(run.info.run_id, params=logged[i:i + 100])
             if sweep_file.is_file():
-                self._log_redacted(run.info.run_id, sweep_file, known_secrets(params))
+                self._log_redacted(run.info.run_id, sweep_file,
+                                   known_secrets({**(params or {}), **(values or {})}))
         return run.info.run_id
 
     def _log_redacted(self, run_id: str, path: Path, secrets: list[str]) -> None:
