@@ -125,12 +125,13 @@ def test_a_full_mlruns_shows_only_msexps_line_and_the_next_run_finishes(
     """)
     run = shlex.join(msexp_cmd("sweep", str(sweep)))
     events = f"mlruns/trials/{name}/trial-0001/events.jsonl"  # trial 0 recorded: the store is open
-    script = (f"rm -rf copy && mkdir -p mlruns copy && mount -t tmpfs -o size=16m tmpfs mlruns && "
+    copy = f"copy-{name}"  # MLflow caches a store by its path: one per case
+    script = (f"mkdir -p mlruns {copy} && mount -t tmpfs -o size=16m tmpfs mlruns && "
               f"{{ {run} >first.out 2>first.err & pid=$!; "
               f"until grep -qs epoch {events} || ! kill -0 $pid; do sleep 0.05; done; "
               "dd if=/dev/zero of=mlruns/fill bs=4k 2>/dev/null; wait $pid; echo $? >first.rc; "
               f"rm mlruns/fill; {run} >second.out 2>&1; echo $? >second.rc; "
-              "cp -a mlruns copy/; }")
+              f"cp -a mlruns {copy}/; }}")
     done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
                           text=True, timeout=3 * DEADLINE_S)
     assert done.returncode == 0, done.stderr
@@ -141,5 +142,5 @@ def test_a_full_mlruns_shows_only_msexps_line_and_the_next_run_finishes(
     for noise in ("Traceback", "Logging error", "sqlite3", "sqlalchemy", "mlflow."):
         assert noise not in out, out  # the libraries' own lines
     assert Path("second.rc").read_text().strip() == "0", Path("second.out").read_text()
-    monkeypatch.chdir("copy")
+    monkeypatch.chdir(copy)
     assert_invariants(name, name, mark, [{"lr": 0.1}, {"lr": 0.2}], may_fail=not retries)
