@@ -19,7 +19,16 @@ import pytest
 
 from msexp.execution.host import Host, start_hosts
 from msexp.execution.link import KILL, RUN, STOP, HostEnd, socket_pair
-from msexp.execution.protocol import Command, End, Status, TrialRequest, read_events
+from msexp.execution.protocol import (
+    Command,
+    End,
+    Error,
+    EventWriter,
+    Start,
+    Status,
+    TrialRequest,
+    read_events,
+)
 from msexp.execution.slots import Slots
 from msexp.keys import TrialEnv
 from msexp.spec import trial_params
@@ -125,6 +134,35 @@ def test_a_host_keeps_a_warm_child_for_the_same_signature_only(host, tmp_path):
     assert psutil.Process(host_pid).environ()[TrialEnv.MARKER] == host.marker
     host.close()
     assert host.pid is None and gone(host_pid) and gone(other.pid)
+
+
+@SLOW
+def test_what_an_earlier_attempt_still_writes_is_not_the_new_attempts(host, tmp_path):
+    """A process of an earlier attempt of the trial (of a sweep frozen past its claim)
+    holds the folder's events file and log open, and writes an end there once the new
+    attempt has started: the new attempt's files are new, so it ends on its own events."""
+    request = mlp(tmp_path, "again", epochs=3)
+    request.events_path.parent.mkdir(parents=True)
+    old_events, old_log = request.events_path.open("a"), request.log_path.open("a")
+
+    def write_as_the_earlier_attempt() -> None:
+        wait_for("the new attempt starts", lambda: any(
+            isinstance(e, Start) for e in read_events(request.events_path)))
+        earlier = EventWriter(old_events)
+        earlier(Error("exit", "trial process was killed by SIGKILL"))
+        earlier(End())
+        old_log.write("the earlier attempt's line\n")
+        old_log.flush()
+
+    writer = threading.Thread(target=write_as_the_earlier_attempt)
+    writer.start()
+    result = host.run(request, TIMEOUT_S)
+    writer.join()
+    old_events.close()
+    old_log.close()
+    assert result.status is Status.COMPLETE, result.error
+    assert [e.epoch for e in result.epochs] == [1, 2, 3]
+    assert "the earlier attempt's line" not in request.log_path.read_text()
 
 
 @SLOW
