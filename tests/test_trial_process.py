@@ -36,6 +36,7 @@ from msexp.execution.protocol import (
     Result,
     Start,
     TrialRequest,
+    decode,
     read_events,
 )
 from msexp.spec import trial_params
@@ -295,16 +296,42 @@ def test_trials_fork_on_cpu_unless_told_not_to(monkeypatch):
     assert trial._preload() is False
 
 
+def report_exit(made: TrialRequest, status: int) -> None:
+    with made.events_path.open("a+", encoding="utf-8") as events:
+        trial._report_exit(events, made, status)
+
+
 def test_the_zygote_ends_a_trial_only_when_its_child_did_not(tmp_path):
     made = request(tmp_path, "a")
-    trial._report_exit(made, 9)  # killed by SIGKILL (a wait status)
+    report_exit(made, 9)  # killed by SIGKILL (a wait status)
     assert [type(e) for e in read_events(made.events_path)] == [Error, End]
     assert read_events(made.events_path)[0].message == "trial process was killed by SIGKILL"
-    trial._report_exit(made, 3 << 8)
+    report_exit(made, 3 << 8)
     assert len(read_events(made.events_path)) == 2, "ended already: nothing added"
     other = request(tmp_path, "b")
-    trial._report_exit(other, 3 << 8)
+    report_exit(other, 3 << 8)
     assert read_events(other.events_path)[0].message == "trial process exited with code 3"
+
+
+def test_a_zygote_ends_its_attempt_in_its_own_events_file_not_a_later_attempts(zygote,
+                                                                               tmp_path):
+    """While its child runs, the trial's events file is made anew for another attempt (of
+    a sweep that took the trial over): the child killed, the zygote's end goes to its own
+    attempt's file, not into the new one."""
+    made = command(tmp_path, "sleeps", SLEEPS)
+    ours = made.events_path.open("r", encoding="utf-8")
+    running = threading.Thread(target=run_in, args=(zygote, made))
+    running.start()
+    wait_for("the command", (made.folder / "outputs" / "started").exists, deadline_s=TIMEOUT_S)
+    made.events_path.unlink()
+    made.events_path.write_text("")  # the later attempt's, as its host makes it
+    zygote.signal(signal.SIGKILL)
+    running.join(TIMEOUT_S)
+    assert made.events_path.read_text() == "", "nothing of this attempt in the later one's"
+    ended = [decode(line) for line in ours.read().splitlines()]
+    ours.close()
+    assert [(e.kind, e.message) for e in ended if isinstance(e, Error)] == [
+        ("exit", "trial process was killed by SIGKILL")]
 
 
 def test_a_command_trial_returns_its_metrics(tmp_path):

@@ -11,6 +11,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -77,6 +78,7 @@ class Host:
         self._link: SweepEnd | None = None
         self._ready = False
         self._family: dict[int, psutil.Process] = {}  # noted while trials ran
+        self._killing = threading.Lock()  # the slot's thread and the beat's may both kill
 
     def _spawn(self) -> tuple[subprocess.Popen, SweepEnd]:
         env = dict(os.environ)
@@ -225,17 +227,18 @@ class Host:
         by the marker or noted while the trial ran), `setsid` descendants included. A
         host already reaped is not signalled by its pid, which another process may have
         now: what it started was noted while it ran."""
-        proc, self._proc = self._proc, None
-        link, self._link = self._link, None
-        if proc is not None and proc.poll() is None:  # not reaped: the pid is still its own
-            self._note_family(proc.pid)
-            kill_group(proc.pid)
-        if link is not None:
-            link.close()
-        family, self._family = list(self._family.values()), {}
-        kill_processes([*family, *marked(self.marker)])
-        if proc is not None:
-            proc.wait()
+        with self._killing:  # one at a time: never the trial child while its host lives
+            proc, self._proc = self._proc, None
+            link, self._link = self._link, None
+            if proc is not None and proc.poll() is None:  # not reaped: the pid is its own
+                self._note_family(proc.pid)
+                kill_group(proc.pid)
+            if link is not None:
+                link.close()
+            family, self._family = list(self._family.values()), {}
+            kill_processes([*family, *marked(self.marker)])
+            if proc is not None:
+                proc.wait()
 
 
 def start_hosts(count: int, cwd: Path | None = None) -> list[Host]:

@@ -16,7 +16,7 @@ import select
 import signal
 import sys
 import traceback
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from msexp.execution.command import CommandFailed, run_command
 from msexp.execution.link import HostEnd
@@ -28,7 +28,7 @@ from msexp.execution.protocol import (
     EventWriter,
     Result,
     TrialRequest,
-    read_events,
+    decode,
     reusable,
 )
 from msexp.experiment import load_experiment
@@ -125,16 +125,19 @@ class Zygote:
     def run(self, request: TrialRequest, line: str) -> None:
         if request.command is None:
             _import_once(request.experiment)
-        child, self.idle = self._child_for(request.graph_signature), None
-        self.running = child
-        try:
-            warm = child.run(line)
-        finally:
-            self.running = None
-        if warm:
-            self.idle = child
-        else:
-            _report_exit(request, child.status)
+        # this attempt's events file, held open: should another attempt of the trial
+        # begin meanwhile (in new files), an end written here is not read as its own
+        with request.events_path.open("a+", encoding="utf-8") as events:
+            child, self.idle = self._child_for(request.graph_signature), None
+            self.running = child
+            try:
+                warm = child.run(line)
+            finally:
+                self.running = None
+            if warm:
+                self.idle = child
+            else:
+                _report_exit(events, request, child.status)
 
     def _child_for(self, signature: str | None) -> _Child:
         """The idle child if it holds graphs of `signature`, else a freshly forked one."""
@@ -253,14 +256,18 @@ def _import_once(experiment: str) -> None:
         load_experiment(experiment)
 
 
-def _report_exit(request: TrialRequest, status: int) -> None:
-    """After a child that died without ending its trial, end it with the reason."""
-    if any(isinstance(event, End) for event in read_events(request.events_path)):
+def _report_exit(events: IO[str], request: TrialRequest, status: int) -> None:
+    """After a child that died without ending its trial, end it with the reason, in the
+    trial's open `events` file."""
+    events.seek(0)
+    text = events.read()
+    if any(isinstance(decode(line), End) for line in text[:text.rfind("\n") + 1].splitlines()
+           if line.strip()):
         return
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    with EventWriter.open(request.events_path, known_secrets(request.params)) as emit:
-        emit(Error("exit", exit_reason(code)))
-        emit(End())
+    emit = EventWriter(events, known_secrets(request.params))
+    emit(Error("exit", exit_reason(code)))
+    emit(End())
 
 
 def _run_logged(request: TrialRequest, stop: StopFlag, warm: WarmGraphs) -> None:
