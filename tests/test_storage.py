@@ -72,6 +72,19 @@ def test_a_journal_with_a_foreign_line_is_one_line_naming_it(tmp_path: Path) -> 
     assert str(error.value).startswith(f"{journal}: line 2 is not an Optuna journal record")
 
 
+def test_a_journal_whose_last_line_is_garbage_is_refused_before_anything_is_appended(
+        tmp_path: Path) -> None:
+    """Optuna reads a bad last line as a write still under way and appends after it;
+    then no later read gets past it."""
+    journal = tmp_path / "s.journal"
+    journal.write_text(f"{RECORD}\n" + "{garbage\n")
+    before = journal.read_bytes()
+    with pytest.raises(MsexpError) as error:
+        open_storage(str(journal))
+    assert str(error.value).startswith(f"{journal}: line 2 is not an Optuna journal record")
+    assert journal.read_bytes() == before
+
+
 @pytest.mark.parametrize(("url", "folder"), [
     ("sqlite:///a/b/c.db", Path("a/b")), ("sqlite:////abs/c.db", Path("/abs")),
     ("sqlite:///", None), ("sqlite:///:memory:", None), ("postgresql://h/db", None)])

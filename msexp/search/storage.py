@@ -84,12 +84,31 @@ def _open_journal(path: Path) -> optuna.storages.JournalStorage:
     if not path.exists() or os.access(path, os.W_OK):
         _cut_torn_tail(path, lock)
     try:
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+        journal = optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+        if _last_line_bad(path):  # Optuna reads past it, until a record is appended after it
+            raise ValueError("not a record")
+        return journal
     except (ValueError, KeyError, TypeError):  # a line that is not a journal record
         line = _first_bad_line(path)
         raise MsexpError(f"{path}: line {line} is not an Optuna journal record; keep a copy, "
                          "delete that line (or restore the file from a backup) and run "
                          "again") from None
+
+
+def _last_line_bad(path: Path, window: int = 1 << 22) -> bool:
+    """Whether the last line (whole, with its newline) is not a journal record (a last
+    line longer than `window` bytes is not judged)."""
+    with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - window))
+        lines = f.read().splitlines()
+    if not lines or (len(lines) == 1 and size > window):
+        return False
+    try:
+        record = json.loads(lines[-1])
+    except ValueError:
+        return True
+    return not isinstance(record, dict) or "op_code" not in record
 
 
 def _cut_torn_tail(path: Path, lock: FlockLock) -> None:
