@@ -178,6 +178,11 @@ def test_best_export_then_evaluate_the_exported_checkpoint(workdir: Path) -> Non
     ran = invoke("run", "mlp_digits", "--from-checkpoint", "out/model.ckpt",
                  "--set", "epochs=0", "--set", "hidden=16")
     assert ran.exit_code == 0 and "eval_accuracy=" in ran.output, ran.output
+    exported = Path("out/model.ckpt").read_bytes()
+    Path(best.user_attrs["checkpoint"]).unlink()  # the trial folder's copy is gone
+    again = invoke("best", str(sweep), "--export", "out-again")
+    assert again.exit_code == 0, again.output
+    assert Path("out-again/model.ckpt").read_bytes() == exported, "the MLflow run's copy"
 
 
 def test_a_script_with_model_checkpoint_resumes_after_a_kill(workdir: Path) -> None:

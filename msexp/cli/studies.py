@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -29,7 +30,7 @@ from msexp.errors import MsexpError, SpecError
 from msexp.keys import StudyKey, TrialKey
 from msexp.paths import REPORTS_DIR
 from msexp.spec import load_spec, read_name
-from msexp.tracking.runs import Tracker
+from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
 from msexp.urls import redact, redact_params
 
 JsonOpt = Annotated[bool, typer.Option(
@@ -213,7 +214,8 @@ def best(
     names = [o.metric for o in spec.objectives]
     tracker = Tracker(tracking_uri) if export is None else None  # exporting needs no MLflow
     found = [_best_document(t, names, tracker, spec.name) for t in chosen]
-    exported = _export(spec, loaded, chosen[0], export) if export is not None else None
+    exported = _export(spec, loaded, chosen[0], export, tracking_uri) \
+        if export is not None else None
     if as_json:
         print_json({"study": loaded.study_name, "best": found,
                     **({"exported": exported} if exported is not None else {})})
@@ -247,14 +249,39 @@ def _best_document(trial: Any, names: list[str], tracker: Tracker | None,
             "run_url": url, "checkpoint": attrs.get(TrialKey.CHECKPOINT)}
 
 
-def _export(spec: Any, loaded: Any, chosen: Any, folder: Path) -> dict[str, Any]:
+def _export(spec: Any, loaded: Any, chosen: Any, folder: Path,
+            tracking_uri: str | None) -> dict[str, Any]:
+    checkpoint = chosen.user_attrs.get(TrialKey.CHECKPOINT)
+    if not checkpoint:
+        raise MsexpError(f"trial {chosen.number} kept no checkpoint (checkpoint.keep none?); "
+                         "nothing to export")
+    if Path(checkpoint).is_file():
+        return _export_from(spec, loaded, chosen, folder, Path(checkpoint))
+    with tempfile.TemporaryDirectory(prefix="msexp-") as scratch:  # the run's copy, fetched
+        copy = _logged_copy(chosen, Path(checkpoint).name, tracking_uri, Path(scratch))
+        return _export_from(spec, loaded, chosen, folder, copy)
+
+
+def _logged_copy(chosen: Any, name: str, tracking_uri: str | None, scratch: Path) -> Path:
+    """The copy of the trial's checkpoint logged on its MLflow run, downloaded."""
+    run_id = chosen.user_attrs.get(TrialKey.RUN_ID)
+    gone = f"trial {chosen.number}'s checkpoint {chosen.user_attrs[TrialKey.CHECKPOINT]} is gone"
+    if not run_id or run_id == "spooled":
+        raise MsexpError(f"{gone}, and the trial has no MLflow run yet; nothing to export")
+    tracker = Tracker(tracking_uri)
+    try:
+        return Path(tracker.client.download_artifacts(
+            run_id, f"{CHECKPOINT_ARTIFACTS}/{name}", str(scratch)))
+    except Exception:  # not logged (checkpoint.log none), or the store lost it
+        raise MsexpError(f"{gone}, and its MLflow run {run_id} has no copy of it (checkpoint."
+                         "log none?); nothing to export") from None
+
+
+def _export_from(spec: Any, loaded: Any, chosen: Any, folder: Path, checkpoint: Path
+                 ) -> dict[str, Any]:
     from msexp.execution.export import export_model  # lazy: MindSpore
     from msexp.search.requests import trial_request
 
-    checkpoint = chosen.user_attrs.get(TrialKey.CHECKPOINT)
-    if not checkpoint or not Path(checkpoint).is_file():
-        raise MsexpError(f"trial {chosen.number} kept no checkpoint (checkpoint.keep none?); "
-                         "nothing to export")
     kept = chosen.user_attrs.get(TrialKey.PARAMS)  # redacted
     params = spec.space.resolve(spec.space.assigned(chosen.params))
     if kept and redact_params(params) != kept:  # the sweep file changed: as the trial ran
@@ -263,7 +290,7 @@ def _export(spec: Any, loaded: Any, chosen: Any, folder: Path) -> dict[str, Any]
     record = {"study": loaded.study_name, "trial": chosen.number,
               "experiment": redact(spec.experiment.ref), "params": redact_params(params),
               "metrics": chosen.user_attrs.get(TrialKey.METRICS, {})}
-    written, no_mindir = export_model(request, Path(checkpoint), folder, record)
+    written, no_mindir = export_model(request, checkpoint, folder, record)
     return {"written": [str(path) for path in written], "no_mindir": no_mindir or None}
 
 
