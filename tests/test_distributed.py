@@ -219,3 +219,25 @@ def test_every_rank_gets_as_many_updates_from_a_dataset() -> None:
         return [[len(list(b.epoch(epoch))) for epoch in (1, 2)] for b in batches]
 
     assert counts(1) == counts(2) == [[72 // 16] * 2] * 2
+
+
+def test_a_data_parallel_trial_writes_no_secret_into_its_folder(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """Every rank of `tells` prints its secret params and the environment's MLflow
+    password: its log (written by msrun), the events and every other file of the trial's
+    folder hold them redacted, as written; no request file holds them."""
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "S3CRET-mlflow")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(ROOT / "tests/assets")]))
+    monkeypatch.syspath_prepend(str(ROOT / "tests/assets"))
+    knobs = load_experiment("tells:build").knobs
+    params = parse_params("test", knobs, {
+        "epochs": 1, "batch_size": 64, "devices": 2, "api_token": "S3CRET-token",
+        "data_url": "postgresql://u:S3CRET-a@h/db"}, {}).resolve({})
+    result = run_trial(TrialRequest("tells:build", params, tmp_path / "tells"))
+    assert result.status is Status.COMPLETE, result.error
+    worker = (result.rank_logs / "worker_1.log").read_text()
+    assert "token *** from postgresql://u:***@h/db" in worker, worker
+    assert "tracking password ***" in worker, worker
+    files = [p for p in (tmp_path / "tells").rglob("*") if p.is_file()]
+    assert not [p for p in files if b"S3CRET" in p.read_bytes()]
+    assert not [p for p in files if p.name == "request.json"]
