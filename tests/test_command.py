@@ -268,6 +268,22 @@ def test_devices_run_the_script_as_msrun_ranks(scripts: Path) -> None:
     assert run.data.tags["status"] == "COMPLETE", run.data.tags.get("error")
     assert run.data.metrics["world"] == 2 and run.data.metrics["rank"] == 0
     assert run.data.metrics["args"] == 1, "devices is msexp's, only lr reaches the script"
+    leaks = write(scripts / "dpleak.yaml", """
+        name: dp-leak
+        experiment: {command: python leaks.py}
+        objective: {metric: world}
+        fixed: {devices: 2, api_token: S3CRET-token}
+        params: {lr: [0.1]}
+    """)
+    write(scripts / "leaks.py", 'import sys\nprint("got", *sys.argv[1:])\nprint("world: 2")\n')
+    assert invoke("sweep", str(leaks)).exit_code == 0
+    (run,) = child_runs("dp-leak")
+    assert run.data.tags["status"] == "COMPLETE", run.data.tags.get("error")
+    folder = Path("mlruns/trials/dp-leak/trial-0000")
+    rank = (folder / "ranks" / "worker_1.log").read_text()
+    assert "--api_token=***" in rank and "--lr=0.1" in rank, rank
+    assert not [p for p in Path("mlruns").rglob("*") if p.is_file() and
+                b"S3CRET" in p.read_bytes()], "no file under mlruns/ holds the secret"
     bad = write(scripts / "dpbad.yaml", """
         name: dp-bad
         experiment: {command: ./run.sh}

@@ -43,6 +43,27 @@ from msexp.training.records import Stopped
 from msexp.urls import known_secrets, redact, redact_params, secret_name
 
 POLL_S = 0.05
+# What msrun runs as each rank of a data-parallel command: the script, with its output
+# redacted before msrun writes it into the rank's log (`process.redacted_output`).
+RANK_WRAPPER = """import json, os, runpy, sys, traceback
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(script))
+from msexp.execution.process import redacted_output
+from msexp.urls import known_secrets
+with open(os.environ["MSEXP_TRIAL"], encoding="utf-8") as given:
+    secrets = known_secrets(json.load(given))
+with os.fdopen(os.dup(1), "w", encoding="utf-8") as log, redacted_output(log, secrets):
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+sys.exit(code)
+"""
 DRAIN_S = 5.0  # reading what the command wrote after it exited (a stray may hold it open)
 
 
@@ -126,7 +147,11 @@ def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path
     argv = [*program, *arguments(params, command.args, alone)]
     devices = request.params.get("devices", 1)
     if devices > 1:  # `python script.py ...` as msrun ranks; rank 0's output is read
-        argv = msrun_argv(devices, folder / "ranks", argv[1:], env["PATH"], tail_rank=0)
+        ranks = folder / "ranks"
+        ranks.mkdir(parents=True, exist_ok=True)
+        wrapper = ranks / "redacted.py"  # msrun writes each rank's output as it comes
+        wrapper.write_text(RANK_WRAPPER, encoding="utf-8")
+        argv = msrun_argv(devices, ranks, [str(wrapper), *argv[1:]], env["PATH"], tail_rank=0)
     return argv, env, outputs
 
 
