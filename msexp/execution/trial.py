@@ -21,7 +21,12 @@ from typing import Any, Callable
 from msexp.execution.command import CommandFailed, run_command
 from msexp.execution.link import HostEnd
 from msexp.execution.local import Emit, WarmGraphs, train_request
-from msexp.execution.process import die_with_parent, exit_reason
+from msexp.execution.process import (
+    become_subreaper,
+    die_with_parent,
+    exit_reason,
+    reap_adopted,
+)
 from msexp.execution.protocol import (
     End,
     Error,
@@ -87,15 +92,17 @@ def serve(channel: int) -> None:
     its last trial's graphs stay in this process for the next.
     """
     fork = _preload()
+    adopts = become_subreaper()  # what a trial orphans stays in this tree, to be killed
     zygote, stop, warm = Zygote(channel), StopFlag(), WarmGraphs()
     if fork:  # a trial child that ignores its stop is killed; this process stays
         link = HostEnd(channel, lambda: zygote.signal(signal.SIGUSR1),
                        lambda: zygote.signal(signal.SIGKILL))
     else:  # the trial runs here: one that ignores its stop takes this process with it
         link = HostEnd(channel, stop.stop, lambda: os.kill(os.getpid(), signal.SIGKILL))
-    link.say_ready()  # the sweep's trial clocks start now
+    link.say_ready(adopts)  # the sweep's trial clocks start now
     try:
         for line in link:
+            zygote.reap()
             request = TrialRequest.from_json(line)
             if fork:
                 zygote.run(request, line)
@@ -113,6 +120,10 @@ class Zygote:
         self.channel = channel  # the sweep's socket, which no trial child may hold
         self.idle: _Child | None = None
         self.running: _Child | None = None
+
+    def reap(self) -> None:
+        """Reap the orphans this process adopted that have exited (killed by the sweep)."""
+        reap_adopted([child.pid for child in (self.idle, self.running) if child is not None])
 
     def signal(self, signum: int) -> None:
         """Signal the running trial child, if any (SIGUSR1: stop; SIGKILL)."""
