@@ -21,12 +21,7 @@ from typing import Any, Callable
 from msexp.execution.command import CommandFailed, run_command
 from msexp.execution.link import HostEnd
 from msexp.execution.local import Emit, WarmGraphs, train_request
-from msexp.execution.process import (
-    become_subreaper,
-    die_with_parent,
-    exit_reason,
-    reap_adopted,
-)
+from msexp.execution.process import become_subreaper, die_with_parent, exit_reason, reap_adopted
 from msexp.execution.protocol import (
     End,
     Error,
