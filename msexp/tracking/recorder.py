@@ -3,6 +3,7 @@ sweep's parent run."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -30,8 +31,9 @@ class MlflowRecorder(Subscriber):
 
     MLflow opens in the background while the first trials train: a new store takes
     seconds to create, and no trial needs it before its result is in. The MLflow writes
-    run in one background thread, in order, off the path between two trials: a trial's
-    run is made, with its params, while it trains; at its end its record goes to the
+    run in one background thread, off the path between two trials: a trial's run is
+    made, with its params, while it trains (before the ends of earlier trials are
+    logged, which its own end waits for); at its end its record goes to the
     spool on disk before Optuna is told (see `search.driver`), and the thread then logs
     the rest into the run and removes the record. A sweep killed meanwhile leaves the
     record for the next delivery (`Tracker.flush_spool`, `msexp sync`).
@@ -103,8 +105,9 @@ class MlflowRecorder(Subscriber):
                          f"({type(exc).__name__})")
 
     def on_trial_start(self, trial: TrialInfo) -> None:
-        """Make the trial's run while it trains, after the writes asked for before."""
-        self.runs[trial.number] = self.writes.submit(self._start, trial)
+        """Make the trial's run while it trains, before the ends of earlier trials are
+        logged: the trial's end waits for its run."""
+        self.runs[trial.number] = self.writes.submit(self._start, trial, first=True)
 
     def _start(self, trial: TrialInfo) -> str | None:
         tracker, experiment_id, parent_id = self.opened.result()
@@ -198,15 +201,17 @@ class MlflowRecorder(Subscriber):
 
 
 class _Writes:
-    """Calls run in one background thread, in the order they were submitted."""
+    """Calls run in one background thread, in the order they were submitted; those
+    submitted `first` go before the others that wait."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._count = itertools.count()
         threading.Thread(target=self._serve, name="msexp-mlflow", daemon=True).start()
 
-    def submit(self, call: Callable[..., Any], *args: Any) -> Future:
+    def submit(self, call: Callable[..., Any], *args: Any, first: bool = False) -> Future:
         done: Future = Future()
-        self._queue.put((done, call, args))
+        self._queue.put((0 if first else 1, next(self._count), done, call, args))
         return done
 
     def drain(self) -> None:
@@ -215,7 +220,7 @@ class _Writes:
 
     def _serve(self) -> None:
         while True:
-            done, call, args = self._queue.get()
+            _, _, done, call, args = self._queue.get()
             try:
                 done.set_result(call(*args))
             except BaseException as exc:
