@@ -12,6 +12,7 @@ import os
 import queue
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 import psutil
@@ -263,6 +264,30 @@ def test_what_a_finished_trial_leaves_running_is_killed(host, tmp_path):
     daemon = int((tmp_path / "leaves" / "outputs" / "daemon.pid").read_text())
     wait_for("the daemon to be killed", lambda: gone(daemon))
     assert host.pid is not None, "the host stays"
+
+
+def sleeping(seconds: str) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", seconds]]
+
+
+@SLOW
+def test_what_a_workload_trial_orphans_without_its_marker_is_killed_at_its_end(host, tmp_path):
+    """The helper leaves the trial's tree at once (a double fork) and clears its environment:
+    neither a note of the tree while the trial runs nor the marker finds it; the host adopts
+    it (a subreaper), so the trial's end finds it in the host's tree."""
+    seconds = f"{1_000_000 + uuid.uuid4().int % 10**6}.5"  # a command line no one else has
+    experiment = "tests.fault.orphaning:build"
+    request = TrialRequest(experiment, trial_params(experiment, {"sleep_s": float(seconds)}),
+                           tmp_path / "orphaning")
+    try:
+        result = host.run(request, TIMEOUT_S)
+        assert result.status is Status.COMPLETE, result.error
+        wait_for("the orphan to be killed", lambda: not [p for p in sleeping(seconds)
+                                                         if not gone(p.pid)])
+        assert host.pid is not None, "the host stays"
+    finally:
+        for proc in sleeping(seconds):
+            proc.kill()
 
 
 def test_start_hosts_share_the_cores_and_number_the_slots(tmp_path):

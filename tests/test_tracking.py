@@ -4,6 +4,10 @@ the update axis, tags, the spool while the store refuses a trial, and redaction.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +19,7 @@ from msexp.paths import DEFAULT_TRACKING_URI
 from msexp.tracking.runs import Tracker, tracking_uri
 from msexp.tracking.spool import Spool, store_key
 from msexp.training.records import Epoch
+from tests.conftest import ROOT
 
 SECRET = "hunter2"
 
@@ -256,3 +261,65 @@ def test_a_trial_run_names_its_data_as_a_dataset_input(tracker: Tracker, experim
     assert json.loads(pets.dataset.source) == {"tags": {"description": described[1]}}
     assert {(t.key, t.value) for t in digits.tags} == {("mlflow.data.context", "training")}
     assert inputs[2] == [], "a trial that never started has no data to name"
+
+
+def test_a_run_made_as_its_trial_starts_is_finished_in_place_and_logged_again_unchanged(
+        tracker: Tracker, experiment: str, workdir: Path) -> None:
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    started = time.time() - 10
+    run_id = tracker.start_trial(experiment, parent, 0, {"lr": 0.1}, started, "#0 lr=0.1")
+    running = tracker.client.get_run(run_id)
+    assert running.info.status == "RUNNING" and running.data.params == {"lr": "0.1"}
+    assert running.data.tags[RunTag.TRIAL] == "0" and not running.data.metrics
+    for _ in range(2):  # a delivery that failed midway is made again
+        tracker.finish_trial(run_id, finished(impl={"thor": "msexp"}), started, {"extra": "x"})
+    run = tracker.client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "#0 lr=0.1"
+    assert run.data.params == {"lr": "0.1", "thor": "msexp"}
+    assert run.data.tags[RunTag.STATUS] == "COMPLETE" and run.data.tags["extra"] == "x"
+    assert history(tracker, run_id, "train_loss") == [(1, 0.9), (2, 0.7), (3, 0.6), (4, 0.4)]
+    assert history(tracker, run_id, "eval_accuracy") == [(2, 0.5), (4, 0.75)]
+
+
+def test_a_spooled_trial_finishes_the_run_it_started_or_else_gets_one_new_run(
+        tracker: Tracker, experiment: str, workdir: Path) -> None:
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    began = tracker.start_trial(experiment, parent, 0, {"lr": 0.1}, time.time())
+    stray = tracker.start_trial(experiment, parent, 0, {"lr": 0.1}, time.time())  # a rival
+    gone = tracker.start_trial(experiment, parent, 1, {"lr": 0.2}, time.time())
+    tracker.client.delete_run(gone)
+    for number, run_id in ((0, began), (1, gone)):
+        tracker.spool.keep(tracker.uri, experiment, parent, number, {"lr": 0.1 + number / 10},
+                           finished(), time.time(), run_id=run_id, name=f"#{number}")
+    assert tracker.flush_spool() == 2 and tracker.spool.files() == []
+    runs = tracker.client.search_runs([experiment], f"tags.`{RunTag.PARENT}` = '{parent}'")
+    by_trial = {r.data.tags[RunTag.TRIAL]: r for r in runs}
+    assert len(runs) == 2 and by_trial["0"].info.run_id == began
+    assert stray not in {r.info.run_id for r in runs}
+    assert by_trial["1"].info.run_id != gone and by_trial["1"].info.run_name == "#1"
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert {r.data.metrics["eval_accuracy"] for r in runs} == {0.75}
+
+
+def test_a_held_spool_record_is_passed_by_until_released_or_its_writer_dies(
+        tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool")
+    held = spool.hold("http://host:5000", "1", "p", 0, {"lr": 0.1}, finished(), 1.0,
+                      run_id="r0")
+    assert [f.name for f in spool.files()] == ["p-00000.json"]
+    assert list(spool.pending("http://host:5000")) == [], "its writer delivers it"
+    held.release()
+    ((path, record),) = spool.pending("http://host:5000")
+    assert (path, record.run_id, record.number) == (held.path, "r0", 0)
+    code = ("import os, signal, sys; from pathlib import Path\n"
+            "from msexp.tracking.spool import Spool\n"
+            "from msexp.execution.protocol import Status, TrialResult\n"
+            f"Spool(Path({str(tmp_path / 'spool')!r})).hold('http://host:5000', '1', 'p', 1, "
+            "{}, TrialResult(Status.COMPLETE), 2.0)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    died = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True)
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    assert [r.number for _, r in spool.pending("http://host:5000")] == [0, 1]
+    held.delivered()
+    assert not held.path.exists()

@@ -64,10 +64,11 @@ class Host:
     durable record.
 
     Every process a host starts carries its marker (`TrialEnv.MARKER`, this sweep's
-    host:pid and a serial), and the tree is noted while a trial runs: what a trial leaves
-    behind (`setsid` daemons included) is killed when the trial ends, and everything when
-    the host is killed. After a kill -9 of the sweep, the next one finds the leftovers of
-    its stale trials by the marker (`search.source`).
+    host:pid and a serial), the host adopts what its trials orphan (a subreaper), and the
+    tree is noted while a trial runs: what a trial leaves behind (`setsid` daemons
+    included) is killed when the trial ends, and everything when the host is killed.
+    After a kill -9 of the sweep, the next one finds the leftovers of its stale trials by
+    the marker (`search.source`).
     """
 
     def __init__(self, threads: int | None = None, cwd: Path | None = None,
@@ -77,6 +78,7 @@ class Host:
         self._proc: subprocess.Popen | None = None
         self._link: SweepEnd | None = None
         self._ready = False
+        self._adopts = False  # the host adopts its trials' orphans (see `_kill_leftovers`)
         self._family: dict[int, psutil.Process] = {}  # noted while trials ran
         self._killing = threading.Lock()  # the slot's thread and the beat's may both kill
 
@@ -140,7 +142,7 @@ class Host:
         self.prewarm()
         proc, link = self._proc, self._link  # a stop may kill the host at any moment
         if not self._ready:
-            link.wait_ready(lambda: proc.poll() is None, READY_S)
+            self._adopts = link.wait_ready(lambda: proc.poll() is None, READY_S)
             self._ready = True
         return proc, link
 
@@ -150,7 +152,7 @@ class Host:
         stop it ignored; returns (whether it ended, when a stop was sent)."""
         reader = EventReader(result.events_path)
         stop_sent_at: float | None = None
-        noted = 0.0
+        noted = time.monotonic()  # a trial's end finds its tree anew (`_kill_leftovers`)
         while True:
             for event in reader.read():
                 if self._absorb(event, result, on_epoch):
@@ -204,9 +206,15 @@ class Host:
 
     def _kill_leftovers(self, trial_pid: int) -> None:
         """Kill what the finished trial started, but not the host, nor the child that
-        ran the trial: both stay warm for the next trial."""
+        ran the trial: both stay warm for the next trial.
+
+        A host that adopts its trials' orphans has all of them in its tree; otherwise a
+        double-forked helper has left it, and only its marker finds it: a look at every
+        process on the machine.
+        """
         host = self._proc.pid if self._proc else None
-        found = {p.pid: p for p in [*self._family.values(), *marked(self.marker)]}
+        now = descendants(host) if host and self._adopts else marked(self.marker)
+        found = {p.pid: p for p in [*self._family.values(), *now]}
         found.pop(host, None)
         found.pop(trial_pid, None)
         self._family.clear()

@@ -3,7 +3,8 @@ message.
 
 Down, from the sweep: `run <TrialRequest JSON>`, `stop` (the trial was pruned), `kill`
 (it ignored the stop: end its trial child). Up, from the host: `ready`, once it has
-imported MindSpore. What a trial says goes to its events.jsonl, the durable record.
+imported MindSpore, as `ready adopts` if it adopts its trials' orphans (a subreaper). What
+a trial says goes to its events.jsonl, the durable record.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-RUN, STOP, KILL, READY = "run", "stop", "kill", "ready"
+RUN, STOP, KILL, READY, ADOPTS = "run", "stop", "kill", "ready", "adopts"
 POLL_S = 0.05
 
 
@@ -38,14 +39,16 @@ class SweepEnd:
         with contextlib.suppress(OSError):
             self.sock.sendall(f"{kind} {body}".rstrip().encode() + b"\n")
 
-    def wait_ready(self, alive: Callable[[], bool], timeout: float) -> None:
-        """Until the host says `ready`, dies or `timeout` passes."""
+    def wait_ready(self, alive: Callable[[], bool], timeout: float) -> bool:
+        """Until the host says `ready`, dies or `timeout` passes; whether it said it
+        adopts its trials' orphans."""
         deadline = time.monotonic() + timeout
         with contextlib.suppress(OSError):
             while time.monotonic() < deadline and alive():
                 if select.select([self.sock], [], [], POLL_S)[0]:
-                    self.sock.recv(64)  # "ready", or b"" if it died
-                    return
+                    said = self.sock.recv(64)  # "ready ...", or b"" if it died
+                    return said.split() == [READY.encode(), ADOPTS.encode()]
+        return False
 
     def finish(self) -> None:
         """No more requests: the host ends its idle child and exits."""
@@ -81,6 +84,6 @@ class HostEnd:
     def __iter__(self) -> Iterator[str]:
         return iter(self.requests.get, None)
 
-    def say_ready(self) -> None:
+    def say_ready(self, adopts: bool = False) -> None:
         with contextlib.suppress(OSError):
-            self.sock.sendall(f"{READY}\n".encode())
+            self.sock.sendall(f"{READY}{' ' + ADOPTS if adopts else ''}\n".encode())

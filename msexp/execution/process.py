@@ -191,10 +191,55 @@ def strays() -> list[psutil.Process]:
 
 def descendants(pid: int) -> list[psutil.Process]:
     """The processes `pid` started, and theirs, as they are now ([] if it is gone)."""
+    found = []
+    try:
+        for child in _children_tree(pid):
+            with contextlib.suppress(psutil.Error):
+                found.append(psutil.Process(child))
+        return found
+    except OSError:  # no /proc/PID/task/TID/children: read every process's parent
+        pass
     try:
         return psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
+
+
+def _children_tree(pid: int) -> list[int]:
+    """The pids under `pid`, from the kernel's list of each thread's children: the cost
+    grows with the tree, not with every process on the machine.
+
+    Raises:
+        OSError: the kernel keeps no such list (CONFIG_PROC_CHILDREN).
+    """
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        raise FileNotFoundError("no /proc/PID/task/TID/children")
+    found, todo = [], [pid]
+    while todo:
+        for child in _children(todo.pop()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    pids: list[int] = []
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # gone meanwhile
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError), \
+                    open(f"/proc/{pid}/task/{task}/children") as listed:
+                pids += [int(word) for word in listed.read().split()]
+    return pids
+
+
+def reap_adopted(kept: Iterable[int] = ()) -> None:
+    """Reap this process's children that have exited, but those in `kept` (pids whose
+    exit the caller waits for itself): orphans it adopted as a subreaper."""
+    kept = set(kept)
+    for pid in _children(os.getpid()):
+        if pid not in kept:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def kill_processes(procs: Iterable[psutil.Process], wait_s: float = REAP_S) -> None:

@@ -18,10 +18,10 @@ import sys
 import traceback
 from typing import IO, Any, Callable
 
+from msexp.execution import process
 from msexp.execution.command import CommandFailed, run_command
 from msexp.execution.link import HostEnd
 from msexp.execution.local import Emit, WarmGraphs, train_request
-from msexp.execution.process import die_with_parent, exit_reason, redacted_output
 from msexp.execution.protocol import (
     End,
     Error,
@@ -88,15 +88,17 @@ def serve(channel: int) -> None:
     its last trial's graphs stay in this process for the next.
     """
     fork = _preload()
+    adopts = process.become_subreaper()  # what a trial orphans stays in this tree, to be killed
     zygote, stop, warm = Zygote(channel), StopFlag(), WarmGraphs()
     if fork:  # a trial child that ignores its stop is killed; this process stays
         link = HostEnd(channel, lambda: zygote.signal(signal.SIGUSR1),
                        lambda: zygote.signal(signal.SIGKILL))
     else:  # the trial runs here: one that ignores its stop takes this process with it
         link = HostEnd(channel, stop.stop, lambda: os.kill(os.getpid(), signal.SIGKILL))
-    link.say_ready()  # the sweep's trial clocks start now
+    link.say_ready(adopts)  # the sweep's trial clocks start now
     try:
         for line in link:
+            zygote.reap()
             request = TrialRequest.from_json(line)
             if fork:
                 zygote.run(request, line)
@@ -114,6 +116,10 @@ class Zygote:
         self.channel = channel  # the sweep's socket, which no trial child may hold
         self.idle: _Child | None = None
         self.running: _Child | None = None
+
+    def reap(self) -> None:
+        """Reap the orphans this process adopted that have exited (killed by the sweep)."""
+        process.reap_adopted([child.pid for child in (self.idle, self.running) if child])
 
     def signal(self, signum: int) -> None:
         """Signal the running trial child, if any (SIGUSR1: stop; SIGKILL)."""
@@ -209,7 +215,7 @@ class _Child:
 def _child_main(requests: Any, replies: Any) -> int:
     """In a forked child: run the trials sent, until one leaves no graphs to reuse or
     the zygote closes the pipe; return the exit code (sys.exit's, if the trial exits)."""
-    die_with_parent()
+    process.die_with_parent()
     stop, warm = StopFlag().listen(), WarmGraphs()
     for line in requests:
         try:
@@ -266,7 +272,7 @@ def _report_exit(events: IO[str], request: TrialRequest, status: int) -> None:
         return
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     emit = EventWriter(events, known_secrets(request.params))
-    emit(Error("exit", exit_reason(code)))
+    emit(Error("exit", process.exit_reason(code)))
     emit(End())
 
 
@@ -278,7 +284,7 @@ def _run_logged(request: TrialRequest, stop: StopFlag, warm: WarmGraphs) -> None
     secrets = known_secrets(request.params)
     with EventWriter.open(request.events_path, secrets) as emit:
         with request.log_path.open("a", encoding="utf-8") as log, \
-                redacted_output(log, secrets):
+                process.redacted_output(log, secrets):
             try:
                 run(request, emit, stop, warm)
             except Exception as exc:

@@ -122,6 +122,7 @@ class Sweep:
             self._end(unprepared(self.spec, handle), TrialResult(Status.FAILED,
                                                                  error=describe(exc)))
             return
+        self.recorder.on_trial_start(trial)  # its MLflow run is made while it trains
         for watcher in self.watchers:
             watcher.on_trial_start(trial)
         self.running[trial.number] = host
@@ -137,6 +138,7 @@ class Sweep:
         if self.stopping.is_set() or self.recorder.failure() is not None:
             reason = "interrupted" if self.recorder.failure() is None else "MLflow unreachable"
             self.source.put_back(handle, reason)  # not finished: the next run continues it
+            self.recorder.on_trial_dropped(trial)
             return
         self._end(trial, result)
 
@@ -166,8 +168,9 @@ class Sweep:
         judge(self.spec, trial, result)
         if not self.source.still_held(trial.handle):
             self.source.done(trial.handle)
+            self.recorder.on_trial_dropped(trial)
             return
-        self.recorder.on_trial_end(trial, result)  # MLflow has it before Optuna is told
+        self.recorder.on_trial_end(trial, result)  # kept for MLflow before Optuna is told
         tell(self.study, self.spec, trial, result)
         self.source.done(trial.handle)
         self.results[trial.number] = result

@@ -3,11 +3,13 @@ sweep's parent run."""
 
 from __future__ import annotations
 
+import itertools
 import logging
+import queue
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Callable
 
 import optuna
 
@@ -18,16 +20,23 @@ from msexp.keys import RunTag, StudyKey, TrialKey
 from msexp.spec import SweepSpec
 from msexp.tracking.report import log_best, log_best_checkpoint
 from msexp.tracking.runs import Tracker, mark_superseded
+from msexp.tracking.spool import Held
 
 _log = logging.getLogger("msexp")
 PARENT_WAIT_S = 30.0
 
 
 class MlflowRecorder(Subscriber):
-    """Records each ended trial in MLflow, before Optuna is told (see `search.driver`).
+    """Records each trial as a child run of the sweep's parent run.
 
     MLflow opens in the background while the first trials train: a new store takes
-    seconds to create, and no trial needs it before its result is in.
+    seconds to create, and no trial needs it before its result is in. The MLflow writes
+    run in one background thread, off the path between two trials: a trial's run is
+    made, with its params, while it trains (before the ends of earlier trials are
+    logged, which its own end waits for); at its end its record goes to the
+    spool on disk before Optuna is told (see `search.driver`), and the thread then logs
+    the rest into the run and removes the record. A sweep killed meanwhile leaves the
+    record for the next delivery (`Tracker.flush_spool`, `msexp sync`).
     """
 
     def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool,
@@ -35,6 +44,8 @@ class MlflowRecorder(Subscriber):
         """`report_hint`: the `msexp report` command of this study, for a warning."""
         self.spec, self.study, self.report_hint = spec, study, report_hint
         self.opened: Future = Future()  # (tracker, experiment id, parent run id)
+        self.writes = _Writes()
+        self.runs: dict[int, Future] = {}  # trial number: its run id (None: not made)
         threading.Thread(target=self._open, args=(tracking_uri, created, storage_label),
                          daemon=True).start()
 
@@ -94,19 +105,80 @@ class MlflowRecorder(Subscriber):
             _log.warning(f"could not mark MLflow run {old} superseded "
                          f"({type(exc).__name__})")
 
+    def on_trial_start(self, trial: TrialInfo) -> None:
+        """Make the trial's run while it trains, before the ends of earlier trials are
+        logged: the trial's end waits for its run."""
+        self.runs[trial.number] = self.writes.submit(self._start, trial, first=True)
+
+    def _start(self, trial: TrialInfo) -> str | None:
+        tracker, experiment_id, parent_id = self.opened.result()
+        tracker.flush_spool()  # what waits goes first
+        try:
+            return tracker.start_trial(experiment_id, parent_id, trial.number, trial.logged,
+                                       trial.started, trial.name, replace=trial.rerun)
+        except Exception as exc:  # its end keeps the whole trial in the spool
+            _log.debug(f"MLflow run of trial {trial.number} not made ({type(exc).__name__})")
+            return None
+
+    def _run_of(self, trial: TrialInfo) -> str | None:
+        """The id of the run made as the trial started (this waits), or None."""
+        started = self.runs.pop(trial.number, None)
+        try:
+            return started.result() if started is not None else None
+        except Exception:  # MLflow did not open: the sweep stops and puts the trial back
+            return None
+
     def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> None:
+        """Keep the trial's record in the spool (on disk, before Optuna is told) and have
+        the background thread log it into its run."""
         tracker, experiment_id, parent_id = self.opened.result()
         tags: dict[str, Any] = {}
         if self.spec.constraints:
             tags[TrialKey.FEASIBLE] = str(self.spec.feasible(result.metrics)).lower()
-        run_id = tracker.record_trial(
-            experiment_id, parent_id, trial.number, trial.logged, result, trial.started,
-            replace=trial.rerun, log_checkpoint=self.spec.checkpoint.log == "all",
-            name=trial.name, tags=tags)
+        run_id = self._run_of(trial)
+        held = tracker.spool.hold(tracker.uri, experiment_id, parent_id, trial.number,
+                                  trial.logged, result, trial.started, run_id=run_id,
+                                  name=trial.name, tags=tags)
         trial.attrs[TrialKey.RUN_ID] = run_id or "spooled"
+        self.writes.submit(self._finish, tracker, held, trial, result, tags, run_id)
+
+    def _finish(self, tracker: Tracker, held: Held, trial: TrialInfo, result: TrialResult,
+                tags: dict[str, Any], run_id: str | None) -> None:
+        try:
+            if run_id is None:  # MLflow did not take it at its start
+                _, experiment_id, parent_id = self.opened.result()
+                run_id = tracker.start_trial(experiment_id, parent_id, trial.number,
+                                             trial.logged, trial.started, trial.name,
+                                             replace=True)
+            tracker.finish_trial(run_id, result, trial.started, tags,
+                                 log_checkpoint=self.spec.checkpoint.log == "all")
+        except Exception as exc:  # unreachable server, broken store: the record waits
+            held.release()
+            tracker.warn_kept(trial.number, exc, held.path)
+            return
+        held.delivered()
+
+    def on_trial_dropped(self, trial: TrialInfo) -> None:
+        """This process records no end of the trial (put back, or taken by another
+        process): the run made as it started goes."""
+        started = self.runs.pop(trial.number, None)
+        if started is not None:
+            self.writes.submit(self._drop, started)
+
+    def _drop(self, started: Future) -> None:
+        tracker = self.opened.result()[0]
+        try:
+            run_id = started.result()
+            if run_id is not None:
+                with tracker.writing():
+                    tracker.client.delete_run(run_id)
+        except Exception as exc:  # a rerun replaces it anyway
+            _log.debug(f"MLflow run left for the rerun to replace ({type(exc).__name__})")
 
     def close(self, ending: str) -> None:
-        """Deliver what waits, log the best trial and end the parent run as `ending`."""
+        """Finish the writes asked for, deliver what waits, log the best trial and end the
+        parent run as `ending`."""
+        self.writes.drain()
         tracker, _, parent_id = self.opened.result()
         try:
             tracker.flush_spool()
@@ -127,3 +199,30 @@ class MlflowRecorder(Subscriber):
         """The runs table, the parent run, and the command that serves the store."""
         tracker, experiment_id, parent_id = self.opened.result()
         return tracker.ui_links(experiment_id, parent_id)
+
+
+class _Writes:
+    """Calls run in one background thread, in the order they were submitted; those
+    submitted `first` go before the others that wait."""
+
+    def __init__(self) -> None:
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._count = itertools.count()
+        threading.Thread(target=self._serve, name="msexp-mlflow", daemon=True).start()
+
+    def submit(self, call: Callable[..., Any], *args: Any, first: bool = False) -> Future:
+        done: Future = Future()
+        self._queue.put((0 if first else 1, next(self._count), done, call, args))
+        return done
+
+    def drain(self) -> None:
+        """Wait for every call submitted so far."""
+        self.submit(lambda: None).result()
+
+    def _serve(self) -> None:
+        while True:
+            _, _, done, call, args = self._queue.get()
+            try:
+                done.set_result(call(*args))
+            except BaseException as exc:
+                done.set_exception(exc)

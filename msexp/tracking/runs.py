@@ -9,7 +9,6 @@ import logging
 import math
 import os
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ from msexp.execution.process import space_note
 from msexp.execution.protocol import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.paths import DEFAULT_TRACKING_URI, STORE_DIR
-from msexp.tracking.spool import Spool
+from msexp.tracking.spool import Spool, SpooledTrial
 from msexp.tracking.store import create_sqlite_store
 from msexp.urls import known_secrets, redact, redact_known, redact_value
 
@@ -181,21 +180,21 @@ class Tracker:
         """
         self.flush_spool()
         try:
-            if replace:
-                with self.writing():
-                    self._delete_trial_runs(experiment_id, parent_id, number)
-            run_id = self.log_trial(experiment_id, parent_id, number, params, result, started,
-                                    name, tags)
-            if log_checkpoint and result.checkpoint and result.checkpoint.is_file():
-                self.client.log_artifact(run_id, str(result.checkpoint), CHECKPOINT_ARTIFACTS)
+            run_id = self.start_trial(experiment_id, parent_id, number, params, started,
+                                      name, replace)
+            self.finish_trial(run_id, result, started, tags, log_checkpoint)
             return run_id
         except Exception as exc:  # unreachable server, broken store: keep the result
             path = self.spool.keep(self.uri, experiment_id, parent_id, number, dict(params),
-                                   result, started)
-            _log.warning(f"MLflow at {redact(self.uri)} did not take trial {number} "
-                         f"({type(exc).__name__}); kept in {path}, delivered later or by: "
-                         f"{hints.command('sync', tracking_uri=self.uri)}")
+                                   result, started, name=name, tags=dict(tags or {}))
+            self.warn_kept(number, exc, path)
             return None
+
+    def warn_kept(self, number: int, exc: BaseException, path: Path) -> None:
+        """Say that trial `number` waits in the spool file `path`, and how to deliver it."""
+        _log.warning(f"MLflow at {redact(self.uri)} did not take trial {number} "
+                     f"({type(exc).__name__}); kept in {path}, delivered later or by: "
+                     f"{hints.command('sync', tracking_uri=self.uri)}")
 
     def flush_spool(self) -> int:
         """Deliver spooled trials of this tracking store, then the ends of parent runs
@@ -203,11 +202,7 @@ class Tracker:
         delivered = 0
         for path, record in self.spool.pending(self.uri):
             try:
-                with self.writing():  # an attempt that failed midway may have left a run
-                    self._delete_trial_runs(record.experiment_id, record.parent_id,
-                                            record.number)
-                self.log_trial(record.experiment_id, record.parent_id, record.number,
-                               record.params, record.trial_result, record.started)
+                self.deliver(record)
             except Exception:
                 return delivered  # still unreachable: keep the rest for later
             path.unlink()
@@ -220,55 +215,84 @@ class Tracker:
             path.unlink()
         return delivered
 
-    def _delete_trial_runs(self, experiment_id: str, parent_id: str, number: int) -> None:
+    def deliver(self, record: SpooledTrial) -> str:
+        """Record a spooled trial as its one child run: the run made as it started, if
+        that is still there, else a new one; any other run of the trial goes."""
+        kept = record.run_id if record.run_id and self._active(record.run_id) else None
+        with self.writing():  # an attempt that failed midway may have left a run
+            self._delete_trial_runs(record.experiment_id, record.parent_id, record.number,
+                                    keep=kept)
+        if kept is None:
+            kept = self.start_trial(record.experiment_id, record.parent_id, record.number,
+                                    record.params, record.started, record.name)
+        self.finish_trial(kept, record.trial_result, record.started, record.tags)
+        return kept
+
+    def _active(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException  # lazy: as above
+
+        try:
+            return self.client.get_run(run_id).info.lifecycle_stage == "active"
+        except MlflowException:
+            return False
+
+    def _delete_trial_runs(self, experiment_id: str, parent_id: str, number: int,
+                           keep: str | None = None) -> None:
         for run in self.client.search_runs(
                 [experiment_id], f"tags.`{RunTag.PARENT}` = '{parent_id}' and "
                 f"tags.`{RunTag.TRIAL}` = '{number}'"):
-            self.client.delete_run(run.info.run_id)
+            if run.info.run_id != keep:
+                self.client.delete_run(run.info.run_id)
 
     def log_trial(self, experiment_id: str, parent_id: str, number: int,
                   params: Mapping[str, Any], result: TrialResult, started: float,
                   name: str | None = None, tags: Mapping[str, str] | None = None) -> str:
         """Record one finished trial as a child run (named `name`, e.g. `#3 micro_size=4`)
         and return its run id."""
+        run_id = self.start_trial(experiment_id, parent_id, number, params, started, name)
+        self.finish_trial(run_id, result, started, tags)
+        return run_id
+
+    def start_trial(self, experiment_id: str, parent_id: str, number: int,
+                    params: Mapping[str, Any], started: float, name: str | None = None,
+                    replace: bool = False) -> str:
+        """Make a trial's child run, RUNNING, with its params, and return its id; with
+        `replace` (a trial that ran before), first delete the runs earlier attempts left."""
+        tags = {RunTag.PARENT: parent_id, RunTag.ROLE: "trial", RunTag.TRIAL: str(number)}
         with self.writing():
-            return self._log_trial(experiment_id, parent_id, number, params, result, started,
-                                   name or f"trial-{number:04d}", tags or {})
+            if replace:
+                self._delete_trial_runs(experiment_id, parent_id, number)
+            run = self.client.create_run(experiment_id, start_time=int(started * 1000),
+                                         run_name=redact(name or f"trial-{number:04d}"),
+                                         tags=_redacted(tags))
+            for part, _, _ in _batches(_params(params), [], []):
+                self.client.log_batch(run.info.run_id, params=part)
+        return run.info.run_id
 
-    def _log_trial(self, experiment_id: str, parent_id: str, number: int,
-                   params: Mapping[str, Any], result: TrialResult, started: float,
-                   name: str, extra_tags: Mapping[str, str]) -> str:
-        from mlflow.entities import Param  # lazy: as above
-
-        tags = {RunTag.PARENT: parent_id, RunTag.ROLE: "trial",
-                RunTag.TRIAL: str(number), RunTag.STATUS: result.status.value, **extra_tags}
-        if result.error:
-            tags[RunTag.ERROR] = result.error[:5000]
-        if result.resumed_from:
-            tags[RunTag.RESUMED_FROM] = str(result.resumed_from)
-        if result.pid:  # it started
-            tags[RunTag.WARM] = str(result.warm).lower()
-        run = self.client.create_run(experiment_id, start_time=int(started * 1000),
-                                     run_name=redact(name), tags=_redacted(tags))
-        run_id = run.info.run_id
-        logged = {**params, **result.impl}
+    def finish_trial(self, run_id: str, result: TrialResult, started: float,
+                     tags: Mapping[str, str] | None = None, log_checkpoint: bool = False
+                     ) -> None:
+        """Log what a trial reported into its run (params of its own, metrics, tags,
+        dataset, log files, with `log_checkpoint` its model) and end the run. Logged
+        again, it leaves the same run: every value carries the trial's own times."""
+        logged = dict(result.impl)
         if result.data_source:
             logged["data_source"] = result.data_source
-        param_list = [Param(k, redact(_param_text(redact_value(k, v))))
-                      for k, v in logged.items()]
-        metrics = _metrics(result)
-        for params_part, metrics_part in _batches(param_list, metrics):
-            self.client.log_batch(run_id, metrics=metrics_part, params=params_part)
-        if result.data_source:
-            self.client.log_inputs(run_id, [_dataset_input(redact(result.data_source))])
-        for path in (result.log_path, result.events_path):
-            if path and path.exists():
-                self.client.log_artifact(run_id, str(path))
-        if result.rank_logs and result.rank_logs.is_dir():  # data parallel: every rank's log
-            self.client.log_artifacts(run_id, str(result.rank_logs), result.rank_logs.name)
-        self.client.set_terminated(run_id, _RUN_STATUS[result.status],
-                                   end_time=int((started + result.wall_s) * 1000))
-        return run_id
+        with self.writing():
+            for params, metrics, tag_part in _batches(_params(logged), _metrics(
+                    result, started), _trial_tags(result, tags or {})):
+                self.client.log_batch(run_id, metrics=metrics, params=params, tags=tag_part)
+            if result.data_source:
+                self.client.log_inputs(run_id, [_dataset_input(redact(result.data_source))])
+            for path in (result.log_path, result.events_path):
+                if path and path.exists():
+                    self.client.log_artifact(run_id, str(path))
+            if result.rank_logs and result.rank_logs.is_dir():  # data parallel: every rank's
+                self.client.log_artifacts(run_id, str(result.rank_logs), result.rank_logs.name)
+            if log_checkpoint and result.checkpoint and result.checkpoint.is_file():
+                self.client.log_artifact(run_id, str(result.checkpoint), CHECKPOINT_ARTIFACTS)
+            self.client.set_terminated(run_id, _RUN_STATUS[result.status],
+                                       end_time=int((started + result.wall_s) * 1000))
 
     def ui_links(self, experiment_id: str, parent_id: str) -> tuple[str, str, str | None]:
         """(runs table URL, parent run URL, command that serves the store or None)."""
@@ -294,14 +318,36 @@ def mark_superseded(tracker: Tracker, run_id: str, newer: str) -> None:
             client.set_terminated(run_id, "KILLED")
 
 
-def _batches(params: list, metrics: list) -> Iterator[tuple[list, list]]:
-    """(params, metrics) for as few `log_batch` calls as MLflow's limits allow (each call
-    one store transaction): at most 100 params and 1000 entries in all per call."""
-    while params or metrics:
+def _batches(params: list, metrics: list, tags: list) -> Iterator[tuple[list, list, list]]:
+    """(params, metrics, tags) for as few `log_batch` calls as MLflow's limits allow (each
+    call one store transaction): at most 100 params, 100 tags and 1000 entries in all per
+    call."""
+    while params or metrics or tags:
         first, params = params[:_PARAMS], params[_PARAMS:]
-        room = _CHUNK - len(first)
-        yield first, metrics[:room]
+        marks, tags = tags[:_PARAMS], tags[_PARAMS:]
+        room = _CHUNK - len(first) - len(marks)
+        yield first, metrics[:room], marks
         metrics = metrics[room:]
+
+
+def _params(values: Mapping[str, Any]) -> list:
+    from mlflow.entities import Param  # lazy: as above
+
+    return [Param(k, redact(_param_text(redact_value(k, v)))) for k, v in values.items()]
+
+
+def _trial_tags(result: TrialResult, extra: Mapping[str, str]) -> list:
+    """The tags of how a trial ended (status, error, resume, warm) and `extra`."""
+    from mlflow.entities import RunTag as Tag  # lazy: as above
+
+    tags = {RunTag.STATUS: result.status.value, **extra}
+    if result.error:
+        tags[RunTag.ERROR] = result.error[:5000]
+    if result.resumed_from:
+        tags[RunTag.RESUMED_FROM] = str(result.resumed_from)
+    if result.pid:  # it started
+        tags[RunTag.WARM] = str(result.warm).lower()
+    return [Tag(k, v) for k, v in _redacted(tags).items()]
 
 
 def _dataset_input(description: str) -> Any:
@@ -335,12 +381,13 @@ def _param_text(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
-def _metrics(result: TrialResult) -> list:
-    """Per-update series, per-epoch values and final values, all on the update-step axis."""
+def _metrics(result: TrialResult, started: float) -> list:
+    """Per-update series, per-epoch values and final values, all on the update-step axis,
+    stamped by the trial's end (the same values each time: a store keeps one of each)."""
     from mlflow.entities import Metric  # lazy: as above
 
     metrics: list[Metric] = []
-    start_ms = int(time.time() * 1000) - len(result.epochs) - 2
+    start_ms = int((started + result.wall_s) * 1000) - len(result.epochs) - 2
     step = 0
     logged_last: dict[str, float] = {}
     for i, epoch in enumerate(result.epochs):

@@ -1,18 +1,23 @@
 """The spool: trial results kept on disk while the MLflow store cannot take them.
 
 One JSON file per trial under `mlruns/spool/`, and one `.ending` file per sweep whose
-parent run could not be ended. A record names its store by the URL
+parent run could not be ended. A sweep writes every trial's record before Optuna is told
+and delivers it in the background: while it delivers, it holds the record's lock, and
+the deliveries of other processes pass it by; if it dies, the lock goes with it and the
+next delivery takes the record. A record names its store by the URL
 without credentials, so moving a password from the URL into MLFLOW_TRACKING_PASSWORD
 still finds it, and no spool file holds a secret (a record is redacted as a whole).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from msexp.execution.protocol import TrialResult
@@ -40,10 +45,29 @@ class SpooledTrial:
     params: dict[str, Any]
     result: dict[str, Any]
     started: float
+    run_id: str | None = None  # the child run made as the trial started, if any
+    name: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
 
     @property
     def trial_result(self) -> TrialResult:
         return TrialResult.from_json(self.result)
+
+
+class Held:
+    """A record whose writer is delivering it: its lock keeps other deliveries off."""
+
+    def __init__(self, path: Path, handle: IO[str]):
+        self.path, self._handle = path, handle
+
+    def delivered(self) -> None:
+        """The store has the trial: the record goes."""
+        self.path.unlink(missing_ok=True)
+        self.release()
+
+    def release(self) -> None:
+        """Leave the record for a later delivery (`Tracker.flush_spool`, `msexp sync`)."""
+        self._handle.close()
 
 
 class Spool:
@@ -53,25 +77,68 @@ class Spool:
         self.folder = folder
 
     def keep(self, uri: str, experiment_id: str, parent_id: str, number: int,
-             params: dict[str, Any], result: TrialResult, started: float) -> Path:
-        """Write one trial's record (atomically) and return its file."""
-        record = SpooledTrial(store_key(uri), experiment_id, parent_id, number,
-                              redact_params(params), result.to_json(), started)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{parent_id}-{number:05d}.json"
-        write_atomic(path, redact_known(json.dumps(asdict(record), default=str),
-                                        known_secrets(params)))
+             params: dict[str, Any], result: TrialResult, started: float,
+             **more: Any) -> Path:
+        """Write one trial's record (atomically) and return its file. `more`: the
+        `SpooledTrial` fields `run_id`, `name`, `tags`."""
+        path, text = self._record(uri, experiment_id, parent_id, number, params, result,
+                                  started, more)
+        write_atomic(path, text)
         return path
 
+    def hold(self, uri: str, experiment_id: str, parent_id: str, number: int,
+             params: dict[str, Any], result: TrialResult, started: float,
+             **more: Any) -> Held:
+        """Write one trial's record (atomically) and keep its lock until it is delivered
+        or released."""
+        path, text = self._record(uri, experiment_id, parent_id, number, params, result,
+                                  started, more)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        handle = None
+        try:
+            handle = partial.open("w", encoding="utf-8")
+            fcntl.flock(handle, fcntl.LOCK_EX)  # the lock stays with the file as renamed
+            handle.write(text)
+            handle.flush()
+            os.replace(partial, path)
+        except OSError as exc:  # a failed write names no file: say where (a full disk)
+            if handle is not None:
+                handle.close()
+            partial.unlink(missing_ok=True)
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        return Held(path, handle)
+
+    def _record(self, uri: str, experiment_id: str, parent_id: str, number: int,
+                params: dict[str, Any], result: TrialResult, started: float,
+                more: dict[str, Any]) -> tuple[Path, str]:
+        """The record's file and its redacted text."""
+        record = SpooledTrial(store_key(uri), experiment_id, parent_id, number,
+                              redact_params(params), result.to_json(), started, **more)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return (self.folder / f"{parent_id}-{number:05d}.json",
+                redact_known(json.dumps(asdict(record), default=str), known_secrets(params)))
+
     def pending(self, uri: str) -> Iterator[tuple[Path, SpooledTrial]]:
-        """The records for the store `uri` names, oldest first."""
+        """The records for the store `uri` names, oldest first, each locked while the
+        caller has it; those another delivery holds are passed by."""
         key = store_key(uri)
         for path in self.files():
-            data = json.loads(path.read_text(encoding="utf-8"))
-            data.setdefault("store", store_key(data.pop("uri", "")))  # written by 0.1
-            data.pop("uri", None)
-            if data["store"] == key:
-                yield path, SpooledTrial(**data)
+            try:
+                handle = path.open(encoding="utf-8")
+            except FileNotFoundError:  # delivered meanwhile
+                continue
+            with handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                if not _same_file(handle, path):  # delivered just before the lock
+                    continue
+                data = json.loads(handle.read())
+                data.setdefault("store", store_key(data.pop("uri", "")))  # written by 0.1
+                data.pop("uri", None)
+                if data["store"] == key:
+                    yield path, SpooledTrial(**data)
 
     def files(self) -> list[Path]:
         """Every spooled trial record, whatever its store."""
@@ -94,3 +161,11 @@ class Spool:
 
     def ending_files(self) -> list[Path]:
         return sorted(self.folder.glob("*.ending")) if self.folder.is_dir() else []
+
+
+def _same_file(handle: IO[str], path: Path) -> bool:
+    """Whether `path` still names the file `handle` has open."""
+    try:
+        return os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+    except FileNotFoundError:
+        return False
