@@ -53,6 +53,40 @@ def test_halving_stops_when_the_margin_exceeds_twice_the_spread() -> None:
     assert rules.margin({"a": 1.0}) == math.inf
 
 
+def test_a_probes_spread_is_the_median_notch_over_the_median() -> None:
+    steps = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 30.0]  # ms, after the compile
+    # inclusive quartiles: 12 (position 2 of 0..8) and 16 (position 6); median 14;
+    # notch 1.57 * (16 - 12) / sqrt(9) = 2.0933 ms; relative to 14: 0.14952
+    assert rules.probe_spread(steps) == pytest.approx(1.57 * 4 / 3 / 14)
+    assert rules.probe_spread(steps) == pytest.approx(0.149524, rel=1e-5)
+    assert rules.probe_spread([5.0, 5.0, 5.0]) == 0.0
+    assert rules.probe_spread([5.0]) == math.inf  # one step time measures no noise
+    # the leader (a) and second (b) are judged by the larger of their two spreads
+    rates, spreads = {"a": 120.0, "b": 100.0, "c": 50.0}, {"a": 0.02, "b": 0.05, "c": 0.5}
+    assert rules.leaders_spread(rates, spreads) == 0.05
+    assert rules.settled(rates, 0.05)  # margin 0.20 > 2 * 0.05
+    assert not rules.settled(rates, 0.11)  # 0.20 < 0.22
+    assert rules.leaders_spread({"a": 1.0}, {"a": 0.3}) == 0.0
+    assert rules.round_spread(0.03, 0.08) == 0.08 and rules.round_spread(0.03, None) == 0.03
+    assert rules.round_spread(math.inf, 0.08) == 0.08
+    assert rules.round_spread(math.inf, None) == math.inf
+
+
+def test_halving_stops_at_round_0_when_the_profiles_spread_settles_it() -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.phases import Budget, Profile, halve
+
+    def profile(micro: int, rate: float, spread: float) -> Profile:
+        return Profile(Candidate({"micro_size": micro}, {"micro_size": micro}), [rate],
+                       [spread])
+
+    fast, slow, slower = profile(1, 300.0, 0.04), profile(2, 200.0, 0.10), profile(4, 90.0, 0.9)
+    # margin 300 / 200 - 1 = 0.5 > 2 * 0.10: no round runs, so no runner is needed
+    standing, spread, rounds = halve(None, [slow, fast, slower], Budget([], None), 10,
+                                     lambda ran, dropped: None)
+    assert standing == [fast, slow, slower] and spread == 0.10 and rounds == 0
+
+
 def test_the_keep_rule_allows_the_baselines_seed_spread_or_the_tolerance() -> None:
     baseline = [0.90, 0.92]  # mean 0.91, sample std 0.01414
     assert rules.seed_spread(baseline) == pytest.approx(0.0141421, rel=1e-4)
@@ -236,7 +270,7 @@ def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> 
     profiles = [profile(1, "train_mem_mb 15 > 10 (the budget)"),
                 profile(2, "failed: batch_size 4096 is larger than the training set"),
                 profile(4, "passed the trial timeout (600 s)")]
-    outcome = Outcome(profiles, [], None, None, [], None, tmp_path / "p.png", None, {}, "0")
+    outcome = Outcome(profiles, [], None, 0, None, [], None, tmp_path / "p.png", None, {}, "0")
     shown = lines(summary(outcome))
     for p in profiles:
         assert sum(p.dropped in line and f"micro_size={p.candidate.point['micro_size']}" in line

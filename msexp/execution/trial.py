@@ -87,7 +87,8 @@ def serve(channel: int) -> None:
     its last trial's graphs stay in this process for the next.
     """
     fork = _preload()
-    zygote, stop, warm = Zygote(channel), StopFlag(), WarmGraphs()
+    zygote = Zygote(channel, int(os.environ.get("MSEXP_WARM", "1")))
+    stop, warm = StopFlag(), WarmGraphs()
     if fork:  # a trial child that ignores its stop is killed; this process stays
         link = HostEnd(channel, lambda: zygote.signal(signal.SIGUSR1),
                        lambda: zygote.signal(signal.SIGKILL))
@@ -106,12 +107,13 @@ def serve(channel: int) -> None:
 
 
 class Zygote:
-    """Forks a trial child per trial and keeps the last one while it holds graphs a next
-    trial of the same signature can reuse (a warm trial)."""
+    """Forks a trial child per trial and keeps the last `warm` ones (MSEXP_WARM, default 1)
+    while they hold graphs a next trial of the same signature can reuse (warm trials)."""
 
-    def __init__(self, channel: int):
+    def __init__(self, channel: int, warm: int = 1):
         self.channel = channel  # the sweep's socket, which no trial child may hold
-        self.idle: _Child | None = None
+        self.warm = max(1, warm)
+        self.idle: list[_Child] = []  # least recently used first
         self.running: _Child | None = None
 
     def signal(self, signum: int) -> None:
@@ -124,29 +126,34 @@ class Zygote:
     def run(self, request: TrialRequest, line: str) -> None:
         if request.command is None:
             _import_once(request.experiment)
-        child, self.idle = self._child_for(request.graph_signature), None
+        child = self._child_for(request.graph_signature)
         self.running = child
         try:
             warm = child.run(line)
         finally:
             self.running = None
         if warm:
-            self.idle = child
+            self.idle.append(child)
         else:
             _report_exit(request, child.status)
 
     def _child_for(self, signature: str | None) -> _Child:
-        """The idle child if it holds graphs of `signature`, else a freshly forked one."""
-        idle = self.idle
-        if idle is not None:
-            if reusable(idle.signature, signature) and idle.alive():
+        """An idle child that holds graphs of `signature`, else a freshly forked one, once
+        the least recently used idle children have ended to leave room for it."""
+        for idle in list(self.idle):
+            if not idle.alive():
+                self.idle.remove(idle)
+                idle.end()
+            elif reusable(idle.signature, signature):
+                self.idle.remove(idle)
                 return idle
-            idle.end()
+        while len(self.idle) >= self.warm:
+            self.idle.pop(0).end()
         return _Child(signature, self.channel)
 
     def close(self) -> None:
-        if self.idle is not None:
-            self.idle.end()
+        while self.idle:
+            self.idle.pop().end()
 
 
 class _Child:
