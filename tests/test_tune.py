@@ -61,6 +61,7 @@ def test_a_probes_spread_is_the_median_notch_over_the_median() -> None:
     assert rules.probe_spread(steps) == pytest.approx(0.149524, rel=1e-5)
     assert rules.probe_spread([5.0, 5.0, 5.0]) == 0.0
     assert rules.probe_spread([5.0]) == math.inf  # one step time measures no noise
+    assert rules.samples_per_s(64, [10.0, 40.0, 20.0]) == 3200.0  # 64 x 1000 / 20 ms
     # the leader (a) and second (b) are judged by the larger of their two spreads
     rates, spreads = {"a": 120.0, "b": 100.0, "c": 50.0}, {"a": 0.02, "b": 0.05, "c": 0.5}
     assert rules.leaders_spread(rates, spreads) == 0.05

@@ -21,12 +21,14 @@ PROBED = ("samples_per_s", "step_ms", "train_mem_mb", "peak_mem_mb")  # constrai
 
 @dataclass
 class Profile:
-    """A candidate's profiles: samples/s and its within-probe spread per round, its latest
-    figures, or why it dropped."""
+    """A candidate's profile: samples/s and its spread after each round, the step times
+    measured so far (a halving round continues the profile), its latest figures, or why
+    it dropped."""
 
     candidate: Candidate
     rates: list[float] = field(default_factory=list)
     spreads: list[float] = field(default_factory=list)
+    steps: list[float] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     dropped: str | None = None
 
@@ -107,10 +109,12 @@ def profile_all(runner: Runner, found: list[Candidate], budget: Budget, updates:
 
 def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
           record: Record) -> tuple[list[Profile], float | None, int]:
-    """Successive halving on samples/s: each round profiles the faster half again with
-    twice the updates; stop when the leader's margin exceeds twice the measured spread
-    (at round 0 the profiles' within-probe spread, after a round the larger of that and
-    the change between rounds), or after `rules.MAX_ROUNDS` rounds. Returns the standing,
+    """Successive halving on samples/s: each round continues the profiles of the faster
+    half with as many updates again as their profiles have run (so each doubles), and
+    ranks them on every step time measured; stop when the leader's margin exceeds twice
+    the measured spread (at round 0 the profiles' within-probe spread, after a round the
+    larger of that and the change between rounds), or after `rules.MAX_ROUNDS` rounds.
+    Returns the standing,
     fastest first, the last spread measured (None: fewer than two candidates stood, or
     nothing measured it) and the rounds run."""
     standing = [p for p in profiles if p.dropped is None]
@@ -122,7 +126,7 @@ def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
             break
         before = _latest(standing)[0]
         kept = [p for p in standing if id(p) in rules.halve(before)]
-        jobs = [_probe_job(p.candidate, f"halve{round_}", updates * 2 ** round_)
+        jobs = [_probe_job(p.candidate, f"halve{round_}", updates * 2 ** (round_ - 1))
                 for p in kept]
         ran = runner.run(jobs, hosts=1)
         for profile, run in zip(kept, ran):
@@ -204,14 +208,27 @@ def _absorb(profile: Profile, run: Ran, budget: Budget) -> None:
     reason = failure(run.result)
     if reason is None and "samples_per_s" in metrics:
         profile.metrics = metrics
-        profile.rates.append(metrics["samples_per_s"])
-        profile.spreads.append(rules.probe_spread(_step_ms(run.result)))
+        _measure(profile, _step_ms(run.result), metrics["samples_per_s"])
     elif reason is None:
         reason = "reported no samples_per_s (MsexpCallback needs the batch size)"
     if reason is None and metrics.get("overflow_rate", 0.0) > rules.OVERFLOW_LIMIT:
         reason = (f"overflowed in {metrics['overflow_rate']:.0%} of its updates (more than "
                   f"{rules.OVERFLOW_LIMIT:.0%})")
     profile.dropped = reason or budget.violation(metrics, PROBED)
+
+
+def _measure(profile: Profile, step_ms: list[float], samples_per_s: float) -> None:
+    """Add a probe's step times to the profile's and rank it on them all: samples/s from
+    their median, the spread from their notch. A script reports no step times: its
+    probe's own samples/s, the spread unknown."""
+    profile.steps += step_ms
+    if not profile.steps:
+        profile.rates.append(samples_per_s)
+        profile.spreads.append(math.inf)
+        return
+    batch = profile.candidate.params["batch_size"]
+    profile.rates.append(rules.samples_per_s(batch, profile.steps))
+    profile.spreads.append(rules.probe_spread(profile.steps))
 
 
 def _step_ms(result: TrialResult) -> list[float]:

@@ -26,6 +26,11 @@ def probe_spread(step_ms: Sequence[float]) -> float:
     return NOTCH * (high - low) / math.sqrt(len(step_ms)) / statistics.median(step_ms)
 
 
+def samples_per_s(batch_size: int, step_ms: Sequence[float]) -> float:
+    """Throughput from step times: batch_size x 1000 / the median step_ms."""
+    return batch_size * 1000 / statistics.median(step_ms)
+
+
 def ranked(rates: Mapping[Hashable, float]) -> list[Hashable]:
     """Keys by samples/s, fastest first."""
     return sorted(rates, key=lambda key: -rates[key])
