@@ -7,8 +7,8 @@ From the grid: each configuration's mean objective and samples/s over its seeds;
 "keeps accuracy" if its mean objective is no worse than the baseline's (the first
 configuration) by more than the baseline's seed-to-seed spread (the sample standard
 deviation), the rule tune's confirm phase applies. Then the pick and the grid's fastest
-accuracy-keeping configuration train side by side, alternately, `--runs` times each; their
-samples/s are compared as medians.
+accuracy-keeping configuration train side by side (SIDE_EPOCHS epochs), alternately,
+`--runs` times each; their samples/s are compared as medians.
 
 The default setting is one where tuning pays: a user tunes a training many times longer
 than a compile. lenet_digits at EPOCHS epochs trains each configuration for 22 or 11 updates
@@ -47,7 +47,8 @@ from msexp.tracking.replicates import configurations  # noqa: E402
 from msexp.tune.rules import keeps  # noqa: E402
 
 OBJECTIVE = "eval_accuracy"
-EPOCHS = 6
+EPOCHS = 5
+SIDE_EPOCHS = 2  # the side-by-side trainings: samples/s is a rate, 2 epochs measure it
 
 
 def sweep_file(experiment: str, epochs: int, batches: list[int]) -> dict[str, Any]:
@@ -130,7 +131,7 @@ def main() -> None:
             return
         print(f"tune pick {pick['config']}: {OBJECTIVE} {pick['objective']} against the "
               f"baseline's {tuned['baseline']['objective']}")
-        fixed = {**spec["fixed"]}
+        fixed = {**spec["fixed"], "epochs": min(args.epochs, SIDE_EPOCHS)}
         rates = side_by_side(args.experiment, fixed, [pick["config"], best.params],
                              args.runs, Path(grid_dir))
         print(f"side by side, median of {args.runs}: pick {rates[0]:.1f}, grid's best "
