@@ -295,3 +295,60 @@ def test_a_probe_stops_after_its_updates_and_reports_figures_by_their_units() ->
     assert "eval_accuracy" not in metrics  # a probe evaluates nothing
     rates = range_rates(Probe(5, 1e-4, 1.0))
     assert rates == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1, 1.0])
+
+
+@pytest.mark.slow
+def test_a_failing_an_exiting_and_a_hanging_candidate_are_dropped_with_their_reasons(
+        workdir: Path) -> None:
+    sweep = write(workdir / "faulty.yaml", """
+        name: faulty
+        experiment: broken:build
+        objective: [{metric: eval_accuracy, direction: maximize}]
+        budget: {trial_timeout: 30, workers: 1, repeats: 1}
+        fixed: {hidden: 16}
+        params:
+          mode: [works, raises, exits, hangs]
+    """)
+    result = cli("tune", str(sweep), "--updates", "4", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output[result.output.index("{"):])  # after build()'s print
+    dropped = {c["config"]["mode"]: c["dropped"] for c in found["candidates"]}
+    assert dropped["works"] is None
+    assert dropped["raises"] == ("failed: RuntimeError: the experiment is broken on purpose")
+    assert dropped["exits"] == "failed: trial process exited with code 3"
+    assert dropped["hangs"] == ("passed the trial timeout (exceeded trial_timeout of 30 s)")
+    assert found["pick"]["config"] == {"mode": "works"}  # the run goes on and ends with a pick
+    assert found["rounds"] == 0 and found["spread"] is None  # one candidate stood: no halving
+
+
+@pytest.mark.slow
+def test_a_script_reporting_through_the_callback_is_tuned(workdir: Path) -> None:
+    source = (Path(__file__).parent / "assets" / "scripts" / "train_digits.py").read_text()
+    changed = source.replace("from sklearn.datasets import load_digits\n",
+                             "from sklearn.datasets import load_digits\n\n"
+                             "from msexp.hooks import MsexpCallback\n")
+    changed = changed.replace("callbacks=[LossMonitor(20), TimeMonitor()]",
+                              "callbacks=[MsexpCallback(model, eval_ds)]")
+    assert changed.count("MsexpCallback") == 2
+    (workdir / "train_cb.py").write_text(changed)
+    sweep = write(workdir / "script.yaml", """
+        name: script-tune
+        experiment: {command: python train_cb.py}
+        objective: [{metric: eval_accuracy, direction: maximize}]
+        budget: {trial_timeout: 600, workers: 1, repeats: 1}
+        fixed: {epochs: 1, lr: 0.05}
+        params:
+          batch_size: [32, 64]
+    """)
+    result = cli("tune", str(sweep), "--tolerance", "1", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    for candidate in found["candidates"]:  # each profile is one epoch of the script
+        assert candidate["dropped"] is None and candidate["samples_per_s"][0] > 0
+        assert candidate["spread"][0] is None  # a script reports no per-update step times
+    assert found["rounds"] >= 1, "the spread of a script is measured between rounds"
+    assert found["spread"] is not None and found["spread"] >= 0
+    rates = {c["config"]["batch_size"]: c["samples_per_s"][-1] for c in found["candidates"]}
+    assert found["confirmed"][0]["config"]["batch_size"] == max(rates, key=rates.get)
+    assert found["pick"] is not None and found["baseline"]["config"] == {"batch_size": 32}
+    assert all(v["objective"] and v["objective"][0] > 0.5 for v in found["confirmed"])
