@@ -351,4 +351,5 @@ def test_a_script_reporting_through_the_callback_is_tuned(workdir: Path) -> None
     rates = {c["config"]["batch_size"]: c["samples_per_s"][-1] for c in found["candidates"]}
     assert found["confirmed"][0]["config"]["batch_size"] == max(rates, key=rates.get)
     assert found["pick"] is not None and found["baseline"]["config"] == {"batch_size": 32}
-    assert all(v["objective"] and v["objective"][0] > 0.5 for v in found["confirmed"])
+    for trained in (*found["confirmed"], found["baseline"]):  # the callback's eval, 1 seed
+        assert len(trained["objective"]) == 1 and 0 < trained["objective"][0] <= 1
