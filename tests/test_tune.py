@@ -271,8 +271,12 @@ def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> 
     profiles = [profile(1, "train_mem_mb 15 > 10 (the budget)"),
                 profile(2, "failed: batch_size 4096 is larger than the training set"),
                 profile(4, "passed the trial timeout (600 s)")]
-    outcome = Outcome(profiles, [], None, 0, None, [], None, tmp_path / "p.png", None, {}, "0")
+    profiles[0].rates, profiles[0].spreads = [250.0], [0.04]  # measured, then dropped
+    outcome = Outcome(profiles, [], 0.04, 0, None, [], None, tmp_path / "p.png", None, {}, "0")
     shown = lines(summary(outcome))
+    assert any("250.0 samples/s ± 4.0%" in line for line in shown)
+    assert any(line.startswith("halving: 0 round(s);") and line.endswith(": 4.0%")
+               for line in shown)
     for p in profiles:
         assert sum(p.dropped in line and f"micro_size={p.candidate.point['micro_size']}" in line
                    for line in shown) == 1

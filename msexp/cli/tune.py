@@ -203,8 +203,10 @@ def lines(document: dict[str, Any]) -> list[str]:
     out = []
     for c in document["candidates"]:
         rate = f"{c['samples_per_s'][-1]:.1f} samples/s" if c["samples_per_s"] else "-"
+        if c["spread"] and c["spread"][-1] is not None:
+            rate += f" ± {c['spread'][-1]:.1%}"
         memory = f"{c['memory_mb']:.1f} MB" if c["memory_mb"] is not None else "-"
-        out.append(f"  {_config(c['config']):<40} {rate:>18} {memory:>10}  "
+        out.append(f"  {_config(c['config']):<40} {rate:>26} {memory:>10}  "
                    + c["verdict"])
     spread = document["spread"]
     out.append(f"halving: {document['rounds']} round(s); spread of samples/s (the leaders' "
