@@ -114,9 +114,8 @@ def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
     ranks them on every step time measured; stop when the leader's margin exceeds twice
     the measured spread (at round 0 the profiles' within-probe spread, after a round the
     larger of that and the change between rounds), or after `rules.MAX_ROUNDS` rounds.
-    Returns the standing,
-    fastest first, the last spread measured (None: fewer than two candidates stood, or
-    nothing measured it) and the rounds run."""
+    Returns the standing, fastest first, the last spread measured (None: fewer than two
+    candidates stood, or nothing measured it) and the rounds run."""
     standing = [p for p in profiles if p.dropped is None]
     spread, rounds = math.inf, 0
     if len(standing) > 1:
