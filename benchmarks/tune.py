@@ -7,10 +7,16 @@ From the grid: each configuration's mean objective and samples/s over its seeds;
 "keeps accuracy" if its mean objective is no worse than the baseline's (the first
 configuration) by more than the baseline's seed-to-seed spread (the sample standard
 deviation), the rule tune's confirm phase applies. Then the pick and the grid's fastest
-accuracy-keeping configuration train side by side, alternately, `--runs` times each; their
-samples/s are compared as medians.
+accuracy-keeping configuration train side by side (SIDE_EPOCHS epochs), alternately,
+`--runs` times each; their samples/s are compared as medians.
 
-Usage: python benchmarks/tune.py [--experiment lenet_digits] [--epochs 1]
+The default setting is one where tuning pays: a user tunes a training many times longer
+than a compile. lenet_digits at EPOCHS epochs trains each configuration for 22 or 11 updates
+an epoch (batch 64 or 128 over 1437 images), against a profile of 10 updates. The tune run's
+probe costs (probes, how many compiled, their compile and update seconds) are read from
+its trial folders.
+
+Usage: python benchmarks/tune.py [--experiment lenet_digits] [--epochs EPOCHS]
        [--batch 64 128] [--runs 3]
 """
 
@@ -41,6 +47,8 @@ from msexp.tracking.replicates import configurations  # noqa: E402
 from msexp.tune.rules import keeps  # noqa: E402
 
 OBJECTIVE = "eval_accuracy"
+EPOCHS = 5
+SIDE_EPOCHS = 2  # the side-by-side trainings: samples/s is a rate, 2 epochs measure it
 
 
 def sweep_file(experiment: str, epochs: int, batches: list[int]) -> dict[str, Any]:
@@ -90,7 +98,7 @@ def side_by_side(experiment: str, fixed: dict[str, Any], configs: list[dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", default="lenet_digits")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--batch", type=int, nargs=2, default=[64, 128])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
@@ -98,9 +106,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tune_dir, tempfile.TemporaryDirectory() as grid_dir:
         for folder in (tune_dir, grid_dir):
             (Path(folder) / "tune.yaml").write_text(yaml.safe_dump(spec))
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load "
+              f"{_load()} before", flush=True)
         tune_wall, out = command(Path(tune_dir), "tune", "tune.yaml", "--json")
         tuned = json.loads(out)
+        print(f"tune wall {tune_wall:.1f} s, load {_load()}; halving rounds "
+              f"{tuned['rounds']}, spread {tuned['spread']}; {_probe_costs(Path(tune_dir))}",
+              flush=True)
         grid_wall, groups = grid(Path(grid_dir))
+        print(f"grid wall {grid_wall:.1f} s, load {_load()}", flush=True)
         base = groups[0]
         kept = [g for g in groups if keeps(g.values[OBJECTIVE], base.values[OBJECTIVE], True)]
         best = max(kept, key=lambda g: g.mean("samples_per_s"))
@@ -117,12 +131,38 @@ def main() -> None:
             return
         print(f"tune pick {pick['config']}: {OBJECTIVE} {pick['objective']} against the "
               f"baseline's {tuned['baseline']['objective']}")
-        fixed = {**spec["fixed"]}
+        fixed = {**spec["fixed"], "epochs": min(args.epochs, SIDE_EPOCHS)}
         rates = side_by_side(args.experiment, fixed, [pick["config"], best.params],
                              args.runs, Path(grid_dir))
         print(f"side by side, median of {args.runs}: pick {rates[0]:.1f}, grid's best "
               f"kept {rates[1]:.1f} samples/s: ratio {rates[0] / rates[1]:.3f}")
         print(f"pick in the grid: {_grid_rate(groups, pick['config'])}")
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {_load()} after")
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _probe_costs(folder: Path) -> str:
+    """What the tune run's probes cost: how many, how many compiled (not warm), the summed
+    compile seconds and the summed seconds of their updates after the first."""
+    from msexp.execution.protocol import Result, Start, read_events
+
+    probes = compiled = 0
+    compile_s = updates_s = 0.0
+    for events in (folder / "mlruns" / "tune").rglob("events.jsonl"):
+        read = read_events(events)
+        start = next((e for e in read if isinstance(e, Start)), None)
+        result = next((e for e in read if isinstance(e, Result)), None)
+        if start is None or result is None or "updates" not in result.metrics:
+            continue
+        probes += 1
+        compiled += not start.warm
+        compile_s += result.metrics["compile_s"]
+        updates_s += (result.metrics["updates"] - 1) * result.metrics["step_ms"] / 1000
+    return (f"{probes} probes, {compiled} compiled: compile {compile_s:.1f} s, updates after "
+            f"the first {updates_s:.1f} s (median step x updates)")
 
 
 def _grid_rate(groups: list[Any], config: dict[str, Any]) -> str:

@@ -113,6 +113,27 @@ def test_a_socket_pair_gives_the_host_an_inheritable_socket():
 # -- Host: a real host process, driven from here ---------------------------------------
 
 @SLOW
+def test_a_host_told_to_keep_two_warm_children_keeps_the_last_two_signatures(tmp_path):
+    host = Host(cwd=ROOT, warm=2)  # as msexp tune's hosts (one per candidate, up to 32)
+    try:
+        a = host.run(mlp(tmp_path, "a"), TIMEOUT_S)
+        b = host.run(mlp(tmp_path, "b", batch_size=32), TIMEOUT_S)
+        assert not gone(a.pid) and not gone(b.pid), "both stay idle, neither a leftover"
+        a2 = host.run(mlp(tmp_path, "a2", lr=0.02), TIMEOUT_S)
+        c = host.run(mlp(tmp_path, "c", batch_size=16), TIMEOUT_S)  # b is the oldest now
+        b2 = host.run(mlp(tmp_path, "b2", batch_size=32), TIMEOUT_S)
+        for result in (a, b, a2, c, b2):
+            assert result.status is Status.COMPLETE, result.error
+        assert (a.warm, b.warm, a2.warm, c.warm, b2.warm) == (False, False, True, False, False)
+        assert a2.pid == a.pid and gone(b.pid) and b2.pid not in (a.pid, b.pid, c.pid)
+        host_pid = host.pid
+        host.close()
+        assert gone(host_pid) and all(gone(r.pid) for r in (a, c, b2))
+    finally:
+        host.kill()
+
+
+@SLOW
 def test_a_host_keeps_a_warm_child_for_the_same_signature_only(host, tmp_path):
     first = host.run(mlp(tmp_path, "a", lr=0.05), TIMEOUT_S)
     warm = host.run(mlp(tmp_path, "b", lr=0.02), TIMEOUT_S)

@@ -128,7 +128,7 @@ def test_a_zygote_forks_a_child_per_trial_that_keeps_no_graphs(zygote, tmp_path)
     for made in (a, b):
         run_in(zygote, made)
         assert [type(e) for e in read_events(made.events_path)] == [Start, Result, End]
-        assert zygote.idle is None and zygote.running is None
+        assert not zygote.idle and zygote.running is None
     assert os.getpid() != child_pid(a) != child_pid(b)
     assert gone(child_pid(a)) and gone(child_pid(b)), "each child exited and was reaped"
 
@@ -136,7 +136,7 @@ def test_a_zygote_forks_a_child_per_trial_that_keeps_no_graphs(zygote, tmp_path)
 def test_a_trial_that_exits_is_ended_by_the_zygote_with_its_exit_code(zygote, tmp_path):
     made = request(tmp_path, "exits", BROKEN, mode="exits")
     run_in(zygote, made)
-    assert zygote.idle is None
+    assert not zygote.idle
     errors = events_of(made, Error)
     assert [(e.kind, e.message) for e in errors] == [("exit", "trial process exited with code 3")]
     assert isinstance(read_events(made.events_path)[-1], End)
@@ -147,7 +147,7 @@ def test_a_trial_that_raises_ends_once_with_its_exception(zygote, tmp_path):
     run_in(zygote, made)
     assert [(e.kind, e.message) for e in events_of(made, Error)] == [
         ("exception", "RuntimeError: the experiment is broken on purpose")]
-    assert len(events_of(made, End)) == 1 and zygote.idle is None
+    assert len(events_of(made, End)) == 1 and not zygote.idle
     assert "the experiment is broken on purpose" in made.log_path.read_text()
 
 
@@ -191,7 +191,7 @@ def test_a_killed_trial_child_is_reported_and_the_next_trial_gets_a_new_one(zygo
     running.join(TIMEOUT_S)
     assert [(e.kind, e.message) for e in events_of(made, Error)] == [
         ("exit", "trial process was killed by SIGKILL")]
-    assert zygote.idle is None and zygote.running is None and gone(child)
+    assert not zygote.idle and zygote.running is None and gone(child)
     after = command(tmp_path, "after", SAYS_ITS_PARENT)
     run_in(zygote, after)
     assert child_pid(after) != child

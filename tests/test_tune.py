@@ -53,6 +53,41 @@ def test_halving_stops_when_the_margin_exceeds_twice_the_spread() -> None:
     assert rules.margin({"a": 1.0}) == math.inf
 
 
+def test_a_probes_spread_is_the_median_notch_over_the_median() -> None:
+    steps = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 30.0]  # ms, after the compile
+    # inclusive quartiles: 12 (position 2 of 0..8) and 16 (position 6); median 14;
+    # notch 1.57 * (16 - 12) / sqrt(9) = 2.0933 ms; relative to 14: 0.14952
+    assert rules.probe_spread(steps) == pytest.approx(1.57 * 4 / 3 / 14)
+    assert rules.probe_spread(steps) == pytest.approx(0.149524, rel=1e-5)
+    assert rules.probe_spread([5.0, 5.0, 5.0]) == 0.0
+    assert rules.probe_spread([5.0]) == math.inf  # one step time measures no noise
+    assert rules.samples_per_s(64, [10.0, 40.0, 20.0]) == 3200.0  # 64 x 1000 / 20 ms
+    # the leader (a) and second (b) are judged by the larger of their two spreads
+    rates, spreads = {"a": 120.0, "b": 100.0, "c": 50.0}, {"a": 0.02, "b": 0.05, "c": 0.5}
+    assert rules.leaders_spread(rates, spreads) == 0.05
+    assert rules.settled(rates, 0.05)  # margin 0.20 > 2 * 0.05
+    assert not rules.settled(rates, 0.11)  # 0.20 < 0.22
+    assert rules.leaders_spread({"a": 1.0}, {"a": 0.3}) == 0.0
+    assert rules.round_spread(0.03, 0.08) == 0.08 and rules.round_spread(0.03, None) == 0.03
+    assert rules.round_spread(math.inf, 0.08) == 0.08
+    assert rules.round_spread(math.inf, None) == math.inf
+
+
+def test_halving_stops_at_round_0_when_the_profiles_spread_settles_it() -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.phases import Budget, Profile, halve
+
+    def profile(micro: int, rate: float, spread: float) -> Profile:
+        return Profile(Candidate({"micro_size": micro}, {"micro_size": micro}), [rate],
+                       [spread])
+
+    fast, slow, slower = profile(1, 300.0, 0.04), profile(2, 200.0, 0.10), profile(4, 90.0, 0.9)
+    # margin 300 / 200 - 1 = 0.5 > 2 * 0.10: no round runs, so no runner is needed
+    standing, spread, rounds = halve(None, [slow, fast, slower], Budget([], None), 10,
+                                     lambda ran, dropped: None)
+    assert standing == [fast, slow, slower] and spread == 0.10 and rounds == 0
+
+
 def test_the_keep_rule_allows_the_baselines_seed_spread_or_the_tolerance() -> None:
     baseline = [0.90, 0.92]  # mean 0.91, sample std 0.01414
     assert rules.seed_spread(baseline) == pytest.approx(0.0141421, rel=1e-4)
@@ -236,8 +271,12 @@ def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> 
     profiles = [profile(1, "train_mem_mb 15 > 10 (the budget)"),
                 profile(2, "failed: batch_size 4096 is larger than the training set"),
                 profile(4, "passed the trial timeout (600 s)")]
-    outcome = Outcome(profiles, [], None, None, [], None, tmp_path / "p.png", None, {}, "0")
+    profiles[0].rates, profiles[0].spreads = [250.0], [0.04]  # measured, then dropped
+    outcome = Outcome(profiles, [], 0.04, 0, None, [], None, tmp_path / "p.png", None, {}, "0")
     shown = lines(summary(outcome))
+    assert any("250.0 samples/s ± 4.0%" in line for line in shown)
+    assert any(line.startswith("halving: 0 round(s);") and line.endswith(": 4.0%")
+               for line in shown)
     for p in profiles:
         assert sum(p.dropped in line and f"micro_size={p.candidate.point['micro_size']}" in line
                    for line in shown) == 1
@@ -260,3 +299,61 @@ def test_a_probe_stops_after_its_updates_and_reports_figures_by_their_units() ->
     assert "eval_accuracy" not in metrics  # a probe evaluates nothing
     rates = range_rates(Probe(5, 1e-4, 1.0))
     assert rates == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1, 1.0])
+
+
+@pytest.mark.slow
+def test_a_failing_an_exiting_and_a_hanging_candidate_are_dropped_with_their_reasons(
+        workdir: Path) -> None:
+    sweep = write(workdir / "faulty.yaml", """
+        name: faulty
+        experiment: broken:build
+        objective: [{metric: eval_accuracy, direction: maximize}]
+        budget: {trial_timeout: 30, workers: 1, repeats: 1}
+        fixed: {hidden: 16}
+        params:
+          mode: [works, raises, exits, hangs]
+    """)
+    result = cli("tune", str(sweep), "--updates", "4", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output[result.output.index("{"):])  # after build()'s print
+    dropped = {c["config"]["mode"]: c["dropped"] for c in found["candidates"]}
+    assert dropped["works"] is None
+    assert dropped["raises"] == ("failed: RuntimeError: the experiment is broken on purpose")
+    assert dropped["exits"] == "failed: trial process exited with code 3"
+    assert dropped["hangs"] == ("passed the trial timeout (exceeded trial_timeout of 30 s)")
+    assert found["pick"]["config"] == {"mode": "works"}  # the run goes on and ends with a pick
+    assert found["rounds"] == 0 and found["spread"] is None  # one candidate stood: no halving
+
+
+@pytest.mark.slow
+def test_a_script_reporting_through_the_callback_is_tuned(workdir: Path) -> None:
+    source = (Path(__file__).parent / "assets" / "scripts" / "train_digits.py").read_text()
+    changed = source.replace("from sklearn.datasets import load_digits\n",
+                             "from sklearn.datasets import load_digits\n\n"
+                             "from msexp.hooks import MsexpCallback\n")
+    changed = changed.replace("callbacks=[LossMonitor(20), TimeMonitor()]",
+                              "callbacks=[MsexpCallback(model, eval_ds)]")
+    assert changed.count("MsexpCallback") == 2
+    (workdir / "train_cb.py").write_text(changed)
+    sweep = write(workdir / "script.yaml", """
+        name: script-tune
+        experiment: {command: python train_cb.py}
+        objective: [{metric: eval_accuracy, direction: maximize}]
+        budget: {trial_timeout: 600, workers: 1, repeats: 1}
+        fixed: {epochs: 1, lr: 0.05}
+        params:
+          batch_size: [32, 64]
+    """)
+    result = cli("tune", str(sweep), "--tolerance", "1", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    for candidate in found["candidates"]:  # each profile is one epoch of the script
+        assert candidate["dropped"] is None and candidate["samples_per_s"][0] > 0
+        assert candidate["spread"][0] is None  # a script reports no per-update step times
+    assert found["rounds"] >= 1, "the spread of a script is measured between rounds"
+    assert found["spread"] is not None and found["spread"] >= 0
+    rates = {c["config"]["batch_size"]: c["samples_per_s"][-1] for c in found["candidates"]}
+    assert found["confirmed"][0]["config"]["batch_size"] == max(rates, key=rates.get)
+    assert found["pick"] is not None and found["baseline"]["config"] == {"batch_size": 32}
+    for trained in (*found["confirmed"], found["baseline"]):  # the callback's eval, 1 seed
+        assert len(trained["objective"]) == 1 and 0 < trained["objective"][0] <= 1

@@ -3,6 +3,7 @@ fits (`--max-batch`), and an lr range test (`--lr-find`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, Optional
@@ -20,7 +21,14 @@ from msexp.tune.record import PhaseRuns
 from msexp.tune.rules import seed_spread
 from msexp.tune.runner import Runner
 from msexp.tune.search import BatchSearch, LrFind, lr_find, max_batch, require_budget
-from msexp.tune.tuner import Outcome, Settings, memory_budget, run_folder, tune
+from msexp.tune.tuner import (
+    Outcome,
+    Settings,
+    memory_budget,
+    run_folder,
+    tune,
+    warm_children,
+)
 from msexp.urls import redact
 
 MaxBatchOpt = Annotated[bool, typer.Option(
@@ -87,7 +95,7 @@ def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
 
 @contextmanager
 def _runner(spec: SweepSpec, hosts: int) -> Iterator[Runner]:
-    started = start_hosts(hosts)
+    started = start_hosts(hosts, warm=warm_children(spec))
     try:
         yield Runner(spec, started, run_folder(spec).resolve())
     finally:
@@ -146,11 +154,13 @@ def summary(outcome: Outcome) -> dict[str, Any]:
     base = outcome.baseline
     document: dict[str, Any] = {
         "candidates": [{"config": p.candidate.point, "samples_per_s": p.rates,
-                        "step_ms": p.metrics.get("step_ms"), "memory_mb": p.memory_mb,
+                        "spread": [x if math.isfinite(x) else None for x in p.spreads],
+                        "step_ms": p.metrics.get("step_ms"),
+                        "compile_s": p.metrics.get("compile_s"), "memory_mb": p.memory_mb,
                         "overflow_rate": p.metrics.get("overflow_rate"),
                         "dropped": p.dropped, "verdict": _verdict(outcome, p)}
                        for p in outcome.profiles],
-        "spread": outcome.spread,
+        "spread": outcome.spread, "rounds": outcome.rounds,
         "confirmed": [{"config": v.profile.candidate.point, "objective": v.objective,
                        "samples_per_s": v.samples_per_s, "memory_mb": v.memory_mb,
                        "rejected": v.rejected} for v in outcome.verdicts],
@@ -193,12 +203,15 @@ def lines(document: dict[str, Any]) -> list[str]:
     out = []
     for c in document["candidates"]:
         rate = f"{c['samples_per_s'][-1]:.1f} samples/s" if c["samples_per_s"] else "-"
+        if c["spread"] and c["spread"][-1] is not None:
+            rate += f" ± {c['spread'][-1]:.1%}"
         memory = f"{c['memory_mb']:.1f} MB" if c["memory_mb"] is not None else "-"
-        out.append(f"  {_config(c['config']):<40} {rate:>18} {memory:>10}  "
+        out.append(f"  {_config(c['config']):<40} {rate:>26} {memory:>10}  "
                    + c["verdict"])
     spread = document["spread"]
-    out.append("halving spread (largest run-to-run change of samples/s): "
-               + (f"{spread:.1%}" if spread is not None else "not measured (under 2 left)"))
+    out.append(f"halving: {document['rounds']} round(s); spread of samples/s (the leaders' "
+               "median notch, or the change between rounds where larger): "
+               + (f"{spread:.1%}" if spread is not None else "not measured"))
     base = document["baseline"]
     for v in document["confirmed"]:
         out.append(f"  confirm {_config(v['config'])}: objective {_spread(v['objective'])}, "

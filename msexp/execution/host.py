@@ -72,8 +72,9 @@ class Host:
     """
 
     def __init__(self, threads: int | None = None, cwd: Path | None = None,
-                 slot: int | None = None):
-        self.threads, self.cwd, self.slot = threads, cwd, slot
+                 slot: int | None = None, warm: int = 1):
+        self.threads, self.cwd, self.slot, self.warm = threads, cwd, slot, warm
+        self._kept: list[int] = []  # the last `warm` trial children, which may be kept warm
         self.marker = f"{owner()}/{uuid.uuid4().hex[:12]}"
         self._proc: subprocess.Popen | None = None
         self._link: SweepEnd | None = None
@@ -90,6 +91,7 @@ class Host:
             env["OMP_NUM_THREADS"] = str(self.threads)
         if self.slot is not None:
             env["MSEXP_SLOT"] = str(self.slot)
+        env["MSEXP_WARM"] = str(self.warm)
         env.setdefault("GLOG_v", "2")
         link, theirs = socket_pair()
         with theirs:
@@ -206,7 +208,8 @@ class Host:
 
     def _kill_leftovers(self, trial_pid: int) -> None:
         """Kill what the finished trial started, but not the host, nor the child that
-        ran the trial: both stay warm for the next trial.
+        ran the trial, nor the host's children that ran the `warm` - 1 trials before: all
+        stay warm for the next trials.
 
         A host that adopts its trials' orphans has all of them in its tree; otherwise a
         double-forked helper has left it, and only its marker finds it: a look at every
@@ -217,6 +220,13 @@ class Host:
         found = {p.pid: p for p in [*self._family.values(), *now]}
         found.pop(host, None)
         found.pop(trial_pid, None)
+        earlier = [p for p in self._kept if p != trial_pid]
+        earlier = earlier[max(0, len(earlier) - (self.warm - 1)):] if self.warm > 1 else []
+        self._kept = [*earlier, trial_pid]
+        for pid in earlier:
+            with contextlib.suppress(psutil.Error, KeyError):
+                if found[pid].ppid() == host:
+                    del found[pid]
         self._family.clear()
         kill_processes(found.values())
 
@@ -238,6 +248,7 @@ class Host:
         with self._killing:  # one at a time: never the trial child while its host lives
             proc, self._proc = self._proc, None
             link, self._link = self._link, None
+            self._kept = []
             if proc is not None and proc.poll() is None:  # not reaped: the pid is its own
                 self._note_family(proc.pid)
                 kill_group(proc.pid)
@@ -249,12 +260,12 @@ class Host:
                 proc.wait()
 
 
-def start_hosts(count: int, cwd: Path | None = None) -> list[Host]:
+def start_hosts(count: int, cwd: Path | None = None, warm: int = 1) -> list[Host]:
     """`count` hosts, started now so that they import MindSpore while the caller opens
     its stores. Host i gets cores / count CPU threads and, on GPU or Ascend, device i
-    modulo the device count."""
+    modulo the device count; each keeps the graphs of its last `warm` signatures."""
     threads = max(1, (os.cpu_count() or 1) // count)
-    hosts = [Host(threads, cwd or Path.cwd(), slot) for slot in range(count)]
+    hosts = [Host(threads, cwd or Path.cwd(), slot, warm) for slot in range(count)]
     for host in hosts:
         host.prewarm()
     return hosts

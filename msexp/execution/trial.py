@@ -78,8 +78,7 @@ class StopFlag:
 
 
 def serve(channel: int) -> None:
-    """Run the requests the sweep sends on the socket `channel` (see `link`), until it
-    closes its end.
+    """Run the requests the sweep sends on the socket `channel` (see `link`) until it closes.
 
     On CPU this process is a zygote: it imports MindSpore and msexp's training code once
     and forks a trial child per trial, so every trial starts clean (own memory, own
@@ -89,7 +88,8 @@ def serve(channel: int) -> None:
     """
     fork = _preload()
     adopts = process.become_subreaper()  # what a trial orphans stays in this tree, to be killed
-    zygote, stop, warm = Zygote(channel), StopFlag(), WarmGraphs()
+    zygote = Zygote(channel, int(os.environ.get("MSEXP_WARM", "1")))
+    stop, warm = StopFlag(), WarmGraphs()
     if fork:  # a trial child that ignores its stop is killed; this process stays
         link = HostEnd(channel, lambda: zygote.signal(signal.SIGUSR1),
                        lambda: zygote.signal(signal.SIGKILL))
@@ -109,17 +109,17 @@ def serve(channel: int) -> None:
 
 
 class Zygote:
-    """Forks a trial child per trial and keeps the last one while it holds graphs a next
-    trial of the same signature can reuse (a warm trial)."""
+    """Forks a trial child per trial; keeps the last `warm` (MSEXP_WARM) while warm."""
 
-    def __init__(self, channel: int):
+    def __init__(self, channel: int, warm: int = 1):
         self.channel = channel  # the sweep's socket, which no trial child may hold
-        self.idle: _Child | None = None
+        self.warm = max(1, warm)
+        self.idle: list[_Child] = []  # least recently used first
         self.running: _Child | None = None
 
     def reap(self) -> None:
         """Reap the orphans this process adopted that have exited (killed by the sweep)."""
-        process.reap_adopted([child.pid for child in (self.idle, self.running) if child])
+        process.reap_adopted([child.pid for child in [*self.idle, self.running] if child])
 
     def signal(self, signum: int) -> None:
         """Signal the running trial child, if any (SIGUSR1: stop; SIGKILL)."""
@@ -134,34 +134,38 @@ class Zygote:
         # this attempt's events file, held open: should another attempt of the trial
         # begin meanwhile (in new files), an end written here is not read as its own
         with request.events_path.open("a+", encoding="utf-8") as events:
-            child, self.idle = self._child_for(request.graph_signature), None
+            child = self._child_for(request.graph_signature)
             self.running = child
             try:
                 warm = child.run(line)
             finally:
                 self.running = None
             if warm:
-                self.idle = child
+                self.idle.append(child)
             else:
                 _report_exit(events, request, child.status)
 
     def _child_for(self, signature: str | None) -> _Child:
-        """The idle child if it holds graphs of `signature`, else a freshly forked one."""
-        idle = self.idle
-        if idle is not None:
-            if reusable(idle.signature, signature) and idle.alive():
+        """An idle child that holds graphs of `signature`, else a freshly forked one, once
+        the least recently used idle children have ended to leave room for it."""
+        for idle in list(self.idle):
+            if not idle.alive():
+                self.idle.remove(idle)
+                idle.end()
+            elif reusable(idle.signature, signature):
+                self.idle.remove(idle)
                 return idle
-            idle.end()
+        while len(self.idle) >= self.warm:
+            self.idle.pop(0).end()
         return _Child(signature, self.channel)
 
     def close(self) -> None:
-        if self.idle is not None:
-            self.idle.end()
+        while self.idle:
+            self.idle.pop().end()
 
 
 class _Child:
-    """A forked trial child: it runs the request lines it is sent and, after each, says
-    "idle" if it keeps reusable graphs, or exits."""
+    """A forked trial child: runs each request sent, then says "idle" if warm, or exits."""
 
     def __init__(self, signature: str | None, channel: int):
         self.signature = signature
@@ -263,8 +267,7 @@ def _import_once(experiment: str) -> None:
 
 
 def _report_exit(events: IO[str], request: TrialRequest, status: int) -> None:
-    """After a child that died without ending its trial, end it with the reason, in the
-    trial's open `events` file."""
+    """End the trial of a child that died first, with the reason, in its open `events`."""
     events.seek(0)
     text = events.read()
     if any(isinstance(decode(line), End) for line in text[:text.rfind("\n") + 1].splitlines()

@@ -2,8 +2,8 @@
 (`msexp tune`'s profiles and its lr range test).
 
 The first update compiles; step_ms and samples_per_s come from the updates after it.
-The probe reports one epoch record holding every update's loss (and learning rate, in an
-lr range test) as series, then its metrics: step_ms, samples_per_s, compile_s,
+The probe reports one epoch record holding every update's loss and step_ms (and learning
+rate, in an lr range test) as series, then its metrics: step_ms, samples_per_s, compile_s,
 train_mem_mb, peak_mem_mb, overflow_rate and updates.
 """
 
@@ -59,7 +59,8 @@ def run_probe(workload: Workload, params: dict[str, Any], graphs: Graphs, probe:
             raise Diverged(f"train_loss is {loss} at update {len(losses)}")
         if len(losses) == probe.updates:
             break
-    series: dict[str, list[float]] = {"train_loss": losses}
+    series: dict[str, list[float]] = {"train_loss": losses,
+                                      "step_ms": [s * 1000 for s in update_s]}
     if probe.lr_high:
         series["lr"] = range_rates(probe)[:len(losses)]
     on_epoch(Epoch(1, len(losses), time.perf_counter() - start,

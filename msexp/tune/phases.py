@@ -3,10 +3,12 @@ fastest against the baseline over the sweep's epochs and seeds."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
+from msexp.execution.protocol import TrialResult
 from msexp.knobs import value_text
 from msexp.training.records import Probe
 from msexp.tune import rules
@@ -19,10 +21,14 @@ PROBED = ("samples_per_s", "step_ms", "train_mem_mb", "peak_mem_mb")  # constrai
 
 @dataclass
 class Profile:
-    """A candidate's profiles: samples/s per round, its latest figures, or why it dropped."""
+    """A candidate's profile: samples/s and its spread after each round, the step times
+    measured so far (a halving round continues the profile), its latest figures, or why
+    it dropped."""
 
     candidate: Candidate
     rates: list[float] = field(default_factory=list)
+    spreads: list[float] = field(default_factory=list)
+    steps: list[float] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     dropped: str | None = None
 
@@ -102,31 +108,42 @@ def profile_all(runner: Runner, found: list[Candidate], budget: Budget, updates:
 
 
 def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
-          record: Record) -> tuple[list[Profile], float | None]:
-    """Successive halving on samples/s: each round profiles the faster half again with
-    twice the updates; stop when the leader's margin exceeds twice the measured spread,
-    or after `rules.MAX_ROUNDS` rounds. Returns the standing, fastest first, and the last
-    spread measured (None: fewer than two candidates were left to halve)."""
+          record: Record) -> tuple[list[Profile], float | None, int]:
+    """Successive halving on samples/s: each round continues the profiles of the faster
+    half with as many updates again as their profiles have run (so each doubles), and
+    ranks them on every step time measured; stop when the leader's margin exceeds twice
+    the measured spread (at round 0 the profiles' within-probe spread, after a round the
+    larger of that and the change between rounds), or after `rules.MAX_ROUNDS` rounds.
+    Returns the standing, fastest first, the last spread measured (None: fewer than two
+    candidates stood, or nothing measured it) and the rounds run."""
     standing = [p for p in profiles if p.dropped is None]
-    spread = None
+    spread, rounds = math.inf, 0
+    if len(standing) > 1:
+        spread = rules.leaders_spread(*_latest(standing))
     for round_ in range(1, rules.MAX_ROUNDS + 1):
-        if len(standing) < 2:
+        if len(standing) < 2 or rules.settled(_latest(standing)[0], spread):
             break
-        before = {id(p): p.rates[-1] for p in standing}
+        before = _latest(standing)[0]
         kept = [p for p in standing if id(p) in rules.halve(before)]
-        jobs = [_probe_job(p.candidate, f"halve{round_}", updates * 2 ** round_)
+        jobs = [_probe_job(p.candidate, f"halve{round_}", updates * 2 ** (round_ - 1))
                 for p in kept]
         ran = runner.run(jobs, hosts=1)
         for profile, run in zip(kept, ran):
             _absorb(profile, run, budget)
         record(ran, {i: p.dropped for i, p in enumerate(kept) if p.dropped})
-        standing = [p for p in kept if p.dropped is None]
-        now = {id(p): p.rates[-1] for p in standing}
-        spread = rules.spread(before, now)
-        if rules.settled(now, spread):
-            break
+        standing, rounds = [p for p in kept if p.dropped is None], round_
+        now, spreads = _latest(standing)
+        spread = rules.round_spread(rules.leaders_spread(now, spreads),
+                                    rules.spread(before, now))
     rest = [p for p in profiles if p.dropped is None and p not in standing]
-    return _fastest_first(standing) + _fastest_first(rest), spread
+    return (_fastest_first(standing) + _fastest_first(rest),
+            spread if math.isfinite(spread) else None, rounds)
+
+
+def _latest(profiles: list[Profile]) -> tuple[dict[int, float], dict[int, float]]:
+    """Each profile's latest samples/s and within-probe spread, by id."""
+    return ({id(p): p.rates[-1] for p in profiles},
+            {id(p): p.spreads[-1] for p in profiles})
 
 
 def confirm(runner: Runner, top: list[Profile], baseline: Profile, seeds: list[int | None],
@@ -190,13 +207,34 @@ def _absorb(profile: Profile, run: Ran, budget: Budget) -> None:
     reason = failure(run.result)
     if reason is None and "samples_per_s" in metrics:
         profile.metrics = metrics
-        profile.rates.append(metrics["samples_per_s"])
+        _measure(profile, _step_ms(run.result), metrics["samples_per_s"])
     elif reason is None:
         reason = "reported no samples_per_s (MsexpCallback needs the batch size)"
     if reason is None and metrics.get("overflow_rate", 0.0) > rules.OVERFLOW_LIMIT:
         reason = (f"overflowed in {metrics['overflow_rate']:.0%} of its updates (more than "
                   f"{rules.OVERFLOW_LIMIT:.0%})")
     profile.dropped = reason or budget.violation(metrics, PROBED)
+
+
+def _measure(profile: Profile, step_ms: list[float], samples_per_s: float) -> None:
+    """Add a probe's step times to the profile's and rank it on them all: samples/s from
+    their median, the spread from their notch. A script reports no step times: its
+    probe's own samples/s, the spread unknown."""
+    profile.steps += step_ms
+    if not profile.steps:
+        profile.rates.append(samples_per_s)
+        profile.spreads.append(math.inf)
+        return
+    batch = profile.candidate.params["batch_size"]
+    profile.rates.append(rules.samples_per_s(batch, profile.steps))
+    profile.spreads.append(rules.probe_spread(profile.steps))
+
+
+def _step_ms(result: TrialResult) -> list[float]:
+    """A probe's per-update step times after the first (which compiles, or not when warm:
+    left out either way); none from a script."""
+    series = result.epochs[-1].series if result.epochs else {}
+    return list(series.get("step_ms", []))[1:]
 
 
 def _group(candidate: Candidate) -> str:

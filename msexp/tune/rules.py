@@ -1,5 +1,6 @@
-"""The tuner's rules, free of MindSpore and of the stores: successive halving, the keep
-rule, the largest micro-batch that fits, and the learning-rate suggestion."""
+"""The tuner's rules, free of MindSpore and of the stores: a probe's spread, successive
+halving, the keep rule, the largest micro-batch that fits, and the learning-rate
+suggestion."""
 
 from __future__ import annotations
 
@@ -11,6 +12,23 @@ from typing import Callable
 
 OVERFLOW_LIMIT = 0.5  # a profile overflowing in more of its updates overflows persistently
 MAX_ROUNDS = 3
+NOTCH = 1.57  # McGill, Tukey & Larsen (1978): median +- 1.57 IQR / sqrt(n), about 95%
+
+
+def probe_spread(step_ms: Sequence[float]) -> float:
+    """A probe's within-probe spread: the boxplot notch half-width of its median step time,
+    1.57 x IQR / sqrt(n), relative to the median (inclusive quartiles; the updates after
+    the compiling one). samples/s = batch / step, so it is samples/s's relative spread
+    too. inf with fewer than two step times: nothing measured the noise."""
+    if len(step_ms) < 2:
+        return math.inf
+    low, _, high = statistics.quantiles(step_ms, n=4, method="inclusive")
+    return NOTCH * (high - low) / math.sqrt(len(step_ms)) / statistics.median(step_ms)
+
+
+def samples_per_s(batch_size: int, step_ms: Sequence[float]) -> float:
+    """Throughput from step times: batch_size x 1000 / the median step_ms."""
+    return batch_size * 1000 / statistics.median(step_ms)
 
 
 def ranked(rates: Mapping[Hashable, float]) -> list[Hashable]:
@@ -42,6 +60,21 @@ def margin(rates: Mapping[Hashable, float]) -> float:
 def settled(rates: Mapping[Hashable, float], measured_spread: float) -> bool:
     """Halving stops once the leader's margin exceeds twice the measured spread."""
     return margin(rates) > 2 * measured_spread
+
+
+def leaders_spread(rates: Mapping[Hashable, float], spreads: Mapping[Hashable, float]
+                   ) -> float:
+    """The spread that the leader's margin is judged against: the larger within-probe
+    spread of the leader and the second (0 when one is alone)."""
+    order = ranked(rates)
+    return max((spreads[key] for key in order[:2]), default=0.0) if len(order) > 1 else 0.0
+
+
+def round_spread(within: float, between: float | None) -> float:
+    """A halving round's spread: the larger of the within-probe spread and the change
+    between rounds, of those measured (inf: neither was)."""
+    return max((s for s in (within, between) if s is not None and math.isfinite(s)),
+               default=math.inf)
 
 
 def seed_spread(values: Sequence[float]) -> float:

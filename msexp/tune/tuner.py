@@ -16,6 +16,7 @@ from msexp.tune.record import PhaseRuns
 from msexp.tune.runner import Runner
 
 TUNE_DIR = STORE_DIR / "tune"
+WARM_LIMIT = 32  # graphs of this many candidates at most stay warm on a host (memory)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Outcome:
     profiles: list[Profile]
     standing: list[Profile]
     spread: float | None
+    rounds: int
     baseline: Verdict | None
     verdicts: list[Verdict]
     pick: Verdict | None
@@ -58,6 +60,13 @@ def budget_of(spec: SweepSpec, memory_mb: float | None) -> Budget:
                   memory_budget(spec, memory_mb))
 
 
+def warm_children(spec: SweepSpec) -> int:
+    """How many trial children a host keeps warm: one per candidate (up to WARM_LIMIT),
+    so a candidate's halving profiles and trainings reuse the graphs its first profile
+    compiled."""
+    return max(1, min(len(candidates(spec)), WARM_LIMIT))
+
+
 def run_folder(spec: SweepSpec) -> Path:
     """A fresh folder for this tune run's trials: mlruns/tune/NAME/TIME."""
     return TUNE_DIR / spec.name / time.strftime("%Y%m%d-%H%M%S")
@@ -72,7 +81,7 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
     budget = budget_of(spec, settings.memory_mb)
     profiles = phases.profile_all(runner, found, budget, settings.updates,
                                   lambda ran, dropped: runs.children("profile", ran, dropped))
-    standing, spread = phases.halve(runner, profiles, budget, settings.updates,
+    standing, spread, rounds = phases.halve(runner, profiles, budget, settings.updates,
                                     lambda ran, dropped: runs.children("halve", ran, dropped))
     objective = spec.objectives[0]
     baseline_verdict, verdicts = None, []
@@ -99,5 +108,5 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
         if path is not None:
             runs.attach(phase, path)
     runs.close()
-    return Outcome(profiles, standing, spread, baseline_verdict, verdicts, pick, plot, written,
-                   dict(runs.parents), runs.experiment_id)
+    return Outcome(profiles, standing, spread, rounds, baseline_verdict, verdicts, pick, plot,
+                   written, dict(runs.parents), runs.experiment_id)
