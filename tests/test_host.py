@@ -8,8 +8,10 @@ sweep would see.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -206,6 +208,46 @@ def test_a_trial_child_that_dies_ends_its_trial_and_the_host_stays(host, tmp_pat
     assert result.status is Status.FAILED
     assert result.error == "trial process was killed by SIGKILL"
     assert host.pid is not None and gone(result.pid)
+
+
+SLEEPS = """
+import time
+open("started", "w").close()
+time.sleep(600)
+"""
+
+A_SWEEP = """
+import sys
+from msexp.execution.host import Host
+from msexp.execution.protocol import TrialRequest
+host = Host(cwd=sys.argv[1])
+host.prewarm()
+print(host.pid, flush=True)
+host.run(TrialRequest.from_json(sys.argv[2]), 600)
+"""
+
+
+@SLOW
+def test_a_host_busy_with_a_trial_dies_with_its_sweep_killed_by_sigkill(tmp_path):
+    # busy, the host reads no channel: only the kernel's parent-death signal ends it
+    made = script(tmp_path, "sleeps", SLEEPS)
+    sweep = subprocess.Popen([sys.executable, "-c", A_SWEEP, str(ROOT), made.to_json()],
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    host_pid = None
+    try:
+        host_pid = int(sweep.stdout.readline())
+        assert wait_for("the trial", (made.folder / "outputs" / "started").exists, sweep,
+                        TIMEOUT_S), "the sweep ended before its trial started"
+        sweep.kill()
+        sweep.wait()
+        wait_for("the host to die with its sweep", lambda: gone(host_pid), deadline_s=60)
+    finally:
+        sweep.kill()
+        sweep.wait()
+        sweep.stdout.close()
+        if host_pid is not None:  # Process(None) is this process
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(host_pid).kill()
 
 
 LEAVES_A_DAEMON = """

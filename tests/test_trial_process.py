@@ -173,6 +173,29 @@ def test_a_stop_reaches_the_trial_in_its_child(zygote, tmp_path):
     assert len(events_of(made, End)) == 1
 
 
+class _Reusable:
+    reusable = True
+
+
+def test_a_child_that_says_idle_runs_the_next_trial_of_its_signature(zygote, tmp_path,
+                                                                    monkeypatch):
+    # Real fork, pipes, zygote and child loop; the trial itself only keeps graphs: a
+    # child forked here must run no MindSpore graph (above; test_host trains warm).
+    def keep_graphs(made, stop, warm) -> None:
+        made.log_path.write_text(str(os.getpid()))
+        warm.keep(made.graph_signature, _Reusable())
+
+    monkeypatch.setattr(trial, "_run_logged", keep_graphs)
+    first, second = request(tmp_path, "a", lr=0.05), request(tmp_path, "b", lr=0.02)
+    run_in(zygote, first)
+    child = zygote.idle
+    assert child is not None and child.alive(), "idle and kept"
+    run_in(zygote, second)
+    assert zygote.idle is child and child.alive()
+    assert first.log_path.read_text() == second.log_path.read_text() == str(child.pid)
+    assert read_events(first.events_path) == [], "a warm child's trial is not ended here"
+
+
 SLEEPS = """
 import os, time
 open("started", "w").close()
@@ -371,16 +394,26 @@ def test_a_trial_that_fails_while_training_leaves_no_graphs(tmp_path):
 
 
 @SLOW
-def test_a_trial_with_checkpoints_resumes_from_its_last_epoch(tmp_path, capsys):
+def test_a_trial_with_checkpoints_resumes_from_its_last_epoch(tmp_path):
     made = dataclasses.replace(request(tmp_path, "a", epochs=2), trial="study/0",
                                checkpoint=Checkpointing(every=1, keep="all"))
     first = train(made, WarmGraphs())
     assert first[0].resumed_from == 0 and first[-1].checkpoint.endswith("epoch-0002.ckpt")
     kept = sorted(p.name for p in made.checkpoint_dir.glob("*.ckpt"))
     assert kept == ["epoch-0001.ckpt", "epoch-0002.ckpt"], "keep: all, as the request says"
-    again = train(made, WarmGraphs())
+    log = tmp_path / "again.log"
+    again: list = []
+    logged_before_result: list[str] = []
+
+    def emit(event) -> None:
+        if isinstance(event, Result):  # the log file on disk, not the stream's buffer
+            logged_before_result.append(log.read_text())
+        again.append(event)
+
+    with log.open("w") as out, contextlib.redirect_stdout(out):
+        train_request(made, emit, lambda: False, warm=WarmGraphs())
     assert again[0].resumed_from == 2
-    assert "msexp: resuming from epoch 2" in capsys.readouterr().out
+    assert "msexp: resuming from epoch 2" in logged_before_result[0], "flushed at once"
 
 
 def test_thor_resolves_its_implementation_for_the_device():
