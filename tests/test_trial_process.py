@@ -20,6 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
+import mindspore as ms
 import numpy as np
 import pytest
 
@@ -194,6 +195,22 @@ def test_a_child_that_says_idle_runs_the_next_trial_of_its_signature(zygote, tmp
     assert zygote.idle is child and child.alive()
     assert first.log_path.read_text() == second.log_path.read_text() == str(child.pid)
     assert read_events(first.events_path) == [], "a warm child's trial is not ended here"
+    other = request(tmp_path, "c", batch_size=32)  # another graph signature
+    run_in(zygote, other)
+    assert other.log_path.read_text() != str(child.pid) and not child.alive()
+    assert zygote.idle is not None and zygote.idle is not child
+
+
+def test_a_child_gone_before_its_request_is_reported_by_its_wait_status(tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setattr(trial, "_run_logged", lambda made, stop, warm: None)
+    sweep, theirs = socket_pair()
+    with sweep, theirs, real_output():
+        child = trial._Child("sig", theirs.fileno())
+        os.kill(child.pid, signal.SIGKILL)
+        wait_for("the child's death", lambda: gone(child.pid), deadline_s=TIMEOUT_S)
+        assert child.run(request(tmp_path, "a").to_json()) is False, "a broken pipe"
+    assert child.status == signal.SIGKILL, "its wait status"
 
 
 SLEEPS = """
@@ -314,6 +331,13 @@ def test_a_stop_flag_is_set_by_sigusr1():
 
 def test_trials_fork_on_cpu_unless_told_not_to(monkeypatch):
     assert trial._preload() is True
+    threads = ms.get_context("runtime_num_threads")
+    monkeypatch.setenv("MSEXP_THREADS", str(threads + 1))
+    try:
+        assert trial._preload() is True
+        assert ms.get_context("runtime_num_threads") == threads + 1, "the host's share"
+    finally:
+        ms.set_context(runtime_num_threads=threads)
     monkeypatch.setenv("MSEXP_FORK", "0")
     assert trial._preload() is False
 
