@@ -205,12 +205,16 @@ def test_a_child_gone_before_its_request_is_reported_by_its_wait_status(tmp_path
                                                                       monkeypatch):
     monkeypatch.setattr(trial, "_run_logged", lambda made, stop, warm: None)
     sweep, theirs = socket_pair()
-    with sweep, theirs, real_output():
-        child = trial._Child("sig", theirs.fileno())
+    try:
+        with real_output():
+            child = trial._Child("sig", theirs.fileno())
         os.kill(child.pid, signal.SIGKILL)
         wait_for("the child's death", lambda: gone(child.pid), deadline_s=TIMEOUT_S)
         assert child.run(request(tmp_path, "a").to_json()) is False, "a broken pipe"
-    assert child.status == signal.SIGKILL, "its wait status"
+        assert child.status == signal.SIGKILL, "its wait status"
+    finally:
+        sweep.close()
+        theirs.close()
 
 
 SLEEPS = """
