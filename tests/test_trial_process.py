@@ -517,12 +517,40 @@ def test_a_stopped_cluster_raises_stopped(tmp_path):
 
 
 def test_a_failed_msrun_says_how_with_its_log(tmp_path):
-    failed = cluster(tmp_path, "open('msrun.log', 'w').write('one\\ntwo\\n')\nraise "
-                               "SystemExit(3)\n")
+    failed = cluster(tmp_path, "open('msrun.log', 'wb').write(b'one\\xff\\ntwo\\n')\nraise "
+                               "SystemExit(3)\n")  # a byte that is not UTF-8: read anyway
     with pytest.raises(RuntimeError) as raised:
         failed.wait(lambda: False)
     failed.kill()
-    assert str(raised.value) == "msrun exited with code 3; last lines of msrun.log:\none\ntwo"
+    assert str(raised.value) == \
+        "msrun exited with code 3; last lines of msrun.log:\none\ufffd\ntwo"
+
+
+TWO_RANKS_IN_TURN = """
+import os, subprocess, sys, time
+for rank in ("0", "1"):
+    env = dict(os.environ, MS_ROLE="MS_WORKER", RANK_ID=rank)
+    subprocess.Popen([sys.executable, sys.argv[1], "die"], env=env)
+    while not os.path.exists("next"):
+        time.sleep(0.05)
+time.sleep(600)
+"""
+
+
+def test_ranks_started_later_are_found_too(tmp_path):
+    ranks = cluster(tmp_path, TWO_RANKS_IN_TURN, devices=2)
+
+    def found(rank: int) -> bool:
+        ranks._discover()
+        return rank in ranks.ranks
+
+    try:
+        wait_for("rank 0", lambda: found(0), deadline_s=TIMEOUT_S)
+        (tmp_path / "next").touch()
+        wait_for("rank 1, after rank 0 was seen", lambda: found(1), deadline_s=120)
+    finally:
+        (tmp_path / "die").touch()
+        ranks.kill()
 
 
 RANK_LAUNCHER = """
