@@ -250,6 +250,21 @@ def test_a_host_busy_with_a_trial_dies_with_its_sweep_killed_by_sigkill(tmp_path
                 psutil.Process(host_pid).kill()
 
 
+@SLOW
+def test_a_host_that_does_not_end_when_closed_is_killed_after_its_grace(host, tmp_path):
+    # busy with a trial, the host does not end with its channel: close waits CLOSE_S
+    made = script(tmp_path, "sleeps", SLEEPS)
+    results: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: results.put(host.run(made, TIMEOUT_S)), daemon=True).start()
+    wait_for("the trial", (made.folder / "outputs" / "started").exists, deadline_s=TIMEOUT_S)
+    host_pid = host.pid
+    closing = threading.Thread(target=host.close, daemon=True)
+    closing.start()
+    closing.join(120)  # CLOSE_S (10 s) on a loaded machine
+    assert not closing.is_alive(), "close waits CLOSE_S, not for ever"
+    assert gone(host_pid) and results.get(timeout=TIMEOUT_S).status is Status.FAILED
+
+
 LEAVES_A_DAEMON = """
 import subprocess, sys
 daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
