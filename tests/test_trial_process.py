@@ -473,12 +473,10 @@ def test_each_rank_gets_its_share_of_the_threads(monkeypatch):
 
 
 def test_thor_does_not_run_data_parallel(tmp_path):
-    from msexp.execution.msrun import launch
-
     made = request(tmp_path, "t", optimizer="thor", devices=2)
     with pytest.raises(ValueError, match="optimizer thor does not run data parallel yet.*"
                                          "use devices 1, got 2"):
-        launch(made, lambda event: None, lambda: False)
+        trial.run(made, lambda event: None)  # devices 2: msrun's launch, which refuses
 
 
 def cluster(tmp_path: Path, source: str, devices: int = 1):
