@@ -329,6 +329,20 @@ def test_slots_keep_only_the_hosts_they_need_and_close_them_after_the_work():
     assert all(h.pid is None for h in hosts[:2]) and all(gone(p) for p in pids)
 
 
+@SLOW
+def test_killing_a_host_leaves_the_sweeps_other_hosts(tmp_path):
+    hosts = [Host(cwd=ROOT), Host(cwd=ROOT)]
+    try:
+        for h in hosts:
+            h.prewarm()
+        other = hosts[1].pid
+        hosts[0].kill()
+        assert hosts[0].pid is None and hosts[1].pid == other and not gone(other)
+    finally:
+        for h in hosts:
+            h.kill()
+
+
 def test_stopping_slots_kills_every_host():
     hosts = [Host(cwd=ROOT), Host(cwd=ROOT)]
     for h in hosts:
