@@ -8,8 +8,10 @@ sweep would see.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import subprocess
 import sys
 import threading
 import uuid
@@ -268,6 +270,71 @@ def test_a_trial_child_that_dies_ends_its_trial_and_the_host_stays(host, tmp_pat
     assert host.pid is not None and gone(result.pid)
 
 
+SLEEPS = """
+import time
+open("started", "w").close()
+time.sleep(600)
+"""
+
+A_SWEEP = """
+import sys
+from msexp.execution.host import Host
+from msexp.execution.protocol import TrialRequest
+host = Host(cwd=sys.argv[1])
+host.prewarm()
+print(host.pid, flush=True)
+host.run(TrialRequest.from_json(sys.argv[2]), 600)
+"""
+
+
+@SLOW
+def test_a_host_busy_with_a_trial_dies_with_its_sweep_killed_by_sigkill(tmp_path):
+    # busy, the host reads no channel: only the kernel's parent-death signal ends it
+    made = script(tmp_path, "sleeps", SLEEPS)
+    sweep = subprocess.Popen([sys.executable, "-c", A_SWEEP, str(ROOT), made.to_json()],
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    host_pid = None
+    try:
+        host_pid = int(sweep.stdout.readline())
+        assert wait_for("the trial", (made.folder / "outputs" / "started").exists, sweep,
+                        TIMEOUT_S), "the sweep ended before its trial started"
+        sweep.kill()
+        sweep.wait()
+        wait_for("the host to die with its sweep", lambda: gone(host_pid), deadline_s=60)
+    finally:
+        sweep.kill()
+        sweep.wait()
+        sweep.stdout.close()
+        if host_pid is not None:  # Process(None) is this process
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(host_pid).kill()
+
+
+@SLOW
+def test_a_host_that_does_not_end_when_closed_is_killed_after_its_grace(host, tmp_path):
+    # busy with a trial, the host does not end with its channel: close waits CLOSE_S
+    made = script(tmp_path, "sleeps", SLEEPS)
+    results: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: results.put(host.run(made, TIMEOUT_S)), daemon=True).start()
+    wait_for("the trial", (made.folder / "outputs" / "started").exists, deadline_s=TIMEOUT_S)
+    host_pid = host.pid
+    closing = threading.Thread(target=host.close, daemon=True)
+    closing.start()
+    closing.join(120)  # CLOSE_S (10 s) on a loaded machine
+    assert not closing.is_alive(), "close waits CLOSE_S, not for ever"
+    assert gone(host_pid) and results.get(timeout=TIMEOUT_S).status is Status.FAILED
+
+
+def test_a_rewritten_file_keeps_bytes_that_are_not_utf8(tmp_path):
+    from msexp.execution.host import _rewrite
+
+    log = tmp_path / "trial.log"
+    log.write_bytes(b"token s3cret \xff\n")
+    _rewrite(log, lambda text: text.replace("s3cret", "***"))
+    assert log.read_bytes() == b"token *** \xff\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["trial.log"]
+
+
 LEAVES_A_DAEMON = """
 import subprocess, sys
 daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
@@ -344,6 +411,20 @@ def test_slots_keep_only_the_hosts_they_need_and_close_them_after_the_work():
     slots.run(worked.put, waited.set)
     assert waited.is_set() and {worked.get_nowait(), worked.get_nowait()} == set(hosts[:2])
     assert all(h.pid is None for h in hosts[:2]) and all(gone(p) for p in pids)
+
+
+@SLOW
+def test_killing_a_host_leaves_the_sweeps_other_hosts(tmp_path):
+    hosts = [Host(cwd=ROOT), Host(cwd=ROOT)]
+    try:
+        for h in hosts:
+            h.prewarm()
+        other = hosts[1].pid
+        hosts[0].kill()
+        assert hosts[0].pid is None and hosts[1].pid == other and not gone(other)
+    finally:
+        for h in hosts:
+            h.kill()
 
 
 def test_stopping_slots_kills_every_host():

@@ -135,3 +135,24 @@ def test_cpu_metrics_have_train_mem_only_once_measured() -> None:
     state = memory.state_bytes(network, optimizer, [])
     assert found["train_mem_mb"] == (2**20 + state) / 2**20
     assert found["peak_mem_mb"] > 0
+
+
+def test_on_a_device_both_figures_are_the_allocators_peak_in_megabytes(monkeypatch) -> None:
+    # No GPU or Ascend here: the device name and the allocator's peak (bytes, as
+    # ms.runtime reports it) are given; what is tested is what PeakMemory makes of them.
+    device_target = ms.get_context
+
+    def on_gpu(key: str):
+        return "GPU" if key == "device_target" else device_target(key)
+
+    resets: list[bool] = []
+    monkeypatch.setattr(ms, "get_context", on_gpu)
+    monkeypatch.setattr(ms.runtime, "reset_max_memory_allocated", lambda: resets.append(True))
+    monkeypatch.setattr(ms.runtime, "max_memory_allocated", lambda: 3 * 2**20)
+    peak = memory.PeakMemory()
+    assert resets == [True], "the peak counts from the trial's start"
+    assert peak.peak_mb() == 3.0
+    assert peak.metrics(None, None, []) == {"peak_mem_mb": 3.0, "train_mem_mb": 3.0}
+    monkeypatch.setattr(ms.runtime, "max_memory_allocated", lambda: 0)  # not reported
+    found = peak.metrics(None, None, [])
+    assert set(found) == {"peak_mem_mb"} and found["peak_mem_mb"] > 100, "the process's RSS"

@@ -20,6 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
+import mindspore as ms
 import numpy as np
 import pytest
 
@@ -174,6 +175,49 @@ def test_a_stop_reaches_the_trial_in_its_child(zygote, tmp_path):
     assert len(events_of(made, End)) == 1
 
 
+class _Reusable:
+    reusable = True
+
+
+def test_a_child_that_says_idle_runs_the_next_trial_of_its_signature(zygote, tmp_path,
+                                                                    monkeypatch):
+    # Real fork, pipes, zygote and child loop; the trial itself only keeps graphs: a
+    # child forked here must run no MindSpore graph (above; test_host trains warm).
+    def keep_graphs(made, stop, warm) -> None:
+        made.log_path.write_text(str(os.getpid()))
+        warm.keep(made.graph_signature, _Reusable())
+
+    monkeypatch.setattr(trial, "_run_logged", keep_graphs)
+    first, second = request(tmp_path, "a", lr=0.05), request(tmp_path, "b", lr=0.02)
+    run_in(zygote, first)
+    child = zygote.idle
+    assert child is not None and child.alive(), "idle and kept"
+    run_in(zygote, second)
+    assert zygote.idle is child and child.alive()
+    assert first.log_path.read_text() == second.log_path.read_text() == str(child.pid)
+    assert read_events(first.events_path) == [], "a warm child's trial is not ended here"
+    other = request(tmp_path, "c", batch_size=32)  # another graph signature
+    run_in(zygote, other)
+    assert other.log_path.read_text() != str(child.pid) and not child.alive()
+    assert zygote.idle is not None and zygote.idle is not child
+
+
+def test_a_child_gone_before_its_request_is_reported_by_its_wait_status(tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setattr(trial, "_run_logged", lambda made, stop, warm: None)
+    sweep, theirs = socket_pair()
+    try:
+        with real_output():
+            child = trial._Child("sig", theirs.fileno())
+        os.kill(child.pid, signal.SIGKILL)
+        wait_for("the child's death", lambda: gone(child.pid), deadline_s=TIMEOUT_S)
+        assert child.run(request(tmp_path, "a").to_json()) is False, "a broken pipe"
+        assert child.status == signal.SIGKILL, "its wait status"
+    finally:
+        sweep.close()
+        theirs.close()
+
+
 SLEEPS = """
 import os, time
 open("started", "w").close()
@@ -292,6 +336,13 @@ def test_a_stop_flag_is_set_by_sigusr1():
 
 def test_trials_fork_on_cpu_unless_told_not_to(monkeypatch):
     assert trial._preload() is True
+    threads = ms.get_context("runtime_num_threads")
+    monkeypatch.setenv("MSEXP_THREADS", str(threads + 1))
+    try:
+        assert trial._preload() is True
+        assert ms.get_context("runtime_num_threads") == threads + 1, "the host's share"
+    finally:
+        ms.set_context(runtime_num_threads=threads)
     monkeypatch.setenv("MSEXP_FORK", "0")
     assert trial._preload() is False
 
@@ -398,16 +449,26 @@ def test_a_trial_that_fails_while_training_leaves_no_graphs(tmp_path):
 
 
 @SLOW
-def test_a_trial_with_checkpoints_resumes_from_its_last_epoch(tmp_path, capsys):
+def test_a_trial_with_checkpoints_resumes_from_its_last_epoch(tmp_path):
     made = dataclasses.replace(request(tmp_path, "a", epochs=2), trial="study/0",
                                checkpoint=Checkpointing(every=1, keep="all"))
     first = train(made, WarmGraphs())
     assert first[0].resumed_from == 0 and first[-1].checkpoint.endswith("epoch-0002.ckpt")
     kept = sorted(p.name for p in made.checkpoint_dir.glob("*.ckpt"))
     assert kept == ["epoch-0001.ckpt", "epoch-0002.ckpt"], "keep: all, as the request says"
-    again = train(made, WarmGraphs())
+    log = tmp_path / "again.log"
+    again: list = []
+    logged_before_result: list[str] = []
+
+    def emit(event) -> None:
+        if isinstance(event, Result):  # the log file on disk, not the stream's buffer
+            logged_before_result.append(log.read_text())
+        again.append(event)
+
+    with log.open("w") as out, contextlib.redirect_stdout(out):
+        train_request(made, emit, lambda: False, warm=WarmGraphs())
     assert again[0].resumed_from == 2
-    assert "msexp: resuming from epoch 2" in capsys.readouterr().out
+    assert "msexp: resuming from epoch 2" in logged_before_result[0], "flushed at once"
 
 
 def test_thor_resolves_its_implementation_for_the_device():
@@ -439,12 +500,10 @@ def test_each_rank_gets_its_share_of_the_threads(monkeypatch):
 
 
 def test_thor_does_not_run_data_parallel(tmp_path):
-    from msexp.execution.msrun import launch
-
     made = request(tmp_path, "t", optimizer="thor", devices=2)
     with pytest.raises(ValueError, match="optimizer thor does not run data parallel yet.*"
                                          "use devices 1, got 2"):
-        launch(made, lambda event: None, lambda: False)
+        trial.run(made, lambda event: None)  # devices 2: msrun's launch, which refuses
 
 
 def cluster(tmp_path: Path, source: str, devices: int = 1):
@@ -483,12 +542,40 @@ def test_a_stopped_cluster_raises_stopped(tmp_path):
 
 
 def test_a_failed_msrun_says_how_with_its_log(tmp_path):
-    failed = cluster(tmp_path, "open('msrun.log', 'w').write('one\\ntwo\\n')\nraise "
-                               "SystemExit(3)\n")
+    failed = cluster(tmp_path, "open('msrun.log', 'wb').write(b'one\\xff\\ntwo\\n')\nraise "
+                               "SystemExit(3)\n")  # a byte that is not UTF-8: read anyway
     with pytest.raises(RuntimeError) as raised:
         failed.wait(lambda: False)
     failed.kill()
-    assert str(raised.value) == "msrun exited with code 3; last lines of msrun.log:\none\ntwo"
+    assert str(raised.value) == \
+        "msrun exited with code 3; last lines of msrun.log:\none\ufffd\ntwo"
+
+
+TWO_RANKS_IN_TURN = """
+import os, subprocess, sys, time
+for rank in ("0", "1"):
+    env = dict(os.environ, MS_ROLE="MS_WORKER", RANK_ID=rank)
+    subprocess.Popen([sys.executable, sys.argv[1], "die"], env=env)
+    while not os.path.exists("next"):
+        time.sleep(0.05)
+time.sleep(600)
+"""
+
+
+def test_ranks_started_later_are_found_too(tmp_path):
+    ranks = cluster(tmp_path, TWO_RANKS_IN_TURN, devices=2)
+
+    def found(rank: int) -> bool:
+        ranks._discover()
+        return rank in ranks.ranks
+
+    try:
+        wait_for("rank 0", lambda: found(0), deadline_s=TIMEOUT_S)
+        (tmp_path / "next").touch()
+        wait_for("rank 1, after rank 0 was seen", lambda: found(1), deadline_s=120)
+    finally:
+        (tmp_path / "die").touch()
+        ranks.kill()
 
 
 RANK_LAUNCHER = """
