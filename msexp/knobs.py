@@ -153,6 +153,8 @@ def graph_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
+RESOLVED = ("thor_impl",)  # a trial resolves these for its device: MLflow logs what ran
+
 METRICS = (
     "train_loss", "eval_loss", "eval_accuracy", "samples_per_s", "step_ms", "compile_s",
     "peak_mem_mb", "train_mem_mb", "wall_s", "overflow_steps", "skipped_updates", "loss_scale",

@@ -281,6 +281,17 @@ def test_a_run_made_as_its_trial_starts_is_finished_in_place_and_logged_again_un
     assert history(tracker, run_id, "eval_accuracy") == [(2, 0.5), (4, 0.75)]
 
 
+def test_a_knob_the_trial_resolves_is_logged_as_it_ran_not_as_asked(
+        tracker: Tracker, experiment: str, workdir: Path) -> None:
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    asked = {"lr": 0.1, "optimizer": "thor", "thor_impl": "auto"}
+    for impl, logged in (({"thor_impl": "msexp"}, "msexp"), ({}, "auto")):
+        run_id = tracker.start_trial(experiment, parent, 0, asked, time.time(), replace=True)
+        assert "thor_impl" not in tracker.client.get_run(run_id).data.params, "not yet known"
+        tracker.finish_trial(run_id, finished(impl=impl), time.time(), params=asked)
+        assert tracker.client.get_run(run_id).data.params["thor_impl"] == logged
+
+
 def test_a_spooled_trial_finishes_the_run_it_started_or_else_gets_one_new_run(
         tracker: Tracker, experiment: str, workdir: Path) -> None:
     parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")

@@ -151,7 +151,8 @@ class MlflowRecorder(Subscriber):
                                              trial.logged, trial.started, trial.name,
                                              replace=True)
             tracker.finish_trial(run_id, result, trial.started, tags,
-                                 log_checkpoint=self.spec.checkpoint.log == "all")
+                                 log_checkpoint=self.spec.checkpoint.log == "all",
+                                 params=trial.logged)
         except Exception as exc:  # unreachable server, broken store: the record waits
             held.release()
             tracker.warn_kept(trial.number, exc, held.path)

@@ -18,6 +18,7 @@ from msexp.errors import MsexpError
 from msexp.execution.process import space_note
 from msexp.execution.protocol import Status, TrialResult
 from msexp.keys import RunTag
+from msexp.knobs import RESOLVED
 from msexp.paths import DEFAULT_TRACKING_URI, STORE_DIR
 from msexp.tracking.spool import Spool, SpooledTrial
 from msexp.tracking.store import create_sqlite_store
@@ -182,7 +183,7 @@ class Tracker:
         try:
             run_id = self.start_trial(experiment_id, parent_id, number, params, started,
                                       name, replace)
-            self.finish_trial(run_id, result, started, tags, log_checkpoint)
+            self.finish_trial(run_id, result, started, tags, log_checkpoint, params)
             return run_id
         except Exception as exc:  # unreachable server, broken store: keep the result
             path = self.spool.keep(self.uri, experiment_id, parent_id, number, dict(params),
@@ -225,7 +226,8 @@ class Tracker:
         if kept is None:
             kept = self.start_trial(record.experiment_id, record.parent_id, record.number,
                                     record.params, record.started, record.name)
-        self.finish_trial(kept, record.trial_result, record.started, record.tags)
+        self.finish_trial(kept, record.trial_result, record.started, record.tags,
+                          params=record.params)
         return kept
 
     def _active(self, run_id: str) -> bool:
@@ -250,7 +252,7 @@ class Tracker:
         """Record one finished trial as a child run (named `name`, e.g. `#3 micro_size=4`)
         and return its run id."""
         run_id = self.start_trial(experiment_id, parent_id, number, params, started, name)
-        self.finish_trial(run_id, result, started, tags)
+        self.finish_trial(run_id, result, started, tags, params=params)
         return run_id
 
     def start_trial(self, experiment_id: str, parent_id: str, number: int,
@@ -265,17 +267,19 @@ class Tracker:
             run = self.client.create_run(experiment_id, start_time=int(started * 1000),
                                          run_name=redact(name or f"trial-{number:04d}"),
                                          tags=_redacted(tags))
-            for part, _, _ in _batches(_params(params), [], []):
+            chosen = {k: v for k, v in params.items() if k not in RESOLVED}
+            for part, _, _ in _batches(_params(chosen), [], []):
                 self.client.log_batch(run.info.run_id, params=part)
         return run.info.run_id
 
     def finish_trial(self, run_id: str, result: TrialResult, started: float,
-                     tags: Mapping[str, str] | None = None, log_checkpoint: bool = False
-                     ) -> None:
-        """Log what a trial reported into its run (params of its own, metrics, tags,
-        dataset, log files, with `log_checkpoint` its model) and end the run. Logged
-        again, it leaves the same run: every value carries the trial's own times."""
-        logged = dict(result.impl)
+                     tags: Mapping[str, str] | None = None, log_checkpoint: bool = False,
+                     params: Mapping[str, Any] | None = None) -> None:
+        """Log what a trial reported into its run (the `RESOLVED` knobs of its `params` as
+        they ran, metrics, tags, dataset, log files, with `log_checkpoint` its model) and
+        end the run. Logged again, it leaves the same run: every value carries the trial's
+        own times."""
+        logged = {**{k: v for k, v in (params or {}).items() if k in RESOLVED}, **result.impl}
         if result.data_source:
             logged["data_source"] = result.data_source
         with self.writing():
