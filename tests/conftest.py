@@ -59,6 +59,19 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def with_callback(script: Path, copy: Path, callbacks: str) -> Path:
+    """A copy of the digits script `script` whose `Model.train` gets `callbacks` (which may
+    use `MsexpCallback(model, eval_ds)`) instead of its monitors."""
+    changed = script.read_text().replace(
+        "from sklearn.datasets import load_digits\n",
+        "from sklearn.datasets import load_digits\n\nfrom msexp.hooks import MsexpCallback\n")
+    changed = changed.replace("callbacks=[LossMonitor(20), TimeMonitor()]",
+                              f"callbacks=[{callbacks}]")
+    assert changed.count("MsexpCallback") == 2, "the script's monitors line moved"
+    copy.write_text(changed)
+    return copy
+
+
 def msexp_cmd(*args: str) -> list[str]:
     """The command line that runs the msexp CLI with this interpreter."""
     return [sys.executable, "-m", "msexp", *args]

@@ -18,7 +18,7 @@ from msexp.execution.host import Host
 from msexp.execution.protocol import Command, Start, Status, TrialRequest
 from msexp.search.storage import open_storage
 from msexp.training.records import Stopped
-from tests.conftest import ASSETS, ROOT, child_runs, mlflow_client, write
+from tests.conftest import ASSETS, ROOT, child_runs, mlflow_client, with_callback, write
 
 SCRIPTS = ASSETS / "scripts"
 
@@ -96,15 +96,8 @@ def test_an_unchanged_model_train_script_sweeps_into_mlflow(scripts: Path) -> No
 
 @pytest.mark.slow
 def test_a_pruned_script_with_the_callback_stops(scripts: Path) -> None:
-    source = (scripts / "train_digits.py").read_text()
-    changed = source.replace("from sklearn.datasets import load_digits\n",
-                             "from sklearn.datasets import load_digits\n\n"
-                             "from msexp.hooks import MsexpCallback\n")
-    changed = changed.replace("callbacks=[LossMonitor(20), TimeMonitor()]",
-                              "callbacks=[LossMonitor(20), TimeMonitor(), "
-                              "MsexpCallback(model, eval_ds)]")
-    assert changed.count("MsexpCallback") == 2
-    (scripts / "train_cb.py").write_text(changed)
+    with_callback(scripts / "train_digits.py", scripts / "train_cb.py",
+                  "LossMonitor(20), TimeMonitor(), MsexpCallback(model, eval_ds)")
     sweep = write(scripts / "prune.yaml", """
         name: script-prune
         experiment: {command: python train_cb.py}

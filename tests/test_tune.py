@@ -17,7 +17,7 @@ from msexp.spec import load_spec
 from msexp.training.records import Probe
 from msexp.tune import rules
 from msexp.tune.runner import failure
-from tests.conftest import write
+from tests.conftest import with_callback, write
 
 DIGITS = """
     name: tuned
@@ -327,14 +327,8 @@ def test_a_failing_an_exiting_and_a_hanging_candidate_are_dropped_with_their_rea
 
 @pytest.mark.slow
 def test_a_script_reporting_through_the_callback_is_tuned(workdir: Path) -> None:
-    source = (Path(__file__).parent / "assets" / "scripts" / "train_digits.py").read_text()
-    changed = source.replace("from sklearn.datasets import load_digits\n",
-                             "from sklearn.datasets import load_digits\n\n"
-                             "from msexp.hooks import MsexpCallback\n")
-    changed = changed.replace("callbacks=[LossMonitor(20), TimeMonitor()]",
-                              "callbacks=[MsexpCallback(model, eval_ds)]")
-    assert changed.count("MsexpCallback") == 2
-    (workdir / "train_cb.py").write_text(changed)
+    with_callback(Path(__file__).parent / "assets" / "scripts" / "train_digits.py",
+                  workdir / "train_cb.py", "MsexpCallback(model, eval_ds)")
     sweep = write(workdir / "script.yaml", """
         name: script-tune
         experiment: {command: python train_cb.py}
