@@ -153,6 +153,7 @@ class Sweep:
         """Record in MLflow a trial of a dead orchestrator that is failed out of retries
         (before Optuna is told, as every trial); what to keep on it."""
         trial, result = stale(self.spec, self.study, frozen, error)
+        self.recorder.on_trial_start(trial)  # its run, made now: its id goes on the trial
         self.recorder.on_trial_end(trial, result)
         return trial.attrs
 
