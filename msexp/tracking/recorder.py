@@ -153,6 +153,11 @@ class MlflowRecorder(Subscriber):
             tracker.finish_trial(run_id, result, trial.started, tags,
                                  log_checkpoint=self.spec.checkpoint.log == "all",
                                  params=trial.logged)
+            if trial.rerun:  # what an earlier attempt made while this one started goes
+                _, experiment_id, parent_id = self.opened.result()
+                with tracker.writing():
+                    tracker.delete_trial_runs(experiment_id, parent_id, trial.number,
+                                              keep=run_id)
         except Exception as exc:  # unreachable server, broken store: the record waits
             held.release()
             tracker.warn_kept(trial.number, exc, held.path)

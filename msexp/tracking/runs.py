@@ -221,7 +221,7 @@ class Tracker:
         that is still there, else a new one; any other run of the trial goes."""
         kept = record.run_id if record.run_id and self._active(record.run_id) else None
         with self.writing():  # an attempt that failed midway may have left a run
-            self._delete_trial_runs(record.experiment_id, record.parent_id, record.number,
+            self.delete_trial_runs(record.experiment_id, record.parent_id, record.number,
                                     keep=kept)
         if kept is None:
             kept = self.start_trial(record.experiment_id, record.parent_id, record.number,
@@ -238,8 +238,9 @@ class Tracker:
         except MlflowException:
             return False
 
-    def _delete_trial_runs(self, experiment_id: str, parent_id: str, number: int,
-                           keep: str | None = None) -> None:
+    def delete_trial_runs(self, experiment_id: str, parent_id: str, number: int,
+                          keep: str | None = None) -> None:
+        """Delete the child runs of trial `number` under the parent, all but `keep`."""
         for run in self.client.search_runs(
                 [experiment_id], f"tags.`{RunTag.PARENT}` = '{parent_id}' and "
                 f"tags.`{RunTag.TRIAL}` = '{number}'"):
@@ -263,7 +264,7 @@ class Tracker:
         tags = {RunTag.PARENT: parent_id, RunTag.ROLE: "trial", RunTag.TRIAL: str(number)}
         with self.writing():
             if replace:
-                self._delete_trial_runs(experiment_id, parent_id, number)
+                self.delete_trial_runs(experiment_id, parent_id, number)
             run = self.client.create_run(experiment_id, start_time=int(started * 1000),
                                          run_name=redact(name or f"trial-{number:04d}"),
                                          tags=_redacted(tags))
