@@ -30,7 +30,7 @@ if [[ -n "${PROFILE:-}" ]]; then
     cat "tests/mutation/$PROFILE.toml"; } > "$work/pyproject.toml"
   cd "$work"
   FIRST='msexp.execution.slots.xǁSlotsǁkeep__mutmut_1'
-  MATCH='^msexp\.(execution|training|hooks)\.|^msexp\.knobs\.x_graph_params__'
+  MATCH='^msexp\.(execution|training|hooks)\.|^msexp\.fence\.|^msexp\.knobs\.x_graph_params__'
 fi
 # Trial and CLI subprocesses must import the mutated copy, not this checkout.
 # The folder must exist before Python starts, or the import system skips it for good.

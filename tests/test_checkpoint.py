@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -320,7 +321,7 @@ def test_a_failed_save_names_the_file_it_wrote(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "ckpt")  # e.g. a disk that went away
     with pytest.raises(OSError) as raised:
         save_epochs(checkpoints, [0.5])
-    partial = tmp_path / "ckpt" / ".partial-epoch-0001.ckpt"
+    partial = tmp_path / "ckpt" / f".partial-{os.getpid()}-epoch-0001.ckpt"
     error = raised.value
     assert (error.errno, error.strerror, error.filename) == (2, "No such file or directory",
                                                              str(partial))

@@ -351,3 +351,21 @@ def test_the_callback_without_an_eval_dataset_reports_no_eval_metric(in_a_trial)
 def test_output_dir_may_be_asked_for_again(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("MSEXP_OUTPUT_DIR", str(tmp_path / "out"))
     assert hooks.output_dir() == hooks.output_dir() == tmp_path / "out"
+
+
+class _Batched:
+    def get_batch_size(self) -> int:
+        return 32
+
+
+# mutation: callback.MsexpCallback._timing leaves out the first two updates, not one
+def test_the_callbacks_timing_leaves_out_only_the_compiling_update() -> None:
+    callback = hooks.MsexpCallback()
+    callback._update_s = [5.0, 0.1, 0.2, 0.3, 10.0]  # the first compiles
+    timing = callback._timing({"train_dataset": _Batched()})
+    # by hand: the median of 0.1, 0.2, 0.3, 10.0 is 0.25 s; 5.0 - 0.25 compiles
+    assert timing == pytest.approx({"step_ms": 250.0, "compile_s": 4.75,
+                                    "samples_per_s": 32 / 0.25})
+    assert callback._timing({}) == pytest.approx({"step_ms": 250.0, "compile_s": 4.75})
+    callback._update_s = [0.4]  # one update: it is the only one
+    assert callback._timing({}) == pytest.approx({"step_ms": 400.0, "compile_s": 0.0})

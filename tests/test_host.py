@@ -9,6 +9,8 @@ sweep would see.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import queue
 import subprocess
@@ -23,6 +25,7 @@ import pytest
 from msexp.execution.host import Host, start_hosts
 from msexp.execution.link import KILL, RUN, STOP, HostEnd, socket_pair
 from msexp.execution.protocol import (
+    Checkpointing,
     Command,
     End,
     Error,
@@ -33,6 +36,7 @@ from msexp.execution.protocol import (
     read_events,
 )
 from msexp.execution.slots import Slots
+from msexp.fence import TOKEN_FILE, Fence
 from msexp.keys import TrialEnv
 from msexp.spec import trial_params
 from tests.conftest import ROOT
@@ -105,6 +109,15 @@ def test_wait_ready_returns_on_ready_or_when_the_host_dies():
     silent.wait_ready(lambda: False, TIMEOUT_S)  # returns at once, not after TIMEOUT_S
 
 
+# mutation: link.SweepEnd.wait_ready polls without a timeout
+def test_wait_ready_gives_up_on_a_host_that_never_says_ready():
+    hung, _kept = socket_pair()  # alive, silent: a host stuck in its import
+    waited = threading.Thread(target=hung.wait_ready, args=(lambda: True, 0.3), daemon=True)
+    waited.start()
+    waited.join(TIMEOUT_S)
+    assert not waited.is_alive(), "waited past its timeout"
+
+
 def test_a_socket_pair_gives_the_host_an_inheritable_socket():
     sweep, theirs = socket_pair()
     assert theirs.get_inheritable() and not sweep.sock.get_inheritable()
@@ -113,6 +126,12 @@ def test_a_socket_pair_gives_the_host_an_inheritable_socket():
 
 
 # -- Host: a real host process, driven from here ---------------------------------------
+
+# mutation: host.Host._spawn leaves the host's stdout on the sweep's terminal
+def test_a_host_writes_nothing_to_the_sweeps_terminal(host):
+    host.prewarm()  # its trials' output goes to their logs; its own, nowhere
+    assert [os.readlink(f"/proc/{host.pid}/fd/{fd}") for fd in (0, 1, 2)] == ["/dev/null"] * 3
+
 
 @SLOW
 def test_a_host_told_to_keep_two_warm_children_keeps_the_last_two_signatures(tmp_path):
@@ -164,9 +183,12 @@ def test_a_host_keeps_a_warm_child_for_the_same_signature_only(host, tmp_path):
 def test_what_an_earlier_attempt_still_writes_is_not_the_new_attempts(host, tmp_path):
     """A process of an earlier attempt of the trial (of a sweep frozen past its claim)
     holds the folder's events file and log open, and writes an end there once the new
-    attempt has started: the new attempt's files are new, so it ends on its own events."""
-    request = mlp(tmp_path, "again", epochs=3)
-    request.events_path.parent.mkdir(parents=True)
+    attempt has started: the new attempt's files are new, so it ends on its own events.
+    And the new attempt takes the folder from the old one, so its checkpoints, not the old
+    attempt's, are published there."""
+    request = dataclasses.replace(mlp(tmp_path, "again", epochs=3), attempt="new",
+                                  checkpoint=Checkpointing())
+    Fence(request.folder, "old").take()
     old_events, old_log = request.events_path.open("a"), request.log_path.open("a")
 
     def write_as_the_earlier_attempt() -> None:
@@ -187,6 +209,8 @@ def test_what_an_earlier_attempt_still_writes_is_not_the_new_attempts(host, tmp_
     assert result.status is Status.COMPLETE, result.error
     assert [e.epoch for e in result.epochs] == [1, 2, 3]
     assert "the earlier attempt's line" not in request.log_path.read_text()
+    assert (request.folder / TOKEN_FILE).read_text() == "new"
+    assert json.loads((request.checkpoint_dir / "state.json").read_text())["epoch"] == 3
 
 
 @SLOW

@@ -44,6 +44,16 @@ def test_halving_keeps_the_faster_half_and_at_least_two() -> None:
     assert rules.halve({"a": 1.0}) == ["a"]
 
 
+def test_halving_drops_those_that_cannot_lead_within_twice_the_spread() -> None:
+    rates = {"a": 100.0, "b": 95.0, "c": 85.0, "d": 80.0, "e": 50.0, "f": 40.0}
+    # the half: a, b, c; at spread 0.05, c needs 85 x 1.10 = 93.5 >= 100: it cannot lead
+    assert rules.halve(rates, 0.05) == ["a", "b"]
+    assert rules.halve(rates, 0.09) == ["a", "b", "c"]  # 85 x 1.18 = 100.3 >= 100
+    assert rules.halve(rates) == ["a", "b", "c"], "nothing measured: the half"
+    # at least two stay, even where the second cannot lead (halving is settled then)
+    assert rules.halve({"a": 100.0, "b": 50.0, "c": 40.0}, 0.01) == ["a", "b"]
+
+
 def test_halving_stops_when_the_margin_exceeds_twice_the_spread() -> None:
     before, now = {"a": 100.0, "b": 80.0}, {"a": 110.0, "b": 84.0}
     assert rules.spread(before, now) == pytest.approx(0.10)  # a: |110 - 100| / 100

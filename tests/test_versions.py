@@ -58,6 +58,40 @@ def test_restart_starts_the_next_version_and_marks_the_old_one(workdir: Path) ->
     assert explicit.output.startswith("v: 0 finished of 2"), explicit.output
 
 
+def test_a_study_lost_from_its_storage_is_not_run_again_over_its_trials(
+        workdir: Path) -> None:
+    """Issue 25, an emptied journal: the trial folders show the study ran; a silent full
+    re-run would redo every trial over them. --restart starts the next version beside them,
+    and commands without --study find it."""
+    spec = load_spec(sweep_file(workdir, [0.1, 0.2]))
+    open_study(spec, None)
+    (workdir / "mlruns" / "optuna.journal").write_text("")
+    (workdir / "mlruns" / "trials" / "v" / "trial-0000").mkdir(parents=True)
+    with pytest.raises(MsexpError, match=r"^\S+v.yaml: study 'v' is not in \S+optuna.journal, "
+                                         r"but mlruns/trials/v holds its trials .*: msexp "
+                                         r"sweep \S+v.yaml --restart$"):
+        open_study(spec, None)
+    assert study_attrs(open_storage(None)) == {}, "refused before anything is written"
+    (workdir / "mlruns" / "trials" / "v-v2" / "trial-0000").mkdir(parents=True)
+    study, created = open_study(spec, None, restart=True)
+    assert (study.study_name, created) == ("v-v3", True), "v-v2's name is taken by folders"
+    assert study.user_attrs[StudyKey.SUPERSEDES] == "v"
+    assert len(study.get_trials()) == 2, "the whole grid, queued"
+    resumed, created = open_study(spec, None)
+    assert (resumed.study_name, created) == ("v-v3", False), "found without --study"
+    status = CliRunner().invoke(app, ["status", str(spec.path)])
+    assert status.output.startswith("v-v3: 0 finished of 2"), status.output
+
+
+def test_the_newest_version_of_a_name_missing_from_the_storage_is_its_highest() -> None:
+    attrs: dict = {"w-v2": {}, "w-v10": {StudyKey.SUPERSEDED_BY: "w-v11"}, "w-v11": {},
+                   "w-vx": {}, "ww-v40": {}, "other": {}}
+    assert newest(attrs, "w") == "w-v11"
+    assert newest({"w-v2": {}}, "w") == "w-v2"
+    assert newest({"w": {}, "w-v2": {}}, "w") == "w", "a present name is followed, not guessed"
+    assert newest({}, "w") == "w"
+
+
 @pytest.fixture(params=["journal", "sqlite", "postgresql"])
 def storage_url(request: pytest.FixtureRequest, workdir: Path,
                 monkeypatch: pytest.MonkeyPatch) -> str | None:

@@ -37,6 +37,7 @@ from msexp.execution.protocol import (
     TrialRequest,
     TrialResult,
 )
+from msexp.fence import Fence
 from msexp.keys import TrialEnv
 
 POLL_S = 0.01  # how often a trial's events are read (a trial's end waits half of it)
@@ -136,8 +137,11 @@ class Host:
         return result
 
     def _ready_for(self, request: TrialRequest) -> tuple[subprocess.Popen, SweepEnd]:
-        """Empty the trial's log and events files; the host, started and ready."""
+        """Take the trial's folder for this attempt, empty its log and events files; the
+        host, started and ready."""
         request.events_path.parent.mkdir(parents=True, exist_ok=True)
+        if request.attempt is not None:
+            Fence(request.folder, request.attempt).take()
         for path in (request.events_path, request.log_path):  # new files: whatever still
             path.unlink(missing_ok=True)  # holds the old ones open writes where no one reads
             path.write_text("")

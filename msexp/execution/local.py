@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from msexp.execution.protocol import Event, Result, Start, TrialRequest, reusable
 from msexp.experiment import Workload, load_experiment, workload_problem
+from msexp.fence import Fence
 from msexp.training.records import Diverged, Stopped
 
 Emit = Callable[[Event], None]
@@ -108,9 +109,10 @@ def _plan(request: TrialRequest) -> Any:
     wanted = request.checkpoint
     if wanted is None or request.folder is None:
         return None
+    fence = Fence(request.folder, request.attempt) if request.attempt else None
     return CheckpointPlan(request.checkpoint_dir, wanted.every, wanted.keep, wanted.metric,
                           wanted.maximize, owner(request.trial, request.params),
-                          request.params)
+                          request.params, fence)
 
 
 def build_workload(request: TrialRequest) -> Workload:

@@ -64,7 +64,8 @@ class TrialRequest:
     `command`: a user's command, which `experiment` then names. `cold` forbids reusing
     an earlier trial's graphs. `trial` names the trial in its study (stable across
     attempts, unique across studies): a checkpoint of another trial is never resumed.
-    `probe`: a capped measuring run instead of the epochs (`msexp tune`).
+    `probe`: a capped measuring run instead of the epochs (`msexp tune`). `attempt`: this
+    attempt's token on the folder (`msexp.fence`).
     """
 
     experiment: str
@@ -78,6 +79,7 @@ class TrialRequest:
     cold: bool = False
     trial: str | None = None
     probe: Probe | None = None
+    attempt: str | None = None
 
     @property
     def graph_signature(self) -> str | None:
@@ -120,7 +122,8 @@ class TrialRequest:
                    Command(**data["command"]) if data.get("command") else None,
                    Checkpointing(**data["checkpoint"]) if data.get("checkpoint") else None,
                    data.get("init_from"), data.get("cold", False), data.get("trial"),
-                   Probe(**data["probe"]) if data.get("probe") else None)
+                   Probe(**data["probe"]) if data.get("probe") else None,
+                   data.get("attempt"))
 
 
 @dataclass

@@ -4,6 +4,8 @@ name, and its request."""
 from __future__ import annotations
 
 import time
+import uuid
+from typing import Any
 
 import optuna
 
@@ -21,16 +23,21 @@ from msexp.urls import redact_value
 def prepare_trial(spec: SweepSpec, study: optuna.Study, handle: optuna.Trial
                   ) -> tuple[TrialInfo, TrialRequest]:
     """Sample the trial's params and say what it runs and where."""
-    assigned = spec.space.suggest(handle)
-    params = spec.space.resolve(assigned)
+    trial = _described(spec, handle.number, spec.space.suggest(handle), time.time(),
+                       rerun=TrialKey.ATTEMPT in handle.user_attrs, handle=handle)
     folder = (TRIALS_DIR / study.study_name / f"trial-{handle.number:04d}").resolve()
-    name = " ".join([f"#{handle.number}",
+    identity = f"{study.user_attrs.get(StudyKey.UID, study.study_name)}/{handle.number}"
+    return trial, trial_request(spec, trial.params, folder, identity, uuid.uuid4().hex)
+
+
+def _described(spec: SweepSpec, number: int, assigned: dict, started: float, **kwargs: Any
+               ) -> TrialInfo:
+    """A trial of these assigned values: its name, its resolved params, what MLflow logs."""
+    params = spec.space.resolve(assigned)
+    name = " ".join([f"#{number}",
                      *(f"{k}={value_text(redact_value(k, v))}" for k, v in assigned.items())])
     logged = {**params, **derived(params), "experiment": spec.experiment.ref}
-    trial = TrialInfo(handle.number, name, params, logged, time.time(),
-                      rerun=TrialKey.ATTEMPT in handle.user_attrs, handle=handle)
-    identity = f"{study.user_attrs.get(StudyKey.UID, study.study_name)}/{handle.number}"
-    return trial, trial_request(spec, params, folder, identity)
+    return TrialInfo(number, name, params, logged, started, **kwargs)
 
 
 def unprepared(spec: SweepSpec, handle: optuna.Trial) -> TrialInfo:
@@ -43,12 +50,11 @@ def unprepared(spec: SweepSpec, handle: optuna.Trial) -> TrialInfo:
 def stale(spec: SweepSpec, study: optuna.Study, frozen: optuna.trial.FrozenTrial,
           error: str) -> tuple[TrialInfo, TrialResult]:
     """A trial whose orchestrator died, failed out of retries without running again: what
-    it is recorded with (the params Optuna keeps, secrets as stand-ins; the log and
-    events its last attempt left)."""
+    it is recorded with (its params as a run of it logs them, a secret's value redacted;
+    the log and events its last attempt left)."""
     started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
-    trial = TrialInfo(frozen.number, f"#{frozen.number}", dict(frozen.params),
-                      {**frozen.params, "experiment": spec.experiment.ref}, started,
-                      rerun=True)
+    trial = _described(spec, frozen.number, spec.space.assigned(frozen.params), started,
+                       rerun=True)
     folder = TRIALS_DIR / study.study_name / f"trial-{frozen.number:04d}"
     result = TrialResult(Status.FAILED, error=error, log_path=folder / "trial.log",
                          events_path=folder / "events.jsonl",

@@ -11,9 +11,9 @@ from msexp.spec.command import split_command
 
 
 def trial_request(spec: SweepSpec, params: dict[str, Any], folder: Path,
-                  trial: str | None = None) -> TrialRequest:
+                  trial: str | None = None, attempt: str | None = None) -> TrialRequest:
     """The request of one trial of `spec` with complete `params`, its files in `folder`;
-    `trial` names it (see `TrialRequest.trial`)."""
+    `trial` names it, `attempt` is this attempt's token (see `TrialRequest`)."""
     first = spec.objectives[0]
     checkpoint = Checkpointing(spec.checkpoint.every, spec.checkpoint.keep, first.metric,
                                first.direction == "maximize")
@@ -22,10 +22,10 @@ def trial_request(spec: SweepSpec, params: dict[str, Any], folder: Path,
                           spec.command.args, list(spec.command.metrics), spec.command.switches,
                           list(spec.command.pass_env))
         return TrialRequest(spec.experiment.ref, params, folder, spec.target(), None, command,
-                            checkpoint, trial=trial)
+                            checkpoint, trial=trial, attempt=attempt)
     return TrialRequest(_experiment_ref(spec.experiment.ref), params, folder, spec.target(),
                         spec.data_section(), checkpoint=checkpoint, cold=spec.budget.cold,
-                        trial=trial)
+                        trial=trial, attempt=attempt)
 
 
 def _experiment_ref(ref: str) -> str:

@@ -15,8 +15,9 @@ from msexp import hints
 from msexp.errors import MsexpError
 from msexp.execution.process import owner
 from msexp.keys import StudyKey, TrialKey
+from msexp.paths import TRIALS_DIR
 from msexp.search.storage import open_storage, storage_errors, storage_label, study_lock
-from msexp.search.versions import newest, newest_name, next_version, study_attrs
+from msexp.search.versions import newest, newest_name, next_version, ran_before, study_attrs
 from msexp.spec import Method, SweepSpec
 from msexp.urls import redact
 
@@ -113,21 +114,27 @@ def _restart(spec: SweepSpec, storage_url: str | None, base: str) -> optuna.Stud
     with study_lock(storage_url):
         attrs = study_attrs(storage)
         current = newest(attrs, base)
-        if attrs.get(current, {}).get(StudyKey.FINGERPRINT) in (None, fingerprint(spec)):
+        lost = current not in attrs and ran_before(current)
+        if not lost and attrs.get(current, {}).get(StudyKey.FINGERPRINT) in (
+                None, fingerprint(spec)):
             return None
         name, number = next_version(attrs, base, current)
         study = optuna.create_study(directions=[o.direction for o in spec.objectives],
                                     sampler=make_sampler(spec), pruner=make_pruner(spec),
                                     study_name=name, storage=storage)
-        optuna.load_study(study_name=current, storage=storage).set_user_attr(
-            StudyKey.SUPERSEDED_BY, name)
+        if not lost:
+            optuna.load_study(study_name=current, storage=storage).set_user_attr(
+                StudyKey.SUPERSEDED_BY, name)
         study.set_user_attr(StudyKey.VERSION, number)
         study.set_user_attr(StudyKey.SUPERSEDES, current)
-        if attrs[current].get(StudyKey.PARENT_RUN):
+        if attrs.get(current, {}).get(StudyKey.PARENT_RUN):
             study.set_user_attr(StudyKey.SUPERSEDES_RUN, attrs[current][StudyKey.PARENT_RUN])
         _set_up(study, spec)
-    _log.warning(f"{spec.path}: the sweep file changed since study {current!r} was created; "
-                 f"started its next version {name!r} ({current!r} is marked superseded)")
+    why = (f"study {current!r} is not in {storage_label(storage_url)} but ran before; "
+           f"started its next version {name!r} beside its trials" if lost else
+           f"the sweep file changed since study {current!r} was created; started its next "
+           f"version {name!r} ({current!r} is marked superseded)")
+    _log.warning(f"{spec.path}: {why}")
     return study
 
 
@@ -135,6 +142,13 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str,
                 given: str | None = None) -> tuple[optuna.Study, bool]:
     """Open study `name`; `given`: the --study the user gave, for the hint."""
     storage = open_storage(storage_url)
+    if name not in study_attrs(storage) and ran_before(name):
+        restart = hints.command("sweep", spec.path, "--restart", study=given,
+                                storage=storage_url)
+        raise MsexpError(f"{spec.path}: study {name!r} is not in {storage_label(storage_url)}, "
+                         f"but {TRIALS_DIR / name} holds its trials from an earlier run (was "
+                         f"its storage emptied or changed?); to resume, pass the storage it "
+                         f"used; to start anew beside them: {restart}")
     directions = [o.direction for o in spec.objectives]
     kwargs = dict(study_name=name, storage=storage, pruner=make_pruner(spec))
     created = True

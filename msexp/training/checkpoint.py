@@ -14,6 +14,7 @@ uninterrupted one; a MindSpore dataset's shuffle starts afresh on resume.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -25,6 +26,7 @@ from typing import Any, Callable
 
 import mindspore as ms
 
+from msexp.fence import Fence
 from msexp.paths import write_atomic
 from msexp.training.records import Epoch
 from msexp.urls import redact_params
@@ -45,6 +47,8 @@ class CheckpointPlan:
             checkpoint recorded with another owner is never resumed.
         params: the trial's params in clear, to check a recorded digest of its secret
             ones (never written).
+        fence: this attempt's hold on the trial folder: a checkpoint is published only
+            while it holds (`msexp.fence`).
     """
 
     folder: Path
@@ -54,6 +58,15 @@ class CheckpointPlan:
     maximize: bool = True
     owner: dict[str, Any] | None = None
     params: dict[str, Any] | None = field(default=None, repr=False)
+    fence: Fence | None = None
+
+    def holding(self) -> contextlib.AbstractContextManager[None]:
+        """Publish inside this block only while this attempt owns the folder.
+
+        Raises:
+            Superseded: a newer attempt of the trial took the folder.
+        """
+        return self.fence.holding() if self.fence else contextlib.nullcontext()
 
 
 @dataclass
@@ -99,12 +112,17 @@ def resumable(plan: CheckpointPlan) -> Saved | None:
     """The latest checkpoint's record in the plan's folder, if this trial may continue from
     it: its file is there, not empty, and was saved by this trial (same owner). Otherwise
     None: the folder's files are moved aside, and one line says why the trial starts
-    afresh."""
-    saved = latest(plan.folder)
-    problem = None if saved is None else _not_resumable(plan, saved)
-    if problem is None:
-        return saved
-    aside = _move_aside(plan.folder)
+    afresh.
+
+    Raises:
+        Superseded: a newer attempt of the trial took its folder.
+    """
+    with plan.holding():
+        saved = latest(plan.folder)
+        problem = None if saved is None else _not_resumable(plan, saved)
+        if problem is None:
+            return saved
+        aside = _move_aside(plan.folder)
     print(f"msexp: starting afresh, not resuming: {problem}; its files are now in {aside}",
           flush=True)
     return None
@@ -193,25 +211,33 @@ class Checkpoints:
 
     def save(self, epoch: int, step: int, history: list[Epoch], counters: dict[str, int],
              previous: Saved | None) -> Saved:
-        """Save after `epoch`; return the new record (the best one is kept as the plan says)."""
+        """Save after `epoch`; return the new record (the best one is kept as the plan says).
+
+        Raises:
+            Superseded: a newer attempt of the trial took its folder (nothing published).
+        """
         name = f"epoch-{epoch:04d}.ckpt"
-        partial = self.plan.folder / f".partial-{name}"
+        partial = self.plan.folder / f".partial-{os.getpid()}-{name}"
         try:
             ms.save_checkpoint([{"name": n, "data": p} for n, p in self.parameters.items()],
                                str(partial))
         except OSError as exc:  # MindSpore's names no file: say where, e.g. a full disk
             partial.unlink(missing_ok=True)
             raise OSError(exc.errno, exc.strerror, str(partial)) from exc
-        os.replace(partial, self.plan.folder / name)
         best = previous.best if previous else None
         value = history[-1].metrics.get(self.plan.metric) if self.plan.metric else None
         if value is not None and (best is None or _better(value, best["value"],
                                                           self.plan.maximize)):
             best = {"epoch": epoch, "value": value, "file": name}
         saved = Saved(epoch, step, name, list(history), dict(counters), best, self.plan.owner)
-        record = {**dataclasses.asdict(saved)}
-        write_atomic(self.plan.folder / STATE, json.dumps(record, default=float))
-        self._prune(saved, final=False)
+        record = json.dumps(dataclasses.asdict(saved), default=float)
+        try:
+            with self.plan.holding():
+                os.replace(partial, self.plan.folder / name)
+                write_atomic(self.plan.folder / STATE, record)
+                self._prune(saved, final=False)
+        finally:
+            partial.unlink(missing_ok=True)
         return saved
 
     def finish(self, saved: Saved | None) -> Path | None:
@@ -219,7 +245,8 @@ class Checkpoints:
         (the best epoch's with keep: best, else the last), or None."""
         if saved is None:
             return None
-        self._prune(saved, final=True)
+        with self.plan.holding():
+            self._prune(saved, final=True)
         kept = saved.best["file"] if self.plan.keep == "best" and saved.best else saved.file
         path = self.plan.folder / kept
         return path if path.is_file() else None

@@ -110,7 +110,8 @@ def profile_all(runner: Runner, found: list[Candidate], budget: Budget, updates:
 def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
           record: Record) -> tuple[list[Profile], float | None, int]:
     """Successive halving on samples/s: each round continues the profiles of the faster
-    half with as many updates again as their profiles have run (so each doubles), and
+    half that can still lead (`rules.halve`) with as many updates again as their
+    profiles have run (so each doubles), and
     ranks them on every step time measured; stop when the leader's margin exceeds twice
     the measured spread (at round 0 the profiles' within-probe spread, after a round the
     larger of that and the change between rounds), or after `rules.MAX_ROUNDS` rounds.
@@ -124,7 +125,7 @@ def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
         if len(standing) < 2 or rules.settled(_latest(standing)[0], spread):
             break
         before = _latest(standing)[0]
-        kept = [p for p in standing if id(p) in rules.halve(before)]
+        kept = [p for p in standing if id(p) in rules.halve(before, spread)]
         jobs = [_probe_job(p.candidate, f"halve{round_}", updates * 2 ** (round_ - 1))
                 for p in kept]
         ran = runner.run(jobs, hosts=1)

@@ -36,10 +36,16 @@ def ranked(rates: Mapping[Hashable, float]) -> list[Hashable]:
     return sorted(rates, key=lambda key: -rates[key])
 
 
-def halve(rates: Mapping[Hashable, float]) -> list[Hashable]:
-    """The faster half (rounded up, at least two while two remain), fastest first."""
+def halve(rates: Mapping[Hashable, float], measured_spread: float = math.inf
+          ) -> list[Hashable]:
+    """The faster half (rounded up, at least two while two remain), fastest first, less
+    those that cannot lead: slower than the leader by more than twice the measured spread
+    (the margin that settles halving)."""
     order = ranked(rates)
-    return order[:max(min(2, len(order)), math.ceil(len(order) / 2))]
+    half = order[:max(min(2, len(order)), math.ceil(len(order) / 2))]
+    leader = rates[order[0]] if order else 0.0
+    contenders = [key for key in half if rates[key] * (1 + 2 * measured_spread) >= leader]
+    return contenders if len(contenders) > 1 else half[:2]
 
 
 def spread(before: Mapping[Hashable, float], now: Mapping[Hashable, float]) -> float:

@@ -5,7 +5,6 @@ one line, and is never tagged as resumed."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ import pytest
 from msexp.execution import trial as trial_process
 from msexp.execution.protocol import Checkpointing, Start, TrialRequest
 from msexp.keys import RunTag
+from msexp.search.storage import open_storage
+from msexp.search.versions import study_attrs
 from msexp.spec.load import trial_params
 from msexp.training.checkpoint import STATE, latest
 from msexp.training.records import Epoch, Stopped
@@ -103,9 +104,10 @@ def test_a_damaged_checkpoint_starts_afresh_and_says_why(interrupted: Path, dama
 
 
 @pytest.mark.slow  # over 5 s: the fast tier stays quick
-def test_a_new_study_with_other_params_does_not_take_the_old_trials_checkpoints(
+def test_a_study_whose_journal_was_deleted_is_refused_then_restarted_beside_its_trials(
         mark: str) -> None:
-    """Issue 25, broken 2: run a sweep, delete the journal, change lr, run it again."""
+    """Issue 25, broken 2 and the emptied journal: run a sweep, delete the journal, change
+    lr, run it again. The old trials are neither re-run nor resumed into the new study."""
     sweep = write(Path("reuse.yaml"), """
         name: reuse
         experiment: mlp_digits
@@ -113,23 +115,27 @@ def test_a_new_study_with_other_params_does_not_take_the_old_trials_checkpoints(
         params: {lr: [0.1]}
     """)
 
-    def run() -> None:
-        done = subprocess.run(msexp_cmd("sweep", str(sweep)), capture_output=True, text=True,
-                              timeout=DEADLINE_S)
-        assert done.returncode == 0, done.stdout + done.stderr
+    def run(*options: str) -> subprocess.CompletedProcess:
+        return subprocess.run(msexp_cmd("sweep", str(sweep), *options), capture_output=True,
+                              text=True, timeout=DEADLINE_S)
 
-    run()
+    assert run().returncode == 0
+    old = Path("mlruns/trials/reuse/trial-0000")
+    kept = sorted(p.name for p in (old / "checkpoints").iterdir())
     Path("mlruns/optuna.journal").unlink()
     sweep.write_text(sweep.read_text().replace("[0.1]", "[0.5]"))
-    run()
-    (trial,) = load_study("reuse").trials
-    assert trial.params == {"lr": 0.5}
+    refused = run()
+    assert refused.returncode == 1 and not refused.stdout.strip(), refused.stdout
+    assert refused.stderr.endswith(f"to start anew beside them: msexp sweep {sweep} "
+                                   f"--restart\n") and refused.stderr.count("\n") == 1
+    assert study_attrs(open_storage(None)) == {}, "refused before anything is written"
+    restarted = run("--restart")
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    (trial,) = load_study("reuse-v2").trials
+    assert trial.params == {"lr": 0.5} and trial.state.name == "COMPLETE"
     runs = [r for r in child_runs("reuse") if r.data.params.get("lr") == "0.5"]
     assert len(runs) == 1 and RunTag.RESUMED_FROM not in runs[0].data.tags
-    log = Path("mlruns/trials/reuse/trial-0000/trial.log").read_text()
-    # another study's trial 0 (a new study has a uid of its own), whatever its params
-    assert re.search(r"was saved by [0-9a-f]{32}/0, not by [0-9a-f]{32}/0", log), log
-    assert "resuming from" not in log
-    assert trial.state.name == "COMPLETE"
-    assert_nothing_running("reuse")
+    assert "resuming from" not in Path("mlruns/trials/reuse-v2/trial-0000/trial.log").read_text()
+    assert sorted(p.name for p in (old / "checkpoints").iterdir()) == kept, "left as they were"
+    assert_nothing_running("reuse-v2")
     assert_no_process_left(mark)

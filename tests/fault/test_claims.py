@@ -1,6 +1,7 @@
 """A claim lost while frozen: a sweep stopped (SIGSTOP, with its host and trial child) past
 its heartbeat's grace period wakes up to find its trial claimed by another process. It
-stops its own run of that trial at once, before that run writes more, and leaves the trial
+stops its own run of that trial at once, before that run writes more (the new attempt took
+the trial's folder: no checkpoint of the old one is published there), and leaves the trial
 to its new owner; the next sweep finishes it."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from msexp.fence import Fence
 from msexp.keys import TrialKey
 from msexp.search.heartbeat import STALE_AFTER_S
 from msexp.search.source import TrialSource
@@ -22,7 +24,12 @@ from tests.fault.conftest import DEADLINE_S, assert_invariants, load_study, wait
 
 pytestmark = pytest.mark.slow  # a freeze past the grace period (about 2 min)
 
-EVENTS = Path("mlruns/trials/lost/trial-0000/events.jsonl")
+FOLDER = Path("mlruns/trials/lost/trial-0000")
+EVENTS = FOLDER / "events.jsonl"
+
+
+def checkpoints() -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (FOLDER / "checkpoints").iterdir()}
 
 
 def events() -> list[dict]:
@@ -67,12 +74,16 @@ def test_a_sweep_that_wakes_after_losing_its_claim_stops_its_run(mark: str) -> N
         try:
             claimed = other.claim()
             assert claimed is not None and claimed.number == 0
+            Fence(FOLDER, "the other process").take()  # as its host does before a trial
+            kept = checkpoints()
+            assert "state.json" in kept
             signal_all(frozen, signal.SIGCONT)
             out, _ = first.communicate(timeout=DEADLINE_S)
             assert first.returncode == 0, out
             after = events()[written:]
             assert len(after) <= 1 and not [e for e in after if e["event"] == "result"], \
                 f"the woken sweep's run went on: {[e['event'] for e in after]}"
+            assert checkpoints() == kept, "the woken run published a checkpoint"
             other.put_back(claimed, "the other process let go")
         finally:
             other.close()

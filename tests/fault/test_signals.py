@@ -106,6 +106,8 @@ def test_a_trial_out_of_retries_after_kill_9_has_its_one_failed_run(mark: str) -
     (run,) = child_runs("once")
     assert run.info.status == "FAILED" and "out of retries" in run.data.tags["error"]
     assert trial.user_attrs["mlflow_run_id"] == run.info.run_id
+    assert {k: run.data.params.get(k) for k in ("lr", "epochs", "pause_s")} == {
+        "lr": "0.01", "epochs": "30", "pause_s": "0.3"}, "its params, as a run of it logs them"
     artifacts = {a.path for a in mlflow_client().list_artifacts(run.info.run_id)}
     assert {"trial.log", "events.jsonl"} <= artifacts
     assert_invariants("once", "once", mark, [{"lr": 0.01}], may_fail=True)

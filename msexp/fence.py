@@ -1,0 +1,62 @@
+"""Which attempt of a trial owns its folder.
+
+Each attempt takes the trial folder with a token of its own before its trial starts. A
+checkpoint is published (renamed into place, recorded in `state.json`, the old ones
+pruned) only while the folder's token is the attempt's own, under a lock that taking
+the folder also holds. So an attempt whose claim was lost (its sweep frozen past its
+heartbeat while another took the trial) writes nothing the newer attempt reads.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from msexp.errors import MsexpError
+from msexp.paths import write_atomic
+
+TOKEN_FILE = "attempt"
+
+
+class Superseded(MsexpError):
+    """A newer attempt of the trial owns its folder: this one must not write there."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """One attempt's hold on its trial's `folder`."""
+
+    folder: Path
+    token: str
+
+    def take(self) -> None:
+        """Make this attempt the folder's owner (waits for a publish under way)."""
+        with self._locked():
+            write_atomic(self.folder / TOKEN_FILE, self.token)
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Write inside this block only while this attempt owns the folder.
+
+        Raises:
+            Superseded: a newer attempt took the folder.
+        """
+        with self._locked():
+            try:
+                owner = (self.folder / TOKEN_FILE).read_text(encoding="utf-8")
+            except FileNotFoundError:
+                owner = None
+            if owner != self.token:
+                raise Superseded(f"{self.folder}: a newer attempt of this trial took its "
+                                 f"folder; this attempt stops without writing there")
+            yield
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / f".{TOKEN_FILE}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when closed, or when a kill ends us
+            yield
