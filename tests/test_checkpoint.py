@@ -325,3 +325,30 @@ def test_a_failed_save_names_the_file_it_wrote(tmp_path: Path) -> None:
     error = raised.value
     assert (error.errno, error.strerror, error.filename) == (2, "No such file or directory",
                                                              str(partial))
+
+
+# mutation: the digest of secret params taken in the order the params came (not sorted)
+def test_the_same_secret_params_in_another_order_resume(tmp_path: Path) -> None:
+    from msexp.training.checkpoint import Checkpoints, owner, resumable
+
+    params = {"lr": 0.1, "data_url": "postgresql://u:S3CRET@h/db", "seed": 0}
+    reordered = dict(reversed(params.items()))
+    assert list(reordered) != list(params)
+    folder = tmp_path / "ckpt"
+    weight = ms.Parameter(Tensor(np.ones(3, np.float32)), name="w")
+    saved = save_epochs(Checkpoints(CheckpointPlan(folder, owner=owner("s/1", params),
+                                                   params=params), {"w": weight}), [0.5])
+    assert resumable(CheckpointPlan(folder, owner=owner("s/1", reordered),
+                                    params=reordered)) == saved
+
+
+# mutation: a record without params read as None (a TypeError, not a reason)
+def test_a_record_without_params_is_not_resumed_and_says_why(tmp_path: Path, capsys) -> None:
+    from msexp.training.checkpoint import Checkpoints, owner, resumable
+
+    folder = tmp_path / "ckpt"
+    weight = ms.Parameter(Tensor(np.ones(3, np.float32)), name="w")
+    save_epochs(Checkpoints(CheckpointPlan(folder, owner=owner("s/1", {"lr": 0.1})),
+                            {"w": weight}), [0.5])
+    assert resumable(CheckpointPlan(folder, owner={"trial": "s/1"})) is None
+    assert "was trained with other params (lr)" in capsys.readouterr().out

@@ -369,3 +369,62 @@ def test_the_callbacks_timing_leaves_out_only_the_compiling_update() -> None:
     assert callback._timing({}) == pytest.approx({"step_ms": 250.0, "compile_s": 4.75})
     callback._update_s = [0.4]  # one update: it is the only one
     assert callback._timing({}) == pytest.approx({"step_ms": 400.0, "compile_s": 0.0})
+
+
+class CallbackParams(dict):
+    """What `Model.train` hands its callbacks: a dict whose keys read as attributes."""
+
+    __getattr__ = dict.__getitem__
+
+
+def feed_steps(callback, args: dict, overflows: list[bool]) -> None:
+    """Call `callback` as `Model.train` does for one epoch whose steps returned (loss,
+    overflow, scale), the outputs of MindSpore's loss-scaling cell (GPU and Ascend only:
+    its overflow check has no CPU kernel)."""
+    from mindspore.train.callback import RunContext
+
+    context = RunContext(CallbackParams(args, cur_step_num=0, cur_epoch_num=1))
+    callback.on_train_begin(context)
+    for number, overflow in enumerate(overflows, 1):
+        outputs = (Tensor(0.5, ms.float32), Tensor(overflow), Tensor(8.0, ms.float32))
+        context.original_args().update(cur_step_num=number, net_outputs=outputs)
+        callback.on_train_step_begin(context)
+        callback.on_train_step_end(context)
+    callback.on_train_epoch_end(context)
+
+
+# mutations: overflows counted from 1; the step's overflow ignored, or read from its scale;
+# the step looked up under a misspelt "train_network", or "network" misspelt where a loop
+# names only that
+def test_the_callback_counts_the_overflows_mindspores_loss_scaling_cell_returns(
+        in_a_trial) -> None:
+    network = mlp()
+    opt = nn.Momentum(network.trainable_params(), 0.01, 0.9)
+    step = nn.TrainOneStepWithLossScaleCell(nn.WithLossCell(network, nn.CrossEntropyLoss()),
+                                            opt, scale_sense=Tensor(8.0, ms.float32))
+    feed_steps(hooks.MsexpCallback(), {"train_network": step, "network": network},
+               [False, True, False])
+    feed_steps(hooks.MsexpCallback(), {"network": step}, [True, True])
+    (_, _, model_train), (_, _, own_loop) = reported(in_a_trial)
+    assert model_train["overflow_steps"] == 1 and model_train["loss_scale"] == 8.0
+    assert own_loop["overflow_steps"] == 2
+
+
+# mutations: overflows counted from 1; a step's time taken as the clock plus its start
+def test_a_plain_model_reports_its_updates(in_a_trial) -> None:
+    import time
+
+    from msexp.execution.protocol import read_events
+
+    network = mlp()
+    model = ms.train.Model(network, nn.CrossEntropyLoss(),
+                           nn.Momentum(network.trainable_params(), 0.01, 0.9))
+    data = NumpySlicesDataset((X[:SAMPLES], Y[:SAMPLES]), ["x", "y"], shuffle=False)
+    began = time.perf_counter()
+    model.train(1, data.batch(BATCH), callbacks=[hooks.MsexpCallback()],
+                dataset_sink_mode=False)
+    took_ms = 1000 * (time.perf_counter() - began)
+    (epoch,) = read_events(in_a_trial)
+    assert epoch.step == SAMPLES // BATCH and epoch.metrics["overflow_steps"] == 0
+    assert 0 < epoch.metrics["step_ms"] < took_ms and "loss_scale" not in epoch.metrics
+    assert len(epoch.series["train_loss"]) == SAMPLES // BATCH

@@ -118,6 +118,28 @@ def test_wait_ready_gives_up_on_a_host_that_never_says_ready():
     assert not waited.is_alive(), "waited past its timeout"
 
 
+# mutations: the reader lets the socket's error escape (its queue never ends); the reader
+# thread is not a daemon (a host whose loop raised would wait on it for ever)
+def test_a_host_end_whose_sweep_went_away_mid_line_ends_its_requests():
+    import socket as sockets
+
+    sweep, theirs = socket_pair()
+    before = set(threading.enumerate())
+    host = HostEnd(theirs.detach(), lambda: None, lambda: None)
+    readers = set(threading.enumerate()) - before
+    host.say_ready()  # unread by the sweep: its close resets the host's socket
+    failures: list = []
+    hook, threading.excepthook = threading.excepthook, failures.append
+    try:
+        sweep.sock.sendall(b"run half a li")
+        sweep.sock.close()
+        assert host.requests.get(timeout=60) is None, "the requests end at once"
+    finally:
+        threading.excepthook = hook
+    assert failures == []
+    assert readers and all(thread.daemon for thread in readers)
+
+
 def test_a_socket_pair_gives_the_host_an_inheritable_socket():
     sweep, theirs = socket_pair()
     assert theirs.get_inheritable() and not sweep.sock.get_inheritable()
@@ -392,15 +414,25 @@ def test_what_a_workload_trial_orphans_without_its_marker_is_killed_at_its_end(h
             proc.kill()
 
 
+# mutations: the hosts keep two warm children by default; a host reads the sweep's stdin
 def test_start_hosts_share_the_cores_and_number_the_slots(tmp_path):
-    hosts = start_hosts(2, tmp_path)
+    kept, (terminal, _writer) = os.dup(0), os.pipe()  # a stdin that is not /dev/null
+    os.dup2(terminal, 0)
     try:
+        hosts = start_hosts(2, tmp_path)
+    finally:
+        os.dup2(kept, 0)
+        for fd in (kept, terminal, _writer):
+            os.close(fd)
+    try:
+        assert os.readlink(f"/proc/{hosts[0].pid}/fd/0") == "/dev/null"
         assert [h.slot for h in hosts] == [0, 1]
         assert all(h.cwd == tmp_path and h.pid is not None for h in hosts)
         threads = max(1, (psutil.cpu_count() or 1) // 2)
         env = psutil.Process(hosts[1].pid).environ()
         assert env["MSEXP_THREADS"] == env["OMP_NUM_THREADS"] == str(threads)
         assert env["MSEXP_SLOT"] == "1" and env[TrialEnv.MARKER] == hosts[1].marker
+        assert env["MSEXP_WARM"] == "1", "a sweep's host keeps one warm trial child"
         assert env["GLOG_v"] == os.environ.get("GLOG_v", "2"), "C++ log: warnings"  # noqa: SIM112
         assert hosts[0].marker != hosts[1].marker
     finally:

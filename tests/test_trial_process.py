@@ -768,3 +768,85 @@ def test_without_fork_serve_runs_trials_itself_and_keeps_their_graphs(tmp_path, 
     (start_a,), (start_b,) = events_of(first, Start), events_of(second, Start)
     assert start_a.pid == start_b.pid == os.getpid()
     assert not start_a.warm and start_b.warm
+
+
+# mutations: the plan without the request's fence, or its owner without the trial
+def test_a_requests_attempt_and_trial_reach_its_checkpoint_plan(tmp_path):
+    from msexp.execution.local import _plan
+    from msexp.fence import Fence
+    from msexp.training.checkpoint import owner
+
+    made = dataclasses.replace(request(tmp_path, "a"), trial="s/3", attempt="tok",
+                               checkpoint=Checkpointing(2, "best", "eval_loss", False))
+    plan = _plan(made)
+    assert (plan.folder, plan.every, plan.keep, plan.metric, plan.maximize) == \
+        (made.checkpoint_dir, 2, "best", "eval_loss", False)
+    assert plan.fence == Fence(made.folder, "tok") and plan.params == made.params
+    assert plan.owner == owner("s/3", made.params)
+    assert _plan(dataclasses.replace(made, attempt=None)).fence is None
+    assert _plan(dataclasses.replace(made, checkpoint=None)) is None
+
+
+# mutation: SystemExit let through (a module that parses its argv at import ends the host)
+def test_an_experiment_that_exits_at_import_does_not_end_the_host(tmp_path):
+    module = tmp_path / "exits.py"
+    module.write_text("import argparse\nargparse.ArgumentParser().parse_args(['--bad'])\n")
+    with contextlib.redirect_stderr(io.StringIO()):
+        trial._import_once(f"{module}:build")  # argparse's sys.exit(2), kept in the zygote
+
+
+# mutations: the device index by the wrong rule; a host without a slot given a device
+@pytest.mark.parametrize(("slot", "count", "device"),
+                         [("5", 4, 1), ("2", 4, 2), ("3", 1, 0), (None, 4, None)])
+def test_a_gpu_host_takes_its_slots_device_round_robin(monkeypatch, slot, count, device):
+    """No GPU here: MindSpore's device calls are stood in for, to check the rule alone."""
+    import mindspore as ms
+
+    chosen: list = []
+    monkeypatch.setattr(ms, "get_context", lambda key: "GPU")
+    monkeypatch.setattr(ms, "set_device", lambda *args: chosen.append(args))
+    monkeypatch.setattr(ms.device_context, "gpu",
+                        type("Gpu", (), {"device_count": staticmethod(lambda: count)}),
+                        raising=False)
+    monkeypatch.delenv("MSEXP_THREADS", raising=False)
+    if slot is None:
+        monkeypatch.delenv("MSEXP_SLOT", raising=False)
+    else:
+        monkeypatch.setenv("MSEXP_SLOT", slot)
+    assert trial._preload() is False, "device runtimes do not survive a fork"
+    assert chosen == ([] if device is None else [("GPU", device)])
+
+
+# mutation: a dead rank fails the trial at once, before msrun logs why it died
+def test_a_dead_rank_waits_for_msruns_reason(tmp_path, monkeypatch):
+    from msexp.execution import msrun
+
+    monkeypatch.setattr(msrun, "EXIT_GRACE_S", 60.0)  # the report comes 1 s after
+    reports = RANK_LAUNCHER.replace(
+        ").wait()\n", ")\nrank.wait()\ntime.sleep(1)\nprint(f'Worker process {rank.pid} "
+        "exit with exception. Error code: -9', file=open('msrun.log', 'w'))\n").replace(
+        "subprocess.Popen([sys.executable, sys.argv[1]", "rank = subprocess.Popen(["
+        "sys.executable, sys.argv[1]")
+    dying = cluster(tmp_path, reports)
+
+    def kill_the_rank_once_seen() -> None:
+        wait_for("the rank", lambda: dying.ranks, deadline_s=TIMEOUT_S)
+        (tmp_path / "die").touch()
+
+    threading.Thread(target=kill_the_rank_once_seen, daemon=True).start()
+    with pytest.raises(RuntimeError) as raised:
+        dying.wait(lambda: False)
+    dying.kill()
+    (rank,) = dying.ranks.values()
+    assert str(raised.value).startswith(f"rank 0 of 1 (pid {rank.pid}) was killed by SIGKILL")
+
+
+# mutation: a rank msrun names but the sweep never saw taken for a known one (a KeyError)
+def test_an_exit_of_a_rank_never_seen_names_it_without_its_pid(tmp_path):
+    reports = "print('Worker process 4242 exit with exception. Error code: 1', " \
+              "file=open('msrun.log', 'w'))\nimport time\ntime.sleep(600)\n"
+    unseen = cluster(tmp_path, reports)
+    with pytest.raises(RuntimeError) as raised:
+        unseen.wait(lambda: False)
+    unseen.kill()
+    assert str(raised.value).startswith("rank 0 of 1 (pid ?) died; last lines of worker_0.log")
