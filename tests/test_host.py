@@ -121,7 +121,6 @@ def test_wait_ready_gives_up_on_a_host_that_never_says_ready():
 # mutations: the reader lets the socket's error escape (its queue never ends); the reader
 # thread is not a daemon (a host whose loop raised would wait on it for ever)
 def test_a_host_end_whose_sweep_went_away_mid_line_ends_its_requests():
-    import socket as sockets
 
     sweep, theirs = socket_pair()
     before = set(threading.enumerate())
