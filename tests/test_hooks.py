@@ -428,3 +428,13 @@ def test_a_plain_model_reports_its_updates(in_a_trial) -> None:
     assert epoch.step == SAMPLES // BATCH and epoch.metrics["overflow_steps"] == 0
     assert 0 < epoch.metrics["step_ms"] < took_ms and "loss_scale" not in epoch.metrics
     assert len(epoch.series["train_loss"]) == SAMPLES // BATCH
+
+
+# mutation: the hooked model drops `initial_epoch` (a resumed script trains from epoch 1)
+def test_a_hooked_model_resumes_at_its_initial_epoch(in_a_trial) -> None:
+    params = {"batch_size": BATCH, "optimizer": "sgd", "lr": 0.1}
+    network, loss = mlp(), nn.CrossEntropyLoss()
+    model = hooks.model(network, loss, hooks.optimizer(network, params, 4), params)
+    data = NumpySlicesDataset((X[:SAMPLES], Y[:SAMPLES]), ["x", "y"], shuffle=False)
+    model.train(3, data.batch(BATCH), initial_epoch=2)  # epochs 1 and 2 were trained before
+    assert [epoch for epoch, _, _ in reported(in_a_trial)] == [3]
