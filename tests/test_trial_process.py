@@ -850,3 +850,42 @@ def test_an_exit_of_a_rank_never_seen_names_it_without_its_pid(tmp_path):
         unseen.wait(lambda: False)
     unseen.kill()
     assert str(raised.value).startswith("rank 0 of 1 (pid ?) died; last lines of worker_0.log")
+
+
+# mutations of msrun.main, which runs in msrun's rank processes (no test reaches it
+# in-process): the rank's marker, done or failed with its error redacted, and its exit code
+def test_a_rank_marks_itself_done_or_failed_with_its_error_redacted(tmp_path, monkeypatch):
+    from msexp.execution import msrun
+
+    made = request(tmp_path, "dp", devices=2)
+    made = dataclasses.replace(made, params={**made.params,
+                                             "data_url": "postgresql://u:S3CRET@h/db"})
+    path = tmp_path / "request.json"
+    path.write_text(made.to_json())
+    folder = msrun.rank_log_dir(made.log_path)
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("RANK_ID", "0")
+    for name in ("MS_ROLE", msrun.LAUNCHER_ENV):
+        monkeypatch.delenv(name, raising=False)
+    # The rank's training (a MindSpore cluster) is test_distributed's: here, its outcome.
+    monkeypatch.setattr(msrun, "_train", lambda request, secrets: {"size": 2, "checksum": "c"})
+    with real_output():
+        msrun.main(path)
+    marker = json.loads((folder / "rank-0.json").read_text())
+    assert marker == {"rank": 0, "pid": os.getpid(), "size": 2, "checksum": "c", "done": True}
+
+    def fails(request, secrets):
+        raise ValueError(f"cannot read {request.params['data_url']}")
+
+    def exits(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(msrun, "_train", fails)
+    monkeypatch.setattr(os, "_exit", exits)
+    with real_output(), pytest.raises(SystemExit) as ended:
+        msrun.main(path)
+    assert ended.value.code == 1
+    marker = json.loads((folder / "rank-0.json").read_text())
+    assert set(marker) == {"rank", "pid", "error"} and marker["rank"] == 0
+    assert marker["error"]["type"] == "ValueError" and "S3CRET" not in json.dumps(marker)
+    assert marker["error"]["message"].startswith("cannot read postgresql://u:")
