@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli.app import app
-from msexp.execution.protocol import Status, TrialRequest, TrialResult, read_events
+from msexp.execution.protocol import Result, Status, TrialRequest, TrialResult, read_events
 from msexp.spec import load_spec
 from msexp.training.records import Probe
 from msexp.tune import rules
@@ -307,6 +307,7 @@ def test_a_probe_stops_after_its_updates_and_reports_figures_by_their_units() ->
     assert metrics["samples_per_s"] == pytest.approx(32 * 1000 / metrics["step_ms"])
     assert metrics["train_mem_mb"] > 0 and metrics["overflow_rate"] == 0.0
     assert "eval_accuracy" not in metrics  # a probe evaluates nothing
+    assert events[-1] == Result(metrics), "its figures end the trial"  # mutation: not emitted
     rates = range_rates(Probe(5, 1e-4, 1.0))
     assert rates == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1, 1.0])
 
