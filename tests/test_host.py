@@ -148,10 +148,23 @@ def test_a_socket_pair_gives_the_host_an_inheritable_socket():
 
 # -- Host: a real host process, driven from here ---------------------------------------
 
-# mutation: host.Host._spawn leaves the host's stdout on the sweep's terminal
+# mutations: host.Host._spawn leaves the host's stdout on the sweep's terminal, or the host
+# in the sweep's session (a Ctrl-C at the terminal would reach it); a host keeps two warm
+# children by default
 def test_a_host_writes_nothing_to_the_sweeps_terminal(host):
     host.prewarm()  # its trials' output goes to their logs; its own, nowhere
     assert [os.readlink(f"/proc/{host.pid}/fd/{fd}") for fd in (0, 1, 2)] == ["/dev/null"] * 3
+    assert os.getsid(host.pid) == host.pid != os.getsid(0), "a session of its own"
+    assert psutil.Process(host.pid).environ()["MSEXP_WARM"] == "1"
+
+
+# mutation: the ready line garbles "adopts"
+def test_wait_ready_says_whether_the_host_adopts_its_trials_orphans():
+    for adopts in (True, False):
+        sweep, theirs = socket_pair()
+        HostEnd(theirs.detach(), lambda: None, lambda: None).say_ready(adopts)
+        assert sweep.wait_ready(lambda: True, TIMEOUT_S) is adopts
+        sweep.close()
 
 
 @SLOW
