@@ -889,3 +889,12 @@ def test_a_rank_marks_itself_done_or_failed_with_its_error_redacted(tmp_path, mo
     assert set(marker) == {"rank", "pid", "error"} and marker["rank"] == 0
     assert marker["error"]["type"] == "ValueError" and "S3CRET" not in json.dumps(marker)
     assert marker["error"]["message"].startswith("cannot read postgresql://u:")
+
+
+def test_a_trials_log_hides_the_passwords_in_its_params(tmp_path):
+    made = request(tmp_path, "secret", BROKEN, mode="postgresql://u:S3CRET@h/db",
+                   hidden=-1)  # printed, then the network cannot be built: a quick failure
+    with real_output():
+        trial._run_logged(made, trial.StopFlag(), WarmGraphs())
+    log = made.log_path.read_text()
+    assert "mode postgresql://u:" in log and "S3CRET" not in log
