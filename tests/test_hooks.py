@@ -438,3 +438,15 @@ def test_a_hooked_model_resumes_at_its_initial_epoch(in_a_trial) -> None:
     data = NumpySlicesDataset((X[:SAMPLES], Y[:SAMPLES]), ["x", "y"], shuffle=False)
     model.train(3, data.batch(BATCH), initial_epoch=2)  # epochs 1 and 2 were trained before
     assert [epoch for epoch, _, _ in reported(in_a_trial)] == [3]
+
+
+# mutation: a single callback (not in a list) taken for a list of them
+def test_a_hooked_model_takes_one_callback_as_model_train_does(in_a_trial) -> None:
+    from mindspore.train import LossMonitor
+
+    params = {"batch_size": BATCH, "optimizer": "sgd", "lr": 0.1}
+    network, loss = mlp(), nn.CrossEntropyLoss()
+    model = hooks.model(network, loss, hooks.optimizer(network, params, 4), params)
+    data = NumpySlicesDataset((X[:SAMPLES], Y[:SAMPLES]), ["x", "y"], shuffle=False)
+    model.train(1, data.batch(BATCH), callbacks=LossMonitor(100))
+    assert [epoch for epoch, _, _ in reported(in_a_trial)] == [1], "msexp's callback added"
