@@ -122,8 +122,7 @@ class TrialRequest:
                    Command(**data["command"]) if data.get("command") else None,
                    Checkpointing(**data["checkpoint"]) if data.get("checkpoint") else None,
                    data.get("init_from"), data.get("cold", False), data.get("trial"),
-                   Probe(**data["probe"]) if data.get("probe") else None,
-                   data.get("attempt"))
+                   Probe(**data["probe"]) if data.get("probe") else None, data.get("attempt"))
 
 
 @dataclass
