@@ -587,9 +587,9 @@ time.sleep(600)
 """
 
 
-def test_a_rank_that_dies_fails_the_trial_with_its_log(tmp_path):
-    dying = cluster(tmp_path, RANK_LAUNCHER)
-    (tmp_path / "worker_0.log").write_text("step 1\nTraceback: boom\n")
+def rank_death(tmp_path: Path, launcher: str):
+    """A cluster whose one rank dies once seen: the cluster, and the error its wait raised."""
+    dying = cluster(tmp_path, launcher)
 
     def kill_the_rank_once_seen() -> None:
         wait_for("the rank", lambda: dying.ranks, deadline_s=TIMEOUT_S)
@@ -599,10 +599,16 @@ def test_a_rank_that_dies_fails_the_trial_with_its_log(tmp_path):
     with pytest.raises(RuntimeError) as raised:
         dying.wait(lambda: False)
     dying.kill()
+    return dying, raised.value
+
+
+def test_a_rank_that_dies_fails_the_trial_with_its_log(tmp_path):
+    (tmp_path / "worker_0.log").write_text("step 1\nTraceback: boom\n")
+    dying, error = rank_death(tmp_path, RANK_LAUNCHER)
     (rank,) = dying.ranks.values()
     assert dying.dead == [0]
-    assert str(raised.value) == (f"rank 0 of 1 (pid {rank.pid}) died; last lines of "
-                                 "worker_0.log:\nstep 1\nTraceback: boom")
+    assert str(error) == (f"rank 0 of 1 (pid {rank.pid}) died; last lines of "
+                          "worker_0.log:\nstep 1\nTraceback: boom")
     assert gone(rank.pid) and gone(dying.proc.pid)
 
 
@@ -817,28 +823,25 @@ def test_a_gpu_host_takes_its_slots_device_round_robin(monkeypatch, slot, count,
     assert chosen == ([] if device is None else [("GPU", device)])
 
 
+REPORTING_LAUNCHER = """
+import os, subprocess, sys, time
+env = dict(os.environ, MS_ROLE="MS_WORKER", RANK_ID="0")
+rank = subprocess.Popen([sys.executable, sys.argv[1], "die"], env=env)
+rank.wait()
+time.sleep(1)  # msrun logs a worker's exit a while after it
+print(f"Worker process {rank.pid} exit with exception. Error code: -9", file=open("msrun.log", "w"))
+time.sleep(600)
+"""
+
+
 # mutation: a dead rank fails the trial at once, before msrun logs why it died
 def test_a_dead_rank_waits_for_msruns_reason(tmp_path, monkeypatch):
     from msexp.execution import msrun
 
     monkeypatch.setattr(msrun, "EXIT_GRACE_S", 60.0)  # the report comes 1 s after
-    reports = RANK_LAUNCHER.replace(
-        ").wait()\n", ")\nrank.wait()\ntime.sleep(1)\nprint(f'Worker process {rank.pid} "
-        "exit with exception. Error code: -9', file=open('msrun.log', 'w'))\n").replace(
-        "subprocess.Popen([sys.executable, sys.argv[1]", "rank = subprocess.Popen(["
-        "sys.executable, sys.argv[1]")
-    dying = cluster(tmp_path, reports)
-
-    def kill_the_rank_once_seen() -> None:
-        wait_for("the rank", lambda: dying.ranks, deadline_s=TIMEOUT_S)
-        (tmp_path / "die").touch()
-
-    threading.Thread(target=kill_the_rank_once_seen, daemon=True).start()
-    with pytest.raises(RuntimeError) as raised:
-        dying.wait(lambda: False)
-    dying.kill()
+    dying, error = rank_death(tmp_path, REPORTING_LAUNCHER)
     (rank,) = dying.ranks.values()
-    assert str(raised.value).startswith(f"rank 0 of 1 (pid {rank.pid}) was killed by SIGKILL")
+    assert str(error).startswith(f"rank 0 of 1 (pid {rank.pid}) was killed by SIGKILL")
 
 
 # mutation: a rank msrun names but the sweep never saw taken for a known one (a KeyError)
