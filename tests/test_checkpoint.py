@@ -105,6 +105,7 @@ def test_keep_none_leaves_nothing_at_the_end(tmp_path: Path) -> None:
     assert outcome.checkpoint is None and list(plan.folder.iterdir()) == []
 
 
+@pytest.mark.slow  # over 3 s: the fast tier stays under 5 min
 def test_init_from_a_checkpoint_continues_training_it(tmp_path: Path) -> None:
     plan = CheckpointPlan(tmp_path / "ckpt")
     first = train(workload(), params(epochs=2), lambda e: None, plan=plan)

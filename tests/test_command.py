@@ -380,6 +380,7 @@ def seen(folder: Path) -> dict:
     return json.loads((folder / "seen.json").read_text())
 
 
+@pytest.mark.slow  # over 3 s: the fast tier stays under 5 min
 def test_a_command_trial_reads_metrics_and_epochs_and_keeps_the_newest_checkpoint(
         workdir: Path) -> None:
     metrics, checkpoint, events = run_script(workdir / "t", lr=0.1, devices=1)

@@ -20,6 +20,7 @@ def invoke(*args: str):
     return CliRunner().invoke(app, list(args), env={"COLUMNS": "300"})
 
 
+@pytest.mark.slow  # over 3 s: the fast tier stays under 5 min
 def test_the_best_trial_of_a_constrained_grid_is_feasible(workdir: Path) -> None:
     sweep = write(workdir / "g.yaml", """
         name: capped
@@ -43,6 +44,7 @@ def test_the_best_trial_of_a_constrained_grid_is_feasible(workdir: Path) -> None
     assert best.output.startswith(f"trial {slow.number}: eval_accuracy="), best.output
 
 
+@pytest.mark.slow  # over 3 s: the fast tier stays under 5 min
 def test_a_constrained_tpe_study_gives_optuna_the_constraints(workdir: Path) -> None:
     sweep = write(workdir / "t.yaml", """
         name: tpe-capped

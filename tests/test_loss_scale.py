@@ -74,6 +74,7 @@ def tiny_loss(scale: float):
     return loss
 
 
+@pytest.mark.slow  # over 3 s: the fast tier stays under 5 min
 def test_underflow_is_recovered_by_dynamic_scaling() -> None:
     lr, tiny = 2.0 ** 20, 2.0 ** -24  # a huge lr makes the tiny gradients visible in the weights
 
@@ -96,6 +97,7 @@ def test_underflow_is_recovered_by_dynamic_scaling() -> None:
     np.testing.assert_allclose(scaled_fp16, fp32, rtol=2e-2, atol=2e-2 * np.abs(fp32).max())
 
 
+@pytest.mark.slow  # over 3 s: the fast tier stays under 5 min
 def test_overflow_skips_the_update_then_the_scale_backs_off_and_regrows() -> None:
     window, factor, initial = 3, 2, 1024.0
     network = mlp("O2")
@@ -124,6 +126,7 @@ def test_overflow_skips_the_update_then_the_scale_backs_off_and_regrows() -> Non
     assert scales == [initial / factor] * (window - 1) + [initial]
 
 
+@pytest.mark.slow  # over 3 s: the fast tier stays under 5 min
 def test_accumulation_with_loss_scaling_matches_one_big_batch() -> None:
     def trained(micro_size: int) -> dict[str, np.ndarray]:
         network = mlp("O2")

@@ -54,6 +54,7 @@ def test_synthetic_data_is_seeded_normalised_and_balanced() -> None:
         == description
 
 
+@pytest.mark.slow  # over 3 s: the fast tier stays under 5 min
 def test_batchnorm_trains_on_batch_stats_and_evaluates_on_moving_stats() -> None:
     """The loop's two jitted graphs keep their modes across set_train toggles.
 

@@ -222,6 +222,7 @@ for round in range(ROUNDS):  # each round's first claims race
 ROUNDS = 3
 
 
+@pytest.mark.slow  # over 3 s: the fast tier stays under 5 min
 def test_no_number_of_processes_exceeds_the_trial_budget(workdir: Path) -> None:
     """Three processes on TPE studies of 1 trial each (mutation: the budget check and
     the ask outside the study lock)."""

@@ -292,6 +292,7 @@ def test_lenet_trains_with_thor_end_to_end() -> None:
     assert start.impl == {"thor_impl": "msexp"}
 
 
+@pytest.mark.slow  # over 3 s: the fast tier stays under 5 min
 def test_the_implementation_used_is_logged_as_a_param(workdir) -> None:
     """Through the trial path: the sweep asks for `auto`, the run records what ran."""
     from typer.testing import CliRunner
