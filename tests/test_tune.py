@@ -271,8 +271,8 @@ def test_lr_find_grows_the_lr_exponentially_and_suggests_one_inside_the_range(
 def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> None:
     from msexp.cli.tune import lines, summary
     from msexp.tune.candidates import Candidate
+    from msexp.tune.outcome import Outcome
     from msexp.tune.phases import Profile
-    from msexp.tune.tuner import Outcome
 
     def profile(micro: int, dropped: str) -> Profile:
         return Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),
@@ -291,6 +291,41 @@ def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> 
         assert sum(p.dropped in line and f"micro_size={p.candidate.point['micro_size']}" in line
                    for line in shown) == 1
     assert "no pick: every candidate was dropped (reasons above)" in shown
+
+
+def test_the_plot_numbers_candidates_fastest_first_and_its_key_says_each_fate(
+        tmp_path: Path) -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.outcome import Outcome
+    from msexp.tune.output import plot_key, throughput_plot
+    from msexp.tune.phases import Profile, Verdict
+
+    def profile(micro: int, rates: list[float], memory: float | None,
+                dropped: str | None = None) -> Profile:
+        made = Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),
+                       rates=rates, dropped=dropped)
+        made.metrics = {} if memory is None else {"train_mem_mb": memory}
+        return made
+
+    base, slow = profile(1, [300.0], 5.0), profile(2, [200.0], 3.0)
+    fast = profile(4, [250.0, 410.0], 2.0)  # a halving round: its latest rate counts
+    over = profile(8, [500.0], 12.0, "train_mem_mb 12 > 10 (the budget)")
+    broken = profile(16, [], None, "failed: exit 1")
+    verdicts = [Verdict(fast, [0.9], 400.0, 2.0), Verdict(slow, [0.5], 190.0, 3.0, "worse")]
+    outcome = Outcome([base, slow, fast, over, broken], [fast, slow, base], 0.02, 1,
+                      Verdict(base, [0.9], 290.0, 5.0), verdicts, verdicts[0])
+    rows = plot_key(outcome).splitlines()
+    assert rows[0].split() == ["#", "micro_size", "samples/s", "MB", "rounds"]
+    assert [row.split()[:5] for row in rows[1:4]] == [
+        ["1", "8", "500.0", "12.00", "0"], ["2", "4", "410.0", "2.00", "1"],
+        ["3", "1", "300.0", "5.00", "0"]]
+    assert rows[1].endswith("dropped: train_mem_mb 12 > 10 (the budget)")
+    assert rows[2].endswith("the pick")
+    assert rows[3].endswith("the baseline: trained as the reference")
+    assert rows[4].endswith("not kept: worse")
+    assert rows[5].split()[:4] == ["5", "16", "-", "-"] and rows[5].endswith("failed: exit 1")
+    plot = throughput_plot(tmp_path / "t.png", outcome, 10.0, "title")
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_probe_stops_after_its_updates_and_reports_figures_by_their_units() -> None:

@@ -17,18 +17,12 @@ from msexp.execution.host import start_hosts
 from msexp.spec import SweepSpec, load_spec
 from msexp.tracking.runs import Tracker
 from msexp.tune.candidates import check_tunable
+from msexp.tune.outcome import Outcome, fate
 from msexp.tune.record import PhaseRuns
 from msexp.tune.rules import seed_spread
 from msexp.tune.runner import Runner
 from msexp.tune.search import BatchSearch, LrFind, lr_find, max_batch, require_budget
-from msexp.tune.tuner import (
-    Outcome,
-    Settings,
-    memory_budget,
-    run_folder,
-    tune,
-    warm_children,
-)
+from msexp.tune.tuner import Settings, memory_budget, run_folder, tune, warm_children
 from msexp.urls import redact
 
 MaxBatchOpt = Annotated[bool, typer.Option(
@@ -158,7 +152,7 @@ def summary(outcome: Outcome) -> dict[str, Any]:
                         "step_ms": p.metrics.get("step_ms"),
                         "compile_s": p.metrics.get("compile_s"), "memory_mb": p.memory_mb,
                         "overflow_rate": p.metrics.get("overflow_rate"),
-                        "dropped": p.dropped, "verdict": _verdict(outcome, p)}
+                        "dropped": p.dropped, "verdict": fate(outcome, p)}
                        for p in outcome.profiles],
         "spread": outcome.spread, "rounds": outcome.rounds,
         "confirmed": [{"config": v.profile.candidate.point, "objective": v.objective,
@@ -179,23 +173,6 @@ def summary(outcome: Outcome) -> dict[str, Any]:
             "memory_ratio": (pick.memory_mb / base.memory_mb
                              if pick.memory_mb and base.memory_mb else None)}
     return document
-
-
-def _verdict(outcome: Outcome, profile: Any) -> str:
-    """What became of a candidate, in a few words."""
-    if profile.dropped:
-        return f"dropped: {profile.dropped}"
-    confirmed = next((v for v in outcome.verdicts if v.profile is profile), None)
-    if confirmed is not None:
-        chosen = outcome.pick is confirmed
-        return "the pick" if chosen else (f"not kept: {confirmed.rejected}" if confirmed.rejected
-                                          else "kept, slower than the pick")
-    if outcome.baseline is not None and outcome.baseline.profile is profile:
-        return ("the pick: the baseline, as nothing faster kept the objective"
-                if outcome.pick is outcome.baseline else "the baseline: trained as the reference")
-    rank = outcome.standing.index(profile) + 1
-    return (f"ranked {rank} of {len(outcome.standing)} by samples/s: not among the "
-            f"{len(outcome.verdicts)} confirmed")
 
 
 def lines(document: dict[str, Any]) -> list[str]:

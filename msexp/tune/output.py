@@ -3,13 +3,16 @@ sweep file of the pick, and the lr range test's plot."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from msexp.knobs import value_text
 from msexp.paths import write_atomic
 from msexp.spec.file import load_yaml
+from msexp.tune.outcome import Outcome, fate
 from msexp.tune.phases import Profile
 
 
@@ -22,33 +25,35 @@ def _pyplot() -> Any:
     return plt
 
 
-def throughput_plot(path: Path, profiles: list[Profile], pick: Profile | None,
-                    baseline: Profile, rejected: list[Profile], memory_mb: float | None,
-                    title: str) -> Path:
-    """samples/s against train_mem_mb for every profiled candidate: standing ones as dots,
-    dropped ones as red crosses (those never measured are listed below the axes), those
-    the confirm phase did not keep (objective) as orange triangles, the pick as a star,
-    the baseline as a square, the memory budget as a dashed line."""
+KINDS = {  # kind: (marker, color, size, legend name)
+    "pick": ("*", "tab:green", 260, "pick"),
+    "baseline": ("s", "tab:gray", 110, "baseline"),
+    "kept": ("o", "tab:blue", 50, "profiled"),
+    "rejected": ("^", "tab:orange", 70, "objective not kept (confirm)"),
+    "dropped": ("x", "tab:red", 60, "dropped (reason in the key)"),
+}
+
+
+def throughput_plot(path: Path, outcome: Outcome, memory_mb: float | None, title: str
+                    ) -> Path:
+    """samples/s against train_mem_mb for every profiled candidate, each marked by a number
+    that the key beside the axes spells out (its knobs, figures and fate), fastest first:
+    the pick a star, the baseline (the first candidate) a square, dropped ones red crosses,
+    those the confirm phase did not keep orange triangles, the memory budget a dashed
+    line."""
     plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(9, 6.5))
-    unmeasured = []
-    for profile in profiles:
-        x, y = profile.memory_mb, (profile.rates or [None])[-1]
-        if x is None or y is None:
-            unmeasured.append(f"{profile.candidate.label}: {profile.dropped}")
+    figure, (axes, key) = plt.subplots(1, 2, figsize=(14, 7.5),
+                                       gridspec_kw={"width_ratios": [4, 3]})
+    named: set[str] = set()
+    for number, profile in enumerate(_numbered(outcome.profiles), 1):
+        if profile.memory_mb is None or not profile.rates:
             continue
-        marker, color, note = ("x", "tab:red", " (dropped)") if profile.dropped else (
-            ("^", "tab:orange", " (objective not kept)") if profile in rejected
-            else ("o", "tab:blue", ""))
-        axes.scatter([x], [y], marker=marker, s=50, color=color)
-        axes.annotate(profile.candidate.label + note, (x, y), fontsize=7, xytext=(4, 3),
-                      textcoords="offset points")
-    for marked, marker, color, name in ((baseline, "s", "tab:gray", "baseline"),
-                                        (pick, "*", "tab:green", "pick")):
-        if marked is not None and marked.memory_mb is not None and marked.rates:
-            axes.scatter([marked.memory_mb], [marked.rates[-1]], marker=marker, s=260,
-                         facecolors="none" if marker == "s" else color, edgecolors=color,
-                         linewidths=2, label=f"{name}: {marked.candidate.label}", zorder=3)
+        marker, color, size, name = KINDS[_kind(outcome, profile)]
+        axes.scatter([profile.memory_mb], [profile.rates[-1]], marker=marker, s=size,
+                     color=color, label=None if name in named else name, zorder=3)
+        named.add(name)
+        axes.annotate(str(number), (profile.memory_mb, profile.rates[-1]), fontsize=8,
+                      xytext=(5, 4), textcoords="offset points")
     if memory_mb is not None:
         axes.axvline(memory_mb, color="tab:red", linestyle="--",
                      label=f"memory budget {memory_mb:g} MB")
@@ -56,15 +61,51 @@ def throughput_plot(path: Path, profiles: list[Profile], pick: Profile | None,
     axes.set_ylabel("throughput (samples/s, median update after compile)")
     axes.set_title(title)
     axes.grid(alpha=0.3)
-    axes.legend(loc="best", fontsize=8)
-    if unmeasured:
-        figure.text(0.01, 0.01, "not measured: " + "; ".join(unmeasured)[:600], fontsize=7,
-                    wrap=True)
-        figure.subplots_adjust(bottom=0.18)
+    axes.margins(0.08)
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=8)
+    key.axis("off")
+    key.text(0, 1, plot_key(outcome), family="monospace", fontsize=8, va="top",
+             transform=key.transAxes)
+    figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, bbox_inches="tight")  # the key's long rows stay in
     plt.close(figure)
     return path
+
+
+def plot_key(outcome: Outcome) -> str:
+    """The plot's key: one row a candidate, numbered as on the axes, its knobs' values,
+    samples/s, MB, halving rounds and what became of it."""
+    order = _numbered(outcome.profiles)
+    knobs = list(order[0].candidate.point) if order else []
+    widths = [max([len(k)] + [len(value_text(p.candidate.point.get(k))) for p in order])
+              for k in knobs]
+    rows = ["  #  " + "  ".join(k.ljust(w) for k, w in zip(knobs, widths))
+            + "  samples/s      MB  rounds  "]
+    for number, profile in enumerate(order, 1):
+        values = "  ".join(value_text(profile.candidate.point.get(k)).ljust(w)
+                           for k, w in zip(knobs, widths))
+        rate = f"{profile.rates[-1]:9.1f}" if profile.rates else "        -"
+        memory = f"{profile.memory_mb:6.2f}" if profile.memory_mb is not None else "     -"
+        rounds = f"{max(len(profile.rates) - 1, 0):>6}"
+        rows.append(f"{number:>3}  {values}  {rate}  {memory}  {rounds}  "
+                    + textwrap.shorten(fate(outcome, profile), 64, placeholder="..."))
+    return "\n".join(rows)
+
+
+def _numbered(profiles: list[Profile]) -> list[Profile]:
+    """The order of the plot's numbers: fastest first, the unmeasured last."""
+    return sorted(profiles, key=lambda p: -(p.rates or [-1.0])[-1])
+
+
+def _kind(outcome: Outcome, profile: Profile) -> str:
+    if outcome.pick is not None and profile is outcome.pick.profile:
+        return "pick"
+    if profile.dropped:
+        return "dropped"
+    if profile in outcome.rejected:
+        return "rejected"
+    return "baseline" if profile is outcome.profiles[0] else "kept"
 
 
 def lr_plot(path: Path, rates: list[float], losses: list[float], smoothed: list[float],

@@ -10,8 +10,9 @@ from msexp.paths import REPORTS_DIR, STORE_DIR
 from msexp.spec import SweepSpec
 from msexp.tune import phases
 from msexp.tune.candidates import candidates, check_tunable, seeds
+from msexp.tune.outcome import Outcome
 from msexp.tune.output import sweep_file, throughput_plot
-from msexp.tune.phases import Budget, Profile, Verdict
+from msexp.tune.phases import Budget
 from msexp.tune.record import PhaseRuns
 from msexp.tune.runner import Runner
 
@@ -28,23 +29,6 @@ class Settings:
     top: int = 2
     tolerance: float = 0.0
     memory_mb: float | None = None
-
-
-@dataclass
-class Outcome:
-    """What a tune run found."""
-
-    profiles: list[Profile]
-    standing: list[Profile]
-    spread: float | None
-    rounds: int
-    baseline: Verdict | None
-    verdicts: list[Verdict]
-    pick: Verdict | None
-    plot: Path
-    sweep_file: Path | None
-    parents: dict[str, str]
-    experiment_id: str
 
 
 def memory_budget(spec: SweepSpec, memory_mb: float | None) -> float | None:
@@ -93,20 +77,19 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
     pick = next((v for v in verdicts if v.rejected is None), None)
     if pick is None and baseline_verdict is not None and baseline_verdict.fits:
         pick = baseline_verdict  # nothing faster keeps the objective
-    rejected = [v.profile for v in verdicts if v.rejected]
-    plot = throughput_plot(REPORTS_DIR / f"{spec.name}-tune.png", profiles,
-                           pick.profile if pick else None, profiles[0], rejected,
-                           budget.memory_mb, f"msexp tune {spec.name}: throughput against "
-                           "memory")
-    written = None
+    outcome = Outcome(profiles, standing, spread, rounds, baseline_verdict, verdicts, pick)
+    outcome.plot = throughput_plot(REPORTS_DIR / f"{spec.name}-tune.png", outcome,
+                                   budget.memory_mb, f"msexp tune {spec.name}: throughput "
+                                   "against memory")
     if pick is not None:
         swept = {k for c in found for k in c.point}
-        written = sweep_file(REPORTS_DIR / f"{spec.name}-tuned.yaml", spec.path,
-                             f"{spec.name}-tuned", pick.profile.candidate.point, swept)
+        outcome.sweep_file = sweep_file(REPORTS_DIR / f"{spec.name}-tuned.yaml", spec.path,
+                                        f"{spec.name}-tuned", pick.profile.candidate.point,
+                                        swept)
     phase = "confirm" if standing else "profile"
-    for path in (plot, written):
+    for path in (outcome.plot, outcome.sweep_file):
         if path is not None:
             runs.attach(phase, path)
     runs.close()
-    return Outcome(profiles, standing, spread, rounds, baseline_verdict, verdicts, pick, plot,
-                   written, dict(runs.parents), runs.experiment_id)
+    outcome.parents, outcome.experiment_id = dict(runs.parents), runs.experiment_id
+    return outcome
