@@ -17,7 +17,7 @@ probe costs (probes, how many compiled, their compile and update seconds) are re
 its trial folders.
 
 Usage: python benchmarks/tune.py [--experiment lenet_digits] [--epochs EPOCHS]
-       [--batch 64 128] [--runs 3]
+       [--batch 64 128] [--runs 3] [--fixed KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -51,11 +51,12 @@ EPOCHS = 5
 SIDE_EPOCHS = 2  # the side-by-side trainings: samples/s is a rate, 2 epochs measure it
 
 
-def sweep_file(experiment: str, epochs: int, batches: list[int]) -> dict[str, Any]:
+def sweep_file(experiment: str, epochs: int, batches: list[int], fixed: dict[str, Any]
+               ) -> dict[str, Any]:
     return {"name": "tunebench", "experiment": experiment, "method": "grid",
             "objective": [{"metric": OBJECTIVE, "direction": "maximize"}],
             "budget": {"trial_timeout": 1800, "workers": 1, "repeats": 2},
-            "fixed": {"epochs": epochs, "lr": 0.01, "optimizer": "adam"},
+            "fixed": {"epochs": epochs, "lr": 0.01, "optimizer": "adam", **fixed},
             "params": {"micro_size": [1, 2, 4], "amp_level": ["O0", "O2"],
                        "loss_scale": ["none", "dynamic"], "batch_size": batches}}
 
@@ -101,8 +102,11 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--batch", type=int, nargs=2, default=[64, 128])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--fixed", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="more fixed params, e.g. width=8 for resnet_cifar")
     args = parser.parse_args()
-    spec = sweep_file(args.experiment, args.epochs, args.batch)
+    fixed = {k: yaml.safe_load(v) for k, _, v in (item.partition("=") for item in args.fixed)}
+    spec = sweep_file(args.experiment, args.epochs, args.batch, fixed)
     with tempfile.TemporaryDirectory() as tune_dir, tempfile.TemporaryDirectory() as grid_dir:
         for folder in (tune_dir, grid_dir):
             (Path(folder) / "tune.yaml").write_text(yaml.safe_dump(spec))
@@ -120,7 +124,7 @@ def main() -> None:
         best = max(kept, key=lambda g: g.mean("samples_per_s"))
         pick = tuned["pick"]
         print(f"{args.experiment}, {len(groups)} configurations x 2 seeds, {args.epochs} "
-              f"epoch(s), batch {args.batch}")
+              f"epoch(s), batch {args.batch}, fixed {spec['fixed']}")
         print(f"tune wall {tune_wall:.1f} s, grid wall {grid_wall:.1f} s: tune / grid "
               f"{tune_wall / grid_wall:.2f}")
         print(f"grid baseline {base.params}: {OBJECTIVE} {base.values[OBJECTIVE]}")
