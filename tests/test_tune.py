@@ -293,7 +293,7 @@ def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> 
     assert "no pick: every candidate was dropped (reasons above)" in shown
 
 
-def test_the_plot_numbers_candidates_fastest_first_and_its_key_says_each_fate(
+def test_the_plot_numbers_candidates_in_tunes_ranking_and_its_key_says_each_fate(
         tmp_path: Path) -> None:
     from msexp.tune.candidates import Candidate
     from msexp.tune.outcome import Outcome
@@ -316,13 +316,12 @@ def test_the_plot_numbers_candidates_fastest_first_and_its_key_says_each_fate(
                       Verdict(base, [0.9], 290.0, 5.0), verdicts, verdicts[0])
     rows = plot_key(outcome).splitlines()
     assert rows[0].split() == ["#", "micro_size", "samples/s", "MB", "rounds"]
-    assert [row.split()[:5] for row in rows[1:4]] == [
-        ["1", "8", "500.0", "12.00", "0"], ["2", "4", "410.0", "2.00", "1"],
-        ["3", "1", "300.0", "5.00", "0"]]
-    assert rows[1].endswith("dropped: train_mem_mb 12 > 10 (the budget)")
-    assert rows[2].endswith("the pick")
+    assert [row.split()[:5] for row in rows[1:5]] == [  # tune's ranking, then the dropped
+        ["1", "4", "410.0", "2.00", "1"], ["2", "2", "200.0", "3.00", "0"],
+        ["3", "1", "300.0", "5.00", "0"], ["4", "8", "500.0", "12.00", "0"]]
+    assert rows[1].endswith("the pick") and rows[2].endswith("not kept: worse")
     assert rows[3].endswith("the baseline: trained as the reference")
-    assert rows[4].endswith("not kept: worse")
+    assert rows[4].endswith("dropped: train_mem_mb 12 > 10 (the budget)")
     assert rows[5].split()[:4] == ["5", "16", "-", "-"] and rows[5].endswith("failed: exit 1")
     plot = throughput_plot(tmp_path / "t.png", outcome, 10.0, "title")
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -37,7 +37,7 @@ KINDS = {  # kind: (marker, color, size, legend name)
 def throughput_plot(path: Path, outcome: Outcome, memory_mb: float | None, title: str
                     ) -> Path:
     """samples/s against train_mem_mb for every profiled candidate, each marked by a number
-    that the key beside the axes spells out (its knobs, figures and fate), fastest first:
+    that the key beside the axes spells out (its knobs, figures and fate) in tune's ranking:
     the pick a star, the baseline (the first candidate) a square, dropped ones red crosses,
     those the confirm phase did not keep orange triangles, the memory budget a dashed
     line."""
@@ -45,7 +45,7 @@ def throughput_plot(path: Path, outcome: Outcome, memory_mb: float | None, title
     figure, (axes, key) = plt.subplots(1, 2, figsize=(14, 7.5),
                                        gridspec_kw={"width_ratios": [4, 3]})
     named: set[str] = set()
-    for number, profile in enumerate(_numbered(outcome.profiles), 1):
+    for number, profile in enumerate(_numbered(outcome), 1):
         if profile.memory_mb is None or not profile.rates:
             continue
         marker, color, size, name = KINDS[_kind(outcome, profile)]
@@ -76,7 +76,7 @@ def throughput_plot(path: Path, outcome: Outcome, memory_mb: float | None, title
 def plot_key(outcome: Outcome) -> str:
     """The plot's key: one row a candidate, numbered as on the axes, its knobs' values,
     samples/s, MB, halving rounds and what became of it."""
-    order = _numbered(outcome.profiles)
+    order = _numbered(outcome)
     knobs = list(order[0].candidate.point) if order else []
     widths = [max([len(k)] + [len(value_text(p.candidate.point.get(k))) for p in order])
               for k in knobs]
@@ -93,9 +93,11 @@ def plot_key(outcome: Outcome) -> str:
     return "\n".join(rows)
 
 
-def _numbered(profiles: list[Profile]) -> list[Profile]:
-    """The order of the plot's numbers: fastest first, the unmeasured last."""
-    return sorted(profiles, key=lambda p: -(p.rates or [-1.0])[-1])
+def _numbered(outcome: Outcome) -> list[Profile]:
+    """The order of the plot's numbers: tune's ranking (`standing`: halving's survivors
+    first), then the dropped, fastest first, the unmeasured last."""
+    dropped = [p for p in outcome.profiles if p not in outcome.standing]
+    return outcome.standing + sorted(dropped, key=lambda p: -(p.rates or [-1.0])[-1])
 
 
 def _kind(outcome: Outcome, profile: Profile) -> str:
