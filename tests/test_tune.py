@@ -16,6 +16,7 @@ from msexp.execution.protocol import Result, Status, TrialRequest, TrialResult, 
 from msexp.spec import load_spec
 from msexp.training.records import Probe
 from msexp.tune import rules
+from msexp.tune.phases import Verdict
 from msexp.tune.runner import failure
 from tests.conftest import with_callback, write
 
@@ -107,6 +108,63 @@ def test_the_keep_rule_allows_the_baselines_seed_spread_or_the_tolerance() -> No
     assert rules.keeps([0.99, 0.99], baseline, maximize=True)  # better is kept
     assert not rules.keeps([0.95], [0.91], maximize=False)  # a loss: higher is worse
     assert rules.keeps([0.90], [0.91], maximize=False)
+
+
+def test_the_next_to_confirm_are_the_next_k_in_the_ranking_faster_than_the_baseline() -> None:
+    ranking = ["a", "b", "base", "c", "d", "e"]  # tune's ranking: halving's survivors first
+    rates = {"a": 700.0, "b": 690.0, "base": 600.0, "c": 650.0, "d": 599.0, "e": 620.0}
+    confirmed = {"a", "b", "base"}
+    assert rules.next_to_confirm(ranking, rates, 600.0, confirmed, 2) == ["c", "e"]
+    assert rules.next_to_confirm(ranking, rates, 600.0, confirmed, 1) == ["c"]
+    assert rules.next_to_confirm(ranking, rates, 600.0, confirmed | {"c", "e"}, 2) == []
+    assert rules.next_to_confirm(ranking, rates, 0.0, set(ranking) - {"d"}, 2) == ["d"]
+
+
+def test_confirm_trains_the_next_k_only_when_none_of_the_top_k_keeps_the_objective() -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.phases import Budget, Profile, confirm
+    from msexp.tune.runner import Ran
+
+    class Table:
+        """Answers each training from a table of eval_accuracy by micro_size: what is under
+        test is whom the phase trains and keeps, not the training."""
+
+        def __init__(self, accuracy: dict[int, float]):
+            self.accuracy, self.trained = accuracy, []
+
+        def run(self, jobs, hosts=None):
+            self.trained.append(sorted({j.params["micro_size"] for j in jobs}))
+            return [Ran(j, TrialResult(Status.COMPLETE, {
+                "eval_accuracy": self.accuracy[j.params["micro_size"]], "samples_per_s": 1.0,
+                "train_mem_mb": 1.0}), 0.0) for j in jobs]
+
+    def profile(micro: int, rate: float) -> Profile:
+        return Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),
+                       rates=[rate])
+
+    base = profile(1, 500.0)
+    standing = [profile(8, 900.0), profile(4, 800.0), profile(2, 700.0), profile(16, 650.0),
+                profile(32, 600.0), base]
+
+    def run(accuracy: dict[int, float]) -> tuple[list[list[int]], list[Verdict]]:
+        table = Table(accuracy)
+        _, verdicts = confirm(table, standing, 2, base, [0, 1], "eval_accuracy", True, 0.0,
+                              Budget([], None), lambda ran, dropped: None)
+        return table.trained, verdicts
+
+    good = {m: 0.9 for m in (1, 2, 4, 8, 16, 32)}
+    trained, verdicts = run(good)  # the first kept: no second group
+    assert trained == [[1, 4, 8]] and verdicts[0].rejected is None
+    trained, verdicts = run({**good, 8: 0.5, 4: 0.5})  # the top 2 lose accuracy
+    assert trained == [[1, 4, 8], [2, 16]]
+    assert [v.profile.candidate.point["micro_size"] for v in verdicts] == [8, 4, 2, 16]
+    assert [v.rejected is None for v in verdicts] == [False, False, True, True]
+    trained, verdicts = run({**good, 8: 0.5, 4: 0.5, 2: 0.5, 16: 0.5})  # one more group only
+    assert trained == [[1, 4, 8], [2, 16]] and all(v.rejected for v in verdicts)
+    standing[1:] = [base, profile(4, 800.0)]  # the baseline ranks second: it is confirmed
+    trained, verdicts = run({**good, 8: 0.5})
+    assert trained == [[1, 8]] and [v.profile for v in verdicts] == standing[:2]
+    assert verdicts[1].rejected is None  # nothing ranked above it kept the objective
 
 
 def test_the_max_batch_search_matches_a_hand_search() -> None:

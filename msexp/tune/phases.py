@@ -147,36 +147,67 @@ def _latest(profiles: list[Profile]) -> tuple[dict[int, float], dict[int, float]
             {id(p): p.spreads[-1] for p in profiles})
 
 
-def confirm(runner: Runner, top: list[Profile], baseline: Profile, seeds: list[int | None],
-            objective: str, maximize: bool, tolerance: float, budget: Budget,
-            record: Record) -> tuple[Verdict | None, list[Verdict]]:
-    """Train the top candidates and the baseline for the sweep's epochs with each seed;
-    returns the baseline's verdict (None: it failed; `fits`: it keeps the budget) and the
-    candidates'."""
-    group = [baseline] + [p for p in top if p is not baseline]
-    jobs = [Job((i, seed), f"confirm-{i:02d}-seed{seed}",
+def confirm(runner: Runner, standing: list[Profile], top: int, baseline: Profile,
+            seeds: list[int | None], objective: str, maximize: bool, tolerance: float,
+            budget: Budget, record: Record) -> tuple[Verdict | None, list[Verdict]]:
+    """Train the baseline and the `top` fastest standing candidates for the sweep's epochs
+    with each seed; while none is kept, the next `top` faster than the baseline, up to
+    `rules.CONFIRM_GROUPS` groups. Returns the baseline's verdict (None: it failed; `fits`:
+    it keeps the budget) and the candidates', in tune's ranking."""
+    group = [baseline] + [p for p in standing[:top] if p is not baseline]
+    trained = _train(runner, group, seeds, objective, budget, record, reference=baseline)
+    base = trained[0]
+    if base.rejected:
+        for verdict in trained[1:]:
+            verdict.rejected = verdict.rejected or f"the baseline failed: {base.rejected}"
+        return None, trained[1:]
+    verdicts = {id(v.profile): v for v in trained  # the baseline where it ranks in the top
+                if v is not base or baseline in standing[:top]}
+    rates = {id(p): p.rates[-1] for p in standing}
+    for groups in range(1, rules.CONFIRM_GROUPS + 1):
+        for verdict in trained:
+            if verdict is not base:
+                _judge(verdict, base, objective, maximize, tolerance)
+        kept = any(v.rejected is None for v in verdicts.values())
+        after = rules.next_to_confirm([id(p) for p in standing], rates,
+                                      (baseline.rates or [0.0])[-1],
+                                      set(verdicts) | {id(baseline)}, top)
+        if kept or not after or groups == rules.CONFIRM_GROUPS:
+            break
+        trained = _train(runner, [p for p in standing if id(p) in after], seeds, objective,
+                         budget, record)
+        verdicts.update((id(v.profile), v) for v in trained)
+    return base, [verdicts[id(p)] for p in standing if id(p) in verdicts]
+
+
+def _judge(verdict: Verdict, base: Verdict, objective: str, maximize: bool,
+           tolerance: float) -> None:
+    """Reject a trained candidate whose objective falls short of the baseline's."""
+    if verdict.rejected is None and not rules.keeps(verdict.objective, base.objective,
+                                                    maximize, tolerance):
+        verdict.rejected = (f"{objective} {_mean(verdict.objective)} is worse than the "
+                            f"baseline's {_mean(base.objective)} by more than "
+                            f"{max(rules.seed_spread(base.objective), tolerance):.4g}")
+
+
+def _train(runner: Runner, group: list[Profile], seeds: list[int | None], objective: str,
+           budget: Budget, record: Record, reference: Profile | None = None) -> list[Verdict]:
+    """Train each of `group` with each seed, all at once; their verdicts, in order. The
+    `reference` (the baseline) is judged on its objective only; `fits` says whether it
+    keeps the budget."""
+    jobs = [Job((i, seed), f"{_job_name('confirm', p.candidate)}-seed{seed}",
                 {**p.candidate.params, **({} if seed is None else {"seed": seed})})
             for i, p in enumerate(group) for seed in seeds]
     ran = runner.run(jobs)
-    verdicts = [_verdict(p, [r for r in ran if r.job.key[0] == i], objective,
-                         budget if i else Budget([], None))  # the baseline: a reference
-                for i, p in enumerate(group)]
     record(ran, {})
-    base = verdicts[0]
-    base.fits = baseline.dropped is None and not any(
-        budget.violation(r.result.metrics, None) for r in ran if r.job.key[0] == 0)
-    if base.rejected:
-        for verdict in verdicts[1:]:
-            verdict.rejected = verdict.rejected or f"the baseline failed: {base.rejected}"
-        return None, verdicts[1:]
-    for verdict in verdicts[1:]:
-        if verdict.rejected is None and not rules.keeps(verdict.objective, base.objective,
-                                                        maximize, tolerance):
-            verdict.rejected = (f"{objective} {_mean(verdict.objective)} is worse than the "
-                                f"baseline's {_mean(base.objective)} by more than "
-                                f"{max(rules.seed_spread(base.objective), tolerance):.4g}")
-    by_profile = {id(v.profile): v for v in verdicts}
-    return base, [by_profile[id(p)] for p in top]  # fastest first, the baseline included
+    verdicts = [_verdict(p, [r for r in ran if r.job.key[0] == i], objective,
+                         Budget([], None) if p is reference else budget)
+                for i, p in enumerate(group)]
+    for i, (profile, verdict) in enumerate(zip(group, verdicts)):
+        if profile is reference:
+            verdict.fits = profile.dropped is None and not any(
+                budget.violation(r.result.metrics, None) for r in ran if r.job.key[0] == i)
+    return verdicts
 
 
 def _verdict(profile: Profile, runs: list[Ran], objective: str, budget: Budget) -> Verdict:
@@ -197,8 +228,12 @@ def _verdict(profile: Profile, runs: list[Ran], objective: str, budget: Budget) 
 
 
 def _probe_job(candidate: Candidate, phase: str, updates: int) -> Job:
-    name = f"{phase}-{candidate.label.replace(' ', '-').replace('=', '')}"
-    return Job(phase, name, candidate.params, Probe(updates))
+    return Job(phase, _job_name(phase, candidate), candidate.params, Probe(updates))
+
+
+def _job_name(phase: str, candidate: Candidate) -> str:
+    """A trial folder's name: the phase and the candidate's knobs."""
+    return f"{phase}-{candidate.label.replace(' ', '-').replace('=', '')}"
 
 
 def _absorb(profile: Profile, run: Ran, budget: Budget) -> None:

@@ -12,6 +12,7 @@ from typing import Callable
 
 OVERFLOW_LIMIT = 0.5  # a profile overflowing in more of its updates overflows persistently
 MAX_ROUNDS = 3
+CONFIRM_GROUPS = 2  # the top k, then once the next k: at most 2k + 1 configurations train
 NOTCH = 1.57  # McGill, Tukey & Larsen (1978): median +- 1.57 IQR / sqrt(n), about 95%
 
 
@@ -46,6 +47,14 @@ def halve(rates: Mapping[Hashable, float], measured_spread: float = math.inf
     leader = rates[order[0]] if order else 0.0
     contenders = [key for key in half if rates[key] * (1 + 2 * measured_spread) >= leader]
     return contenders if len(contenders) > 1 else half[:2]
+
+
+def next_to_confirm(ranking: Sequence[Hashable], rates: Mapping[Hashable, float],
+                    baseline_rate: float, confirmed: set[Hashable], k: int) -> list[Hashable]:
+    """The next k candidates in tune's ranking, not yet confirmed, faster than the
+    baseline (a slower one could not be picked over it)."""
+    return [key for key in ranking
+            if key not in confirmed and rates[key] > baseline_rate][:k]
 
 
 def spread(before: Mapping[Hashable, float], now: Mapping[Hashable, float]) -> float:

@@ -57,7 +57,8 @@ def run_folder(spec: SweepSpec) -> Path:
 
 
 def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -> Outcome:
-    """Profile every candidate, halve, confirm the top k against the baseline; the pick is
+    """Profile every candidate, halve, confirm the top k against the baseline (and the next
+    k where none of them keeps the objective); the pick is
     the fastest candidate kept, else the baseline where it fits the budget (nothing faster
     kept the objective). Trials that fail are dropped with their reason."""
     check_tunable(spec)
@@ -71,7 +72,7 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
     baseline_verdict, verdicts = None, []
     if standing:
         baseline_verdict, verdicts = phases.confirm(
-            runner, standing[:settings.top], profiles[0], seeds(spec), objective.metric,
+            runner, standing, settings.top, profiles[0], seeds(spec), objective.metric,
             objective.direction == "maximize", settings.tolerance, budget,
             lambda ran, dropped: runs.children("confirm", ran, dropped))
     pick = next((v for v in verdicts if v.rejected is None), None)
