@@ -167,6 +167,26 @@ def test_confirm_trains_the_next_k_only_when_none_of_the_top_k_keeps_the_objecti
     assert verdicts[1].rejected is None  # nothing ranked above it kept the objective
 
 
+def test_the_pick_is_what_trained_fastest_of_the_kept_and_the_baseline() -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.outcome import choose
+    from msexp.tune.phases import Profile
+
+    def verdict(rate: float, rejected: str | None = None, fits: bool = True) -> Verdict:
+        profile = Profile(Candidate({"lr": rate}, {"lr": rate}))
+        return Verdict(profile, [0.9], rate, 1.0, rejected, fits)
+
+    base = verdict(500.0)
+    first, second = verdict(450.0), verdict(520.0)  # ranked first by its profile, slower
+    assert choose([first, second], base) is second
+    assert choose([first], base) is base  # nothing kept trained faster
+    assert choose([verdict(900.0, "worse")], base) is base
+    assert choose([first], verdict(500.0, fits=False)) is first
+    assert choose([verdict(900.0, "worse")], verdict(500.0, fits=False)) is None
+    assert choose([verdict(math.nan), first], None) is first  # no samples/s: never ahead
+    assert choose([base, first], base) is base  # the baseline ranked among the top
+
+
 def test_the_max_batch_search_matches_a_hand_search() -> None:
     def memory_mb(size: int) -> float:  # a stand-in for measured memory: linear in size
         return 1.0 + 0.05 * size
@@ -275,8 +295,9 @@ def test_a_tune_run_drops_what_breaks_the_budget_and_picks_the_fastest_kept(
     fastest = max((c for c in found["candidates"] if len(c["samples_per_s"]) == rounds),
                   key=lambda c: c["samples_per_s"][-1])
     assert found["confirmed"][0]["config"] == fastest["config"]
-    assert pick["config"] == fastest["config"]  # --tolerance 1 keeps every candidate
-    base = found["baseline"]
+    base = found["baseline"]  # --tolerance 1 keeps every candidate: the fastest trained wins
+    trained = max(found["confirmed"] + [base], key=lambda v: v["samples_per_s"])
+    assert pick["config"] == trained["config"]
     assert base["config"] == {"micro_size": 1, "batch_size": 64}
     assert len(base["objective"]) == 2  # budget.repeats seeds
     assert pick["throughput_ratio"] == pytest.approx(

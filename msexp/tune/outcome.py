@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,18 @@ class Outcome:
         return [v.profile for v in self.verdicts if v.rejected]
 
 
+def choose(verdicts: list[Verdict], baseline: Verdict | None) -> Verdict | None:
+    """The pick: of the candidates kept and the baseline (where it fits the budget), the
+    one whose confirm trainings ran the most samples/s. Those trainings, the sweep's epochs
+    each, measure throughput better than a profile (THOR's inverses, for one, come every
+    `frequency` updates); None if nothing is kept and the baseline does not fit."""
+    chosen = [v for v in verdicts if v.rejected is None and v is not baseline]
+    if baseline is not None and baseline.fits:
+        chosen.append(baseline)
+    return max(chosen, default=None, key=lambda v: (
+        v.samples_per_s if math.isfinite(v.samples_per_s) else -math.inf))
+
+
 def fate(outcome: Outcome, profile: Profile) -> str:
     """What became of a candidate, in a few words."""
     if profile.dropped:
@@ -40,7 +53,7 @@ def fate(outcome: Outcome, profile: Profile) -> str:
         return "the pick" if chosen else (f"not kept: {confirmed.rejected}" if confirmed.rejected
                                           else "kept, slower than the pick")
     if outcome.baseline is not None and outcome.baseline.profile is profile:
-        return ("the pick: the baseline, as nothing faster kept the objective"
+        return ("the pick: the baseline, as nothing that kept the objective trained faster"
                 if outcome.pick is outcome.baseline else "the baseline: trained as the reference")
     rank = outcome.standing.index(profile) + 1
     return (f"ranked {rank} of {len(outcome.standing)} by samples/s: not among the "

@@ -10,7 +10,7 @@ from msexp.paths import REPORTS_DIR, STORE_DIR
 from msexp.spec import SweepSpec
 from msexp.tune import phases
 from msexp.tune.candidates import candidates, check_tunable, seeds
-from msexp.tune.outcome import Outcome
+from msexp.tune.outcome import Outcome, choose
 from msexp.tune.output import sweep_file, throughput_plot
 from msexp.tune.phases import Budget
 from msexp.tune.record import PhaseRuns
@@ -58,9 +58,9 @@ def run_folder(spec: SweepSpec) -> Path:
 
 def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -> Outcome:
     """Profile every candidate, halve, confirm the top k against the baseline (and the next
-    k where none of them keeps the objective); the pick is
-    the fastest candidate kept, else the baseline where it fits the budget (nothing faster
-    kept the objective). Trials that fail are dropped with their reason."""
+    k where none of them keeps the objective); the pick is the one that trained fastest
+    among those kept and the baseline (`choose`). Trials that fail are dropped with their
+    reason."""
     check_tunable(spec)
     found = candidates(spec)
     budget = budget_of(spec, settings.memory_mb)
@@ -75,9 +75,7 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
             runner, standing, settings.top, profiles[0], seeds(spec), objective.metric,
             objective.direction == "maximize", settings.tolerance, budget,
             lambda ran, dropped: runs.children("confirm", ran, dropped))
-    pick = next((v for v in verdicts if v.rejected is None), None)
-    if pick is None and baseline_verdict is not None and baseline_verdict.fits:
-        pick = baseline_verdict  # nothing faster keeps the objective
+    pick = choose(verdicts, baseline_verdict)
     outcome = Outcome(profiles, standing, spread, rounds, baseline_verdict, verdicts, pick)
     outcome.plot = throughput_plot(REPORTS_DIR / f"{spec.name}-tune.png", outcome,
                                    budget.memory_mb, f"msexp tune {spec.name}: throughput "
