@@ -39,8 +39,9 @@ MemoryOpt = Annotated[Optional[float], typer.Option(
 UpdatesOpt = Annotated[int, typer.Option(
     "--updates", min=2, help="Optimizer updates of a first profile, the compile's included; "
                              "each halving round doubles them.")]
-TopOpt = Annotated[int, typer.Option("--top", min=1, help="Fastest candidates the confirm "
-                                                          "phase trains against the baseline.")]
+TopOpt = Annotated[int, typer.Option(
+    "--top", min=1, help="Fastest candidates the confirm phase trains against the baseline; "
+                         "as many again where none of them keeps the objective.")]
 ToleranceOpt = Annotated[float, typer.Option(
     "--tolerance", min=0, help="How much worse than the baseline's objective a candidate "
                                "may be, where that exceeds the baseline's seed-to-seed spread.")]
