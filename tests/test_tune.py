@@ -187,6 +187,20 @@ def test_the_pick_is_what_trained_fastest_of_the_kept_and_the_baseline() -> None
     assert choose([base, first], base) is base  # the baseline ranked among the top
 
 
+def test_confirm_trains_the_seeds_the_file_sweeps_or_its_repeats(tmp_path: Path) -> None:
+    from msexp.tune.candidates import seeds
+
+    def seeds_of(extra: str) -> list:
+        return seeds(load_spec(write(tmp_path / "s.yaml", DIGITS.replace(
+            "repeats: 2", "repeats: 1") + extra)))
+
+    assert seeds(load_spec(write(tmp_path / "r.yaml", DIGITS))) == [0, 1]  # repeats: 2
+    assert seeds_of("      seed: [3, 5, 8]\n") == [3, 5, 8]  # listed: each a replicate
+    assert seeds_of("") == [0]
+    assert seeds(load_spec(write(tmp_path / "f.yaml", DIGITS.replace(
+        "epochs: 1,", "epochs: 1, seed: 7,")))) == [7, 8]
+
+
 def test_the_max_batch_search_matches_a_hand_search() -> None:
     def memory_mb(size: int) -> float:  # a stand-in for measured memory: linear in size
         return 1.0 + 0.05 * size

@@ -61,9 +61,10 @@ def _first_seed(spec: SweepSpec) -> int | None:
 
 
 def seeds(spec: SweepSpec) -> list[int | None]:
-    """The seeds the confirm phase trains each configuration with (`budget.repeats`)."""
-    first = _first_seed(spec)
-    return [None] if first is None else list(range(first, first + spec.budget.repeats))
+    """The seeds the confirm phase trains each configuration with: those the file sweeps
+    (`budget.repeats` sweeps them too), else its one seed (None: a command without)."""
+    swept = next((p.values for p in spec.space.params if p.name == "seed"), None)
+    return list(swept) if swept else [_first_seed(spec)]
 
 
 def check_tunable(spec: SweepSpec) -> None:
