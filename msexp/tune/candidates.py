@@ -54,16 +54,21 @@ def candidates(spec: SweepSpec) -> list[Candidate]:
     return list(found.values())
 
 
+def _swept_seeds(spec: SweepSpec) -> list[Any] | None:
+    """The seed values the file lists under `params` (or `budget.repeats` put there)."""
+    return next((p.values for p in spec.space.params if p.name == "seed"), None)
+
+
 def _first_seed(spec: SweepSpec) -> int | None:
     """The file's first seed (None: a command whose knobs have no seed)."""
-    seeds = next((p.values for p in spec.space.params if p.name == "seed"), None)
+    seeds = _swept_seeds(spec)
     return seeds[0] if seeds else spec.space.resolve({}).get("seed")
 
 
 def seeds(spec: SweepSpec) -> list[int | None]:
     """The seeds the confirm phase trains each configuration with: those the file sweeps
     (`budget.repeats` sweeps them too), else its one seed (None: a command without)."""
-    swept = next((p.values for p in spec.space.params if p.name == "seed"), None)
+    swept = _swept_seeds(spec)
     return list(swept) if swept else [_first_seed(spec)]
 
 
