@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from msexp.execution.host import Host  # noqa: E402
-from msexp.execution.protocol import Status, TrialRequest, TrialResult  # noqa: E402
+from msexp.execution.protocol import TrialRequest  # noqa: E402
+from msexp.execution.result import Status, TrialResult  # noqa: E402
 from msexp.spec import trial_params  # noqa: E402
 from msexp.training.records import Target  # noqa: E402
 

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from msexp.execution.host import Host  # noqa: E402
-from msexp.execution.protocol import Checkpointing, Status, TrialRequest  # noqa: E402
+from msexp.execution.protocol import Checkpointing, TrialRequest  # noqa: E402
+from msexp.execution.result import Status  # noqa: E402
 from msexp.spec import trial_params  # noqa: E402
 
 

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from msexp.execution.host import Host  # noqa: E402
-from msexp.execution.protocol import Command, Status, TrialRequest  # noqa: E402
+from msexp.execution.protocol import Command, TrialRequest  # noqa: E402
+from msexp.execution.result import Status  # noqa: E402
 
 SCRIPTS = ROOT / "tests" / "assets" / "scripts"
 SCRIPT = "train_digits.py"

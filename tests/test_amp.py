@@ -108,7 +108,8 @@ def test_o1_casts_white_listed_ops_and_writes_nothing_here(tmp_path, monkeypatch
 def test_an_o1_trial_leaves_no_scratch_folder(tmp_path, monkeypatch) -> None:
     """O1's rewritten source lives in a temp folder that the forked trial removes itself."""
     from msexp.execution.host import Host
-    from msexp.execution.protocol import Status, TrialRequest
+    from msexp.execution.protocol import TrialRequest
+    from msexp.execution.result import Status
     from msexp.spec import trial_params
     from tests.conftest import ROOT
 

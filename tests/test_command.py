@@ -15,7 +15,8 @@ from msexp.cli import app
 from msexp.execution.arguments import arguments
 from msexp.execution.command import CommandFailed, MetricReader
 from msexp.execution.host import Host
-from msexp.execution.protocol import Command, Start, Status, TrialRequest
+from msexp.execution.protocol import Command, Start, TrialRequest
+from msexp.execution.result import Status
 from msexp.search.storage import open_storage
 from msexp.training.records import Stopped
 from tests.conftest import ASSETS, ROOT, child_runs, mlflow_client, with_callback, write

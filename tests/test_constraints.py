@@ -80,7 +80,7 @@ def test_a_violation_is_how_far_a_metric_is_outside_its_bounds() -> None:
 
 
 def test_optuna_gets_each_constraints_violation_of_a_trial(workdir) -> None:
-    from msexp.execution.protocol import Status, TrialResult
+    from msexp.execution.result import Status, TrialResult
     from msexp.execution.subscribers import TrialInfo
     from msexp.search.study import open_study
     from msexp.search.tell import tell

@@ -18,7 +18,8 @@ from msexp.errors import SpecError
 from msexp.execution.host import Host
 from msexp.execution.msrun import rank_log_dir
 from msexp.execution.process import marked
-from msexp.execution.protocol import Status, TrialRequest, TrialResult, read_events
+from msexp.execution.protocol import TrialRequest, read_events
+from msexp.execution.result import Status, TrialResult
 from msexp.experiment import load_experiment
 from msexp.spec import parse_spec
 from msexp.spec.space import derived, parse_params

@@ -31,10 +31,10 @@ from msexp.execution.protocol import (
     Error,
     EventWriter,
     Start,
-    Status,
     TrialRequest,
     read_events,
 )
+from msexp.execution.result import Status
 from msexp.execution.slots import Slots
 from msexp.fence import TOKEN_FILE, Fence
 from msexp.keys import TrialEnv

@@ -24,13 +24,12 @@ from msexp.execution.protocol import (
     Launch,
     Result,
     Start,
-    Status,
     TrialRequest,
-    TrialResult,
     decode,
     encode,
     read_events,
 )
+from msexp.execution.result import Status, TrialResult
 from msexp.training.records import Epoch, Target
 
 PARAMS = {"micro_size": 2, "lr": 0.1, "amp_level": "O2", "epochs": 3, "seed": 1}

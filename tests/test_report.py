@@ -12,7 +12,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from msexp.errors import MsexpError
-from msexp.execution.protocol import Status, TrialResult
+from msexp.execution.result import Status, TrialResult
 from msexp.keys import StudyKey, TrialKey
 from msexp.tracking.report import (
     best_trials,

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from msexp.cli.options import RedactingConsole
 from msexp.cluster import services
-from msexp.execution.protocol import Status, TrialResult
+from msexp.execution.result import Status, TrialResult
 from msexp.search.storage import open_storage
 from msexp.spec.load import load_spec
 from msexp.tracking.spool import Spool

@@ -235,7 +235,7 @@ def test_the_progress_bar_shows_each_running_trial(workdir: Path) -> None:
     from rich.console import Console
 
     from msexp.cli import render
-    from msexp.execution.protocol import Status, TrialResult
+    from msexp.execution.result import Status, TrialResult
     from msexp.execution.subscribers import TrialInfo
     from msexp.spec import parse_spec
     from msexp.training.records import Epoch

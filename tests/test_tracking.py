@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from msexp.execution.protocol import Status, TrialResult
+from msexp.execution.result import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.paths import DEFAULT_TRACKING_URI
 from msexp.tracking.runs import Tracker, tracking_uri
@@ -324,7 +324,7 @@ def test_a_held_spool_record_is_passed_by_until_released_or_its_writer_dies(
     assert (path, record.run_id, record.number) == (held.path, "r0", 0)
     code = ("import os, signal, sys; from pathlib import Path\n"
             "from msexp.tracking.spool import Spool\n"
-            "from msexp.execution.protocol import Status, TrialResult\n"
+            "from msexp.execution.result import Status, TrialResult\n"
             f"Spool(Path({str(tmp_path / 'spool')!r})).hold('http://host:5000', '1', 'p', 1, "
             "{}, TrialResult(Status.COMPLETE), 2.0)\n"
             "os.kill(os.getpid(), signal.SIGKILL)")

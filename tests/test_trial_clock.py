@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from msexp.execution.host import Host
-from msexp.execution.protocol import Status, TrialRequest
+from msexp.execution.protocol import TrialRequest
+from msexp.execution.result import Status
 from msexp.spec import trial_params
 from tests.conftest import ROOT
 from tests.fault.conftest import DEADLINE_S, wait_for

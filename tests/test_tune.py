@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli.app import app
-from msexp.execution.protocol import Result, Status, TrialRequest, TrialResult, read_events
+from msexp.execution.protocol import Result, TrialRequest, read_events
+from msexp.execution.result import Status, TrialResult
 from msexp.spec import load_spec
 from msexp.training.records import Probe
 from msexp.tune import rules

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from msexp.execution.host import Host
-from msexp.execution.protocol import Status, TrialRequest
+from msexp.execution.protocol import TrialRequest
+from msexp.execution.result import Status
 from msexp.experiment import load_experiment
 from msexp.knobs import graph_params
 from msexp.spec import trial_params

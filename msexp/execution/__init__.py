@@ -1,1 +1,10 @@
-"""Running trials: the trial protocol, hosts and their trial children, slots and msrun trials."""
+"""Running trials: the trial protocol, hosts and their trial children, slots and msrun trials.
+
+What the search side sees of a trial is re-exported here: the events it reports, its
+result, and the subscribers that watch it."""
+
+from msexp.execution.protocol import Epoch
+from msexp.execution.result import Status, TrialResult
+from msexp.execution.subscribers import Subscriber, TrialInfo
+
+__all__ = ["Epoch", "Status", "Subscriber", "TrialInfo", "TrialResult"]

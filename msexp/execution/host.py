@@ -29,14 +29,8 @@ from msexp.execution.process import (
     marked,
     owner,
 )
-from msexp.execution.protocol import (
-    End,
-    Epoch,
-    EventReader,
-    Status,
-    TrialRequest,
-    TrialResult,
-)
+from msexp.execution.protocol import End, Epoch, EventReader, TrialRequest
+from msexp.execution.result import Status, TrialResult
 from msexp.fence import Fence
 from msexp.keys import TrialEnv
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from msexp.execution.protocol import Epoch, TrialResult
+from msexp.execution.protocol import Epoch
+from msexp.execution.result import TrialResult
 
 
 @dataclass

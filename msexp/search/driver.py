@@ -16,8 +16,7 @@ from typing import Any
 import optuna
 
 from msexp.errors import MsexpError, describe
-from msexp.execution.protocol import Epoch, Status, TrialResult
-from msexp.execution.subscribers import Subscriber, TrialInfo
+from msexp.execution import Epoch, Status, Subscriber, TrialInfo, TrialResult
 from msexp.interrupts import handled
 from msexp.search.prepare import prepare_trial, stale, unprepared
 from msexp.search.pruning import PruningBridge

@@ -9,7 +9,8 @@ from typing import Any
 
 import optuna
 
-from msexp.execution.protocol import Status, TrialRequest, TrialResult
+from msexp.execution.protocol import TrialRequest
+from msexp.execution.result import Status, TrialResult
 from msexp.execution.subscribers import TrialInfo
 from msexp.keys import StudyKey, TrialKey
 from msexp.knobs import value_text

@@ -7,7 +7,8 @@ import math
 import optuna
 from optuna.trial import TrialState
 
-from msexp.execution.protocol import Epoch, Status, TrialResult
+from msexp.execution.protocol import Epoch
+from msexp.execution.result import Status, TrialResult
 from msexp.execution.subscribers import TrialInfo
 from msexp.keys import TrialKey
 from msexp.spec import Objective, SweepSpec

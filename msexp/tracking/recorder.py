@@ -14,7 +14,7 @@ from typing import Any, Callable
 import optuna
 
 from msexp import hints
-from msexp.execution.protocol import TrialResult
+from msexp.execution.result import TrialResult
 from msexp.execution.subscribers import Subscriber, TrialInfo
 from msexp.keys import RunTag, StudyKey, TrialKey
 from msexp.spec import SweepSpec

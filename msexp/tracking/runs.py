@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from msexp import hints
 from msexp.errors import MsexpError
 from msexp.execution.process import space_note
-from msexp.execution.protocol import Status, TrialResult
+from msexp.execution.result import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.knobs import RESOLVED
 from msexp.paths import DEFAULT_TRACKING_URI, STORE_DIR

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from msexp.execution.protocol import TrialResult
+from msexp.execution.result import TrialResult
 from msexp.paths import SPOOL_DIR, write_atomic
 from msexp.urls import known_secrets, redact_known, redact_params
 

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
-from msexp.execution.protocol import TrialResult
+from msexp.execution.result import TrialResult
 from msexp.knobs import value_text
 from msexp.training.records import Probe
 from msexp.tune import rules

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from msexp.execution.host import Host
-from msexp.execution.protocol import Status, TrialRequest, TrialResult
+from msexp.execution.protocol import TrialRequest
+from msexp.execution.result import Status, TrialResult
 from msexp.search.requests import trial_request
 from msexp.spec import SweepSpec
 from msexp.training.records import Probe

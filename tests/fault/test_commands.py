@@ -16,7 +16,7 @@ import pytest
 
 from msexp.execution.host import Host
 from msexp.execution.process import kill_processes
-from msexp.execution.protocol import Status
+from msexp.execution.result import Status
 from msexp.search.requests import trial_request
 from msexp.spec.load import load_spec
 from tests.conftest import child_runs, msexp_cmd, write
