@@ -18,16 +18,20 @@ from msexp.errors import MsexpError
 
 
 def folder() -> Path:
-    """This user's private folder, made if missing; refused if another user could read it
-    or it is not a plain folder of this user's."""
+    """This user's private folder, made with mode 700 if missing; refused if it is not a
+    plain folder of this user's, or if its mode lets anyone else in (group or others,
+    read, write or enter): the message names the chmod that fixes it."""
     path = Path(tempfile.gettempdir()) / f"msexp-{os.getuid()}"
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)
     found = path.lstat()
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() \
-            or found.st_mode & 0o077:
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
         raise MsexpError(f"{path}: must be a folder of this user's with mode 700, "
                          f"got mode {stat.filemode(found.st_mode)} of uid {found.st_uid}")
+    if found.st_mode & 0o077:  # someone opened it up: say so rather than close it unseen
+        raise MsexpError(f"{path}: must have mode 700, as msexp keeps secrets there, got "
+                         f"mode {stat.filemode(found.st_mode)}: check who changed it, then "
+                         f"chmod 700 {path}")
     return path
 
 
