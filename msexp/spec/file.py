@@ -14,6 +14,7 @@ from msexp.errors import SpecError
 from msexp.paths import NAME_PATTERN
 
 Valid = TypeVar("Valid", bound=BaseModel)
+FAIL_FAST = 3  # identical failures, none completed, after which a sweep starts no more trials
 
 
 class Method(str, Enum):
@@ -44,8 +45,10 @@ class Objective(_Strict):
 
 class Budget(_Strict):
     """How many trials, how long each may run, how many run at once, how many seeds
-    each configuration runs with (`repeats`), and whether trials may reuse the graphs an
-    earlier trial compiled in the same worker (`cold: true` forbids it)."""
+    each configuration runs with (`repeats`), whether trials may reuse the graphs an
+    earlier trial compiled in the same worker (`cold: true` forbids it), and after how
+    many identical failures, with none completed, a sweep starts no more trials
+    (`fail_fast`; 0 or false: never, and no checks before or during the first trials)."""
 
     trials: Optional[int] = Field(None, ge=1)
     trial_timeout: float = Field(600.0, gt=0)
@@ -53,6 +56,14 @@ class Budget(_Strict):
     retries: int = Field(1, ge=0)
     repeats: int = Field(1, ge=1)
     cold: bool = False
+    fail_fast: int = Field(FAIL_FAST, ge=0)
+
+    @field_validator("fail_fast", mode="before",
+                     json_schema_input_type=Union[bool, Annotated[int, Field(ge=0)]])
+    @classmethod
+    def _switch(cls, value: Any) -> Any:
+        """`true` is the default count, `false` is 0."""
+        return (FAIL_FAST if value else 0) if isinstance(value, bool) else value
 
 
 class Pruner(_Strict):
