@@ -15,6 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 from msexp.errors import describe
+from msexp.execution.result import Status, TrialResult
 from msexp.execution.subscribers import TrialInfo
 from msexp.keys import TrialKey
 from msexp.search import requests, tell
@@ -31,20 +32,31 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def epochs(*values: float | None) -> list[Epoch]:
-    return [Epoch(i + 1, i + 1, 0.0, {} if v is None else {"acc": v, "loss": 1.0})
+    """Epochs of `acc` (None: an epoch without it); `loss` beside it, never the answer."""
+    return [Epoch(i + 1, i + 1, 0.0, {} if v is None else {"acc": v, "loss": 2.0 + v})
             for i, v in enumerate(values)]
 
 
-@pytest.mark.parametrize(("objective", "expected"), [
-    (Objective(metric="acc"), 0.4),
-    (Objective(metric="acc", reduce="best"), 0.9),
-    (Objective(metric="acc", reduce="best", direction="minimize"), 0.2),
-    (Objective(metric="loss", reduce="best"), 1.0),
-])
-def test_the_told_value_is_the_final_one_or_the_best_epochs(objective: Objective,
-                                                            expected: float) -> None:
-    history = epochs(0.2, None, math.nan, 0.9, 0.4)
-    assert tell.objective_value(objective, {"acc": 0.4, "loss": 3.0}, history) == expected
+FINAL = {"acc": 0.45, "loss": 3.0}  # the trial's final metrics: no epoch's value
+
+
+# the best epoch first, in the middle and last, for either direction, with epochs that
+# lack the metric or hold NaN between: every wrong reduction (the last epoch, the first,
+# the other direction, all but the last or the first, the final metric) tells another value
+@pytest.mark.parametrize(("history", "direction", "best"), [
+    ((0.9, None, 0.2, 0.4), "maximize", 0.9),
+    ((0.3, 0.8, math.nan, 0.6), "maximize", 0.8),
+    ((0.5, None, 0.7, math.nan, 0.9), "maximize", 0.9),
+    ((0.2, 0.7, None, 0.5), "minimize", 0.2),
+    ((0.5, math.nan, 0.1, 0.3), "minimize", 0.1),
+    ((0.6, 0.4, None, 0.1), "minimize", 0.1),
+], ids=["max-first", "max-middle", "max-last", "min-first", "min-middle", "min-last"])
+def test_the_told_value_is_the_final_one_or_the_best_epochs(
+        history: tuple[float | None, ...], direction: str, best: float) -> None:
+    reduced = Objective(metric="acc", reduce="best", direction=direction)
+    assert tell.objective_value(reduced, FINAL, epochs(*history)) == best
+    final = Objective(metric="acc", direction=direction)
+    assert tell.objective_value(final, FINAL, epochs(*history)) == 0.45
 
 
 def test_without_a_finite_epoch_value_best_falls_back_to_the_final_one() -> None:
@@ -97,28 +109,63 @@ def test_the_progress_shows_the_best_trial_so_far_or_the_pareto_size(workdir: Pa
     spec = load_spec(write(workdir / "b.yaml", """
         name: best
         experiment: mlp_digits
-        params: {lr: [0.1, 0.2, 0.3]}
+        params: {lr: [0.1, 0.2, 0.3, 0.4]}
         objective: {metric: eval_loss, direction: minimize}
     """))
     study, _ = open_study(spec, None)
     source = source_of(spec, study)
     assert tell.best_so_far(study, spec) == "-"
-    for value in (0.5, 0.123456, 0.9):
+    # the best first, then last, then in the middle; the largest is never the best
+    for value, shown in ((0.5, "0.5 (#0)"), (0.9, "0.5 (#0)"), (0.123456, "0.1235 (#2)"),
+                         (0.7, "0.1235 (#2)")):
         study.tell(source.claim(), value)
-    assert tell.best_so_far(study, spec) == "eval_loss=0.1235 (#1)"
+        assert tell.best_so_far(study, spec) == f"eval_loss={shown}"
     pareto = load_spec(write(workdir / "p.yaml", """
         name: pareto
         experiment: mlp_digits
-        params: {lr: [0.1, 0.2, 0.3]}
+        params: {lr: [0.1, 0.2, 0.3, 0.4]}
         objective: [{metric: eval_accuracy}, {metric: samples_per_s}]
     """))
     study, _ = open_study(pareto, None)
     two = source_of(pareto, study)
-    for values in ([0.9, 10.0], [0.8, 20.0], [0.7, 5.0]):
+    # the second is dominated (by the third); all four, or all but the first or the last,
+    # would make another count
+    for values in ([0.9, 10.0], [0.7, 5.0], [0.8, 20.0], [0.6, 30.0]):
         study.tell(two.claim(), values)
-    assert tell.best_so_far(study, pareto) == "pareto 2"
+    assert tell.best_so_far(study, pareto) == "pareto 3"
     source.close(), two.close()
 
+
+
+def test_optuna_keeps_an_errors_cause_at_its_end_and_a_shorter_error_whole(
+        workdir: Path) -> None:
+    # mutation (issue 40): the error cut to its first 100 characters, losing the cause
+    spec = load_spec(write(workdir / "e.yaml", """
+        name: errors
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2]}
+    """))
+    study, _ = open_study(spec, None)
+    source = source_of(spec, study)
+    noise = "\n".join(f"[WARNING] ME(4242:1,MainProcess):2026-11-26-10:00:{i:02d}.123.456 "
+                      f"[mindspore/train/serialization.py:{1000 + i}] a warning" for i in range(40))
+    cause = "ValueError: For 'MatMul', the input dimensions must be equal, but got 64 and 32."
+    long = f"msrun exited with code 1; last lines of worker_0.log:\n{noise}\n{cause}"
+    short = f"RuntimeError: {'x' * 800}\n{cause}"
+    for error in (long, short):
+        handle = source.claim()
+        tell.tell(study, spec, TrialInfo(handle.number, f"#{handle.number}", {}, {}, 0.0,
+                                         handle=handle), TrialResult(Status.FAILED, error=error))
+        source.done(handle)
+    source.close()
+    kept = [t.user_attrs[TrialKey.ERROR] for t in optuna.load_study(
+        study_name="errors", storage=study._storage).trials]
+    assert len(long) > 4000 and len(short) < 1000
+    assert kept[1] == short, "an error within the limit is kept whole"
+    assert len(kept[0]) <= 1000
+    assert kept[0].startswith("msrun exited with code 1; last lines of worker_0.log:\n")
+    assert kept[0].endswith(long[-600:]), "the last lines, which name the cause"
+    assert "[...]" in kept[0]
 
 @pytest.mark.parametrize("pruner", ["none", "median"])
 def test_only_a_pruner_gets_each_epochs_finite_objective_and_may_stop_the_trial(

@@ -42,7 +42,7 @@ def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialRe
              TrialKey.METRICS: {k: v for k, v in metrics.items() if math.isfinite(v)},
              TrialKey.EPOCHS: epoch_table(result.epochs), **trial.attrs}
     if result.error:
-        attrs[TrialKey.ERROR] = result.error[:1000]
+        attrs[TrialKey.ERROR] = kept_error(result.error)
     if result.checkpoint:
         attrs[TrialKey.CHECKPOINT] = str(result.checkpoint)
     if spec.constraints:
@@ -55,6 +55,21 @@ def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialRe
         study.tell(trial.handle, objective_values(spec, result))
     else:
         study.tell(trial.handle, state=_OPTUNA_STATE[result.status])
+
+
+# an RDB storage keeps a user attribute as JSON in a TEXT column (65,535 bytes on MySQL):
+# 1000 characters take at most 12,000 bytes, escaped
+ERROR_CHARS = 1000
+CUT = "\n[...]\n"
+
+
+def kept_error(error: str) -> str:
+    """`error` as Optuna keeps it: whole, or, past ERROR_CHARS, its head (what failed) and
+    its tail (a traceback's or a log's last lines: what caused it) around a cut."""
+    if len(error) <= ERROR_CHARS:
+        return error
+    head = ERROR_CHARS // 5
+    return error[:head] + CUT + error[len(error) - (ERROR_CHARS - head - len(CUT)):]
 
 
 def final_metrics(result: TrialResult) -> dict[str, float]:
