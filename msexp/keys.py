@@ -40,6 +40,7 @@ class TrialKey:
     FEASIBLE = "feasible"  # whether it kept the sweep's constraints
     MISSING = "missing_objectives"  # objectives a trial that ran to the end did not report
     EPOCHS = "epoch_metrics"  # {"epoch": [1, 2, ...], "eval_accuracy": [...], ...}
+    BATCH_STATISTICS = "batch_statistics"  # {"layers", "micro_batch", "batch"}: BatchNorm
 
 
 class RunTag:
@@ -57,6 +58,8 @@ class RunTag:
     SUPERSEDED_BY = "msexp.superseded_by"  # on a parent run: the study version replacing it
     SUPERSEDES = "msexp.supersedes"  # on a parent run: the study version it replaces
     NOTE = "mlflow.note.content"  # the run's description in the UI
+    BATCH_STAT_LAYERS = "batch_stat_layers"  # how many BatchNorm layers the network holds
+    BATCH_STATISTICS = "batch_statistics"  # what they change at the trial's micro_size
 
 
 class TrialEnv:

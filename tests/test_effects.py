@@ -15,6 +15,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from typer.testing import CliRunner
 
 from msexp.cli import app
+from msexp.cli.options import parse_baselines
 from msexp.errors import MsexpError
 from msexp.keys import StudyKey, TrialKey
 from msexp.tracking.curves import curves_of, epoch_table
@@ -22,7 +23,6 @@ from msexp.tracking.effects import (
     MAX_CATEGORIES,
     is_fraction_name,
     knob_effects,
-    parse_baselines,
 )
 from msexp.tracking.report import build_report
 from msexp.training.records import Epoch

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console, ConsoleDimensions
 
-from msexp.errors import SpecError
+from msexp.errors import MsexpError, SpecError
 from msexp.paths import DEFAULT_TRACKING_URI, JOURNAL, NAME_PATTERN, NAME_RULE
 from msexp.urls import redact
 
@@ -81,3 +81,14 @@ def optuna_to_log() -> None:
 
     optuna.logging.disable_default_handler()
     optuna.logging.enable_propagation()
+
+
+def parse_baselines(options: list[str]) -> dict[str, str]:
+    """`["micro_size=1"]` -> `{"micro_size": "1"}`."""
+    found = {}
+    for option in options:
+        name, sep, value = option.partition("=")
+        if not sep or not name.strip():
+            raise MsexpError(f"--baseline {option}: expected KNOB=VALUE, e.g. micro_size=1")
+        found[name.strip()] = value.strip()
+    return found

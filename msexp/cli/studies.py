@@ -17,6 +17,7 @@ from msexp.cli.options import (
     TrackingOpt,
     console,
     optuna_to_log,
+    parse_baselines,
 )
 from msexp.cli.render import (
     cell,
@@ -64,7 +65,6 @@ def report(
 
     Example: msexp report sweeps/accum.yaml --baseline micro_size=1
     """
-    from msexp.tracking.effects import parse_baselines  # lazy: both import Optuna
     from msexp.tracking.report import build_report, log_report  # lazy: Optuna's plots
 
     loaded = _existing_study(file, study, storage)

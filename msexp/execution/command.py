@@ -39,7 +39,7 @@ from msexp.execution.protocol import Command, Epoch, EventReader, Start, TrialRe
 from msexp.execution.script_help import switches
 from msexp.keys import TrialEnv
 from msexp.paths import newest_checkpoint, search_path, write_atomic
-from msexp.training.records import Stopped
+from msexp.training.records import BatchStatistics, Stopped
 from msexp.urls import known_secrets, redact, redact_params, secret_name
 
 POLL_S = 0.05
@@ -204,6 +204,7 @@ class _Epochs:
             if isinstance(event, Epoch):
                 self.count += 1
                 self.last.update(event.metrics)
+            if isinstance(event, (Epoch, BatchStatistics)):
                 self.emit(event)
 
 
@@ -261,6 +262,7 @@ class CheckRun:
     echoed: dict[str, float]
     checkpoint: Path | None
     log: Path
+    batch_statistics: BatchStatistics | None = None  # the script's network's, via msexp.hooks
 
 
 def check_run(request: TrialRequest, timeout: float) -> CheckRun:
@@ -272,9 +274,10 @@ def check_run(request: TrialRequest, timeout: float) -> CheckRun:
     assert request.folder is not None and request.command is not None
     request.folder.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
+    told: list[Any] = []
     with request.log_path.open("w", encoding="utf-8") as log:
         try:
-            metrics, checkpoint = run_command(request, lambda event: None,
+            metrics, checkpoint = run_command(request, told.append,
                                               lambda: time.monotonic() > deadline, log)
         except Stopped:
             raise CommandFailed(f"it did not finish within {timeout:g} s") from None
@@ -285,4 +288,6 @@ def check_run(request: TrialRequest, timeout: float) -> CheckRun:
     reader = MetricReader(request.command.metrics)
     for line in request.log_path.read_text(encoding="utf-8").splitlines():
         reader.feed(line)
-    return CheckRun(metrics, reader.echoed, checkpoint, request.log_path)
+    stats = [event for event in told if isinstance(event, BatchStatistics)]
+    return CheckRun(metrics, reader.echoed, checkpoint, request.log_path,
+                    stats[0] if stats else None)

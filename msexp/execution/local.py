@@ -16,7 +16,7 @@ from typing import Any, Callable
 from msexp.execution.protocol import Event, Result, Start, TrialRequest, reusable
 from msexp.experiment import Workload, load_experiment, workload_problem
 from msexp.fence import Fence
-from msexp.training.records import Diverged, Stopped
+from msexp.training.records import BatchStatistics, Diverged, Stopped
 
 Emit = Callable[[Event], None]
 
@@ -82,6 +82,7 @@ def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[
     earlier = resumable(plan) if plan else None
     emit(Start(workload.data_source, os.getpid(), impl, earlier.epoch if earlier else 0,
                reused))
+    _tell_batch_statistics(workload, params, emit)
     if earlier:
         print(f"msexp: resuming from epoch {earlier.epoch} ({plan.folder / earlier.file})",
               flush=True)
@@ -129,6 +130,22 @@ def build_workload(request: TrialRequest) -> Workload:
     if problem:
         raise TypeError(problem)
     return workload
+
+
+def _tell_batch_statistics(workload: Workload, params: dict[str, Any], emit: Emit) -> None:
+    """Emit the network's batch-statistic layers (if any) and, where each sees a part of
+    the batch, say what that changes in the trial's log."""
+    from msexp.training.batch_stats import batch_statistic_layers  # lazy: MindSpore
+
+    layers = batch_statistic_layers(workload.network)
+    if not layers:
+        return
+    batch = params["batch_size"]
+    stats = BatchStatistics(len(layers), batch // (params["micro_size"] * params.get("devices", 1)),
+                            batch)
+    emit(stats)
+    if not stats.exact:
+        print(f"msexp: {stats.line()}", flush=True)
 
 
 def _implementations(params: dict[str, Any]) -> dict[str, str]:

@@ -2,9 +2,9 @@
 
 A trial process reads one `TrialRequest` (a JSON line) and appends events to the
 trial's `events.jsonl`, one JSON object a line: `launch` (data parallel only), `start`,
-one `epoch` per epoch, then `result` or `error`, and always `end` last. `EventWriter`
-writes that stream and `EventReader` reads it; nothing else builds or parses them.
-`execution/result.py` makes a `TrialResult` of the stream.
+`batch_statistics` (a network with BatchNorm), one `epoch` per epoch, then `result` or
+`error`, and always `end` last. `EventWriter` writes that stream and `EventReader` reads
+it; nothing else builds or parses them. `execution/result.py` makes a `TrialResult` of it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any, Union
 
 from msexp.knobs import graph_params
-from msexp.training.records import Epoch, Probe, Target
+from msexp.training.records import BatchStatistics, Epoch, Probe, Target
 from msexp.urls import redact_known
 
 
@@ -163,9 +163,10 @@ class End:
     """Nothing follows."""
 
 
-Event = Union[Launch, Start, Epoch, Result, Error, End]  # Epoch: the training loop builds it
-_KINDS: dict[str, type] = {"launch": Launch, "start": Start, "epoch": Epoch, "result": Result,
-                           "error": Error, "end": End}
+# Epoch and BatchStatistics: the training loop or msexp.hooks builds them
+Event = Union[Launch, Start, BatchStatistics, Epoch, Result, Error, End]
+_KINDS: dict[str, type] = {"launch": Launch, "start": Start, "batch_statistics": BatchStatistics,
+                           "epoch": Epoch, "result": Result, "error": Error, "end": End}
 _NAMES = {cls: name for name, cls in _KINDS.items()}
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from msexp.execution.protocol import End, Epoch, Error, Event, Launch, Result, Start
+from msexp.training.records import BatchStatistics
 
 PATHS = ("log_path", "events_path", "rank_logs", "checkpoint")  # TrialResult's Path fields
 
@@ -42,6 +43,7 @@ class TrialResult:
     resumed_from: int = 0
     warm: bool = False
     pid: int = 0  # the process that ran the trial
+    batch_statistics: BatchStatistics | None = None  # its network's BatchNorm layers
 
     def absorb(self, event: Event) -> bool:
         """Update from one event of the trial's stream; True at its end."""
@@ -50,6 +52,8 @@ class TrialResult:
         elif isinstance(event, Start):
             self.data_source, self.impl = event.data_source, event.impl
             self.resumed_from, self.warm, self.pid = event.resumed_from, event.warm, event.pid
+        elif isinstance(event, BatchStatistics):
+            self.batch_statistics = event
         elif isinstance(event, Epoch):
             self.epochs.append(event)
         elif isinstance(event, Result):  # a trial the pruner stopped stays PRUNED
@@ -73,6 +77,8 @@ class TrialResult:
         """Inverse of `to_json`."""
         data = dict(data, status=Status(data["status"]),
                     epochs=[Epoch(**e) for e in data.get("epochs", [])])
+        if data.get("batch_statistics"):
+            data["batch_statistics"] = BatchStatistics(**data["batch_statistics"])
         for key in PATHS:
             data[key] = Path(data[key]) if data.get(key) else None
         return cls(**data)

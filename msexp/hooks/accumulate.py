@@ -20,8 +20,11 @@ from typing import Any
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn
 
+from msexp.hooks.channel import tell
 from msexp.knobs import KNOBS
+from msexp.training.batch_stats import batch_statistic_layers
 from msexp.training.loss_scale import make_scaler
+from msexp.training.records import BatchStatistics
 from msexp.training.step import TrainStep
 
 Params = Any  # a dict, an argparse Namespace or a config object with attributes
@@ -78,11 +81,14 @@ class AccumulatingTrainStep(nn.Cell):
                                                    values["clip_grad_norm"]))
         self.drop_overflow_update = drop
         self.micro = 0  # the micro-batch size, from the largest batch seen
+        self.batch_statistic_layers = len(batch_statistic_layers(network))
         self.overflow_steps = self.skipped_updates = 0
 
     def __call__(self, *columns: Any) -> Tensor:
         *inputs, labels = columns
         size = int(labels.shape[0])
+        if not self.micro:
+            self._tell_batch_statistics(size)
         self.micro = max(self.micro, -(-size // self.micro_size))
         if self.step.thor is not None and size % self.micro:
             raise ValueError(f"THOR needs micro-batches of one size ({self.micro}), but a batch "
@@ -100,6 +106,16 @@ class AccumulatingTrainStep(nn.Cell):
             self.overflow_steps += 1
             self.skipped_updates += self.drop_overflow_update
         return sum(losses[1:], losses[0]) / self.micro_size
+
+    def _tell_batch_statistics(self, batch: int) -> None:
+        """At the first batch: msexp learns of the network's BatchNorm layers; the log says
+        what they change where each sees a part of the batch."""
+        if not self.batch_statistic_layers:
+            return
+        stats = BatchStatistics(self.batch_statistic_layers, -(-batch // self.micro_size), batch)
+        tell(stats)
+        if not stats.exact:
+            print(f"msexp: {stats.line()}", flush=True)
 
     @property
     def loss_scale(self) -> float | None:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from msexp.execution.protocol import Epoch, EventWriter
+from msexp.execution.protocol import Epoch, Event, EventWriter
 from msexp.keys import TrialEnv
 
 _state: dict[str, Any] = {"stop": False, "writer": None, "began": time.perf_counter()}
@@ -51,15 +51,21 @@ def report(epoch: int, step: int | None = None, *,
     them, uses them for pruning and takes the last value of each as final. `step` counts
     optimizer updates so far (MLflow's step axis); `series` holds per-update values of this
     epoch (`train_loss`, `loss_scale`), logged one per update ending at `step`."""
+    values = {k: float(v) for k, v in metrics.items()}
+    per_update = {k: [float(v) for v in vs] for k, vs in (series or {}).items()}
+    tell(Epoch(epoch, epoch if step is None else step, time.perf_counter() - _state["began"],
+               values, per_update))
+
+
+def tell(event: Event) -> None:
+    """Write one event of the trial's protocol (an `Epoch`, `BatchStatistics`) to msexp;
+    nothing outside msexp."""
     if not active():
         return
     writer = _state["writer"]
     if writer is None:
         writer = _state["writer"] = EventWriter.open(Path(os.environ[TrialEnv.EVENTS]))
-    values = {k: float(v) for k, v in metrics.items()}
-    per_update = {k: [float(v) for v in vs] for k, vs in (series or {}).items()}
-    writer(Epoch(epoch, epoch if step is None else step,
-                 time.perf_counter() - _state["began"], values, per_update))
+    writer(event)
 
 
 def should_stop() -> bool:

@@ -305,7 +305,7 @@ class Tracker:
             base, command = self.uri.rstrip("/"), None
         else:
             base = f"http://127.0.0.1:{UI_PORT}"
-            command = f"mlflow ui --backend-store-uri {self.uri} --port {UI_PORT}"
+            command = f"mlflow ui --backend-store-uri {self.uri} --port {UI_PORT} --workers 1"
         return (f"{base}/#/experiments/{experiment_id}/runs{UI_TRAINING_VIEW}",
                 f"{base}/#/experiments/{experiment_id}/runs/{parent_id}{UI_TRAINING_VIEW}",
                 command)
@@ -342,7 +342,8 @@ def _params(values: Mapping[str, Any]) -> list:
 
 
 def _trial_tags(result: TrialResult, extra: Mapping[str, str]) -> list:
-    """The tags of how a trial ended (status, error, resume, warm) and `extra`."""
+    """The tags of how a trial ended (status, error, resume, warm, batch statistics) and
+    `extra`."""
     from mlflow.entities import RunTag as Tag  # lazy: as above
 
     tags = {RunTag.STATUS: result.status.value, **extra}
@@ -352,6 +353,11 @@ def _trial_tags(result: TrialResult, extra: Mapping[str, str]) -> list:
         tags[RunTag.RESUMED_FROM] = str(result.resumed_from)
     if result.pid:  # it started
         tags[RunTag.WARM] = str(result.warm).lower()
+    stats = result.batch_statistics
+    if stats:
+        tags[RunTag.BATCH_STAT_LAYERS] = str(stats.layers)
+        if not stats.exact:
+            tags[RunTag.BATCH_STATISTICS] = stats.line()
     return [Tag(k, v) for k, v in _redacted(tags).items()]
 
 

@@ -49,3 +49,25 @@ class Epoch:
     elapsed_s: float
     metrics: dict[str, float]
     series: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BatchStatistics:
+    """A trial's network holds `layers` layers that normalise with batch statistics in
+    train mode, and each sees micro-batches of `micro_batch` samples of a `batch`."""
+
+    layers: int
+    micro_batch: int
+    batch: int
+
+    @property
+    def exact(self) -> bool:
+        """Whether they see the whole batch (micro_size 1): accumulation changes nothing."""
+        return self.micro_batch >= self.batch
+
+    def line(self) -> str:
+        """What changes, in one line (docs/how-a-trial-runs.md: batch statistics)."""
+        return (f"batch statistics: {self.layers} BatchNorm layer(s) normalise each "
+                f"micro-batch of {self.micro_batch} samples by its own mean and variance, not "
+                f"the batch of {self.batch}, and update their moving statistics once per "
+                "micro-batch: the update is not the full-batch one")
