@@ -193,7 +193,8 @@ def test_ui_links_open_the_training_view(tracker: Tracker) -> None:
     runs, parent, command = tracker.ui_links("1", "abc")
     assert runs == "http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning"
     assert parent.endswith("/experiments/1/runs/abc?workflowType=machine_learning")
-    assert command == f"mlflow ui --backend-store-uri {DEFAULT_TRACKING_URI} --port 5000"
+    assert command == (f"mlflow ui --backend-store-uri {DEFAULT_TRACKING_URI} --port 5000 "
+                       "--workers 1")
 
 
 def test_msexp_sync_delivers_what_waits_and_says_what_is_left(
