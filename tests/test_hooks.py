@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from mindspore import Tensor, nn
 from mindspore.dataset import NumpySlicesDataset
-from mindspore.train import Accuracy
+from mindspore.train import Accuracy, Callback
 
 from msexp import hooks
 
@@ -45,30 +45,70 @@ def train_with_model(params: dict, samples: int = SAMPLES, **train: object
 BASE = {"batch_size": BATCH, "optimizer": "momentum", "lr": 0.1, "epochs": 2}
 
 
+class StepLosses(Callback):
+    """Each step's loss, as `Model.train`'s callbacks get it (what LossMonitor prints)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.losses: list[float] = []
+
+    def on_train_step_end(self, run_context) -> None:
+        self.losses.append(float(run_context.original_args().net_outputs.asnumpy()))
+
+
 @pytest.mark.parametrize("loss_scale", ["none", "dynamic"])
 @pytest.mark.parametrize("micro_size", [2, 4])
 def test_accumulation_through_model_train_equals_the_full_batch(micro_size: int,
                                                                 loss_scale: str) -> None:
     base = {**BASE, "loss_scale": loss_scale, "loss_scale_value": 1024.0}
-    full = train_with_model({**base, "micro_size": 1})
-    accumulated = train_with_model({**base, "micro_size": micro_size})
+    full_losses, accumulated_losses = StepLosses(), StepLosses()
+    full = train_with_model({**base, "micro_size": 1}, callbacks=full_losses)
+    accumulated = train_with_model({**base, "micro_size": micro_size},
+                                   callbacks=accumulated_losses)
     assert not np.allclose(full["0.weight"], INITIAL["0.weight"]), "the weights never moved"
     for name, want in full.items():
         np.testing.assert_allclose(accumulated[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert len(set(full_losses.losses)) == len(full_losses.losses) == 8
+    np.testing.assert_allclose(accumulated_losses.losses, full_losses.losses, rtol=1e-5)
 
 
 @pytest.mark.slow  # over 5 s: the fast tier stays quick
 def test_a_partial_last_update_is_the_same_at_every_micro_size() -> None:
     """70 samples in batches of 16: each epoch ends with an update of 6, which micro_size
-    2 and 4 split into micro-batches of 8 and 4 weighted by their real sizes."""
-    runs = {m: train_with_model({**BASE, "micro_size": m}, UNEVEN) for m in (1, 2, 4)}
+    2 and 4 split into micro-batches of 8 and 4 weighted by their real sizes: the same
+    weights, and the same loss reported at each step."""
+    losses = {m: StepLosses() for m in (1, 2, 4)}
+    runs = {m: train_with_model({**BASE, "micro_size": m}, UNEVEN, callbacks=losses[m])
+            for m in (1, 2, 4)}
     dropped = train_with_model({**BASE, "micro_size": 1}, UNEVEN - 6)
     assert not np.allclose(runs[1]["0.weight"], dropped["0.weight"], atol=1e-4), \
         "the partial update changed nothing"
+    assert len(losses[1].losses) == 10
     for micro_size in (2, 4):
         for name, want in runs[1].items():
             np.testing.assert_allclose(runs[micro_size][name], want, rtol=1e-6, atol=1e-6,
                                        err_msg=f"micro_size {micro_size}: {name}")
+        np.testing.assert_allclose(losses[micro_size].losses, losses[1].losses, rtol=1e-5,
+                                   err_msg=f"micro_size {micro_size}: the step losses")
+
+
+@pytest.mark.parametrize("micro_size", [1, 2, 4])
+def test_the_loss_of_a_partial_last_batch_is_its_mean_loss_at_every_micro_size(
+        micro_size: int) -> None:
+    """A batch of 16, then an epoch's last one of 6, which micro_size 2 splits into one
+    micro-batch of 6 and micro_size 4 into two of 4 and 2: each step's loss is its batch's
+    mean loss as the network computes it (twice that if divided by the micro-batches'
+    count, the mean of 4 and 2 samples' means if they were not weighted by size)."""
+    # mutation (issue 40): the loss of a partial batch divided by its number of micro-batches
+    network, loss_fn = mlp(), nn.CrossEntropyLoss()
+    params = {**BASE, "micro_size": micro_size}
+    step = hooks.train_network(network, loss_fn, hooks.optimizer(network, params, 5), params)
+    for x, y in ((X[:BATCH], Y[:BATCH]), (X[UNEVEN - 6:], Y[UNEVEN - 6:])):
+        x, y = Tensor(x), Tensor(y)
+        before = float(loss_fn(network(x), y).asnumpy())  # the weights this step starts at
+        parts = [float(loss_fn(network(x[i:j]), y[i:j]).asnumpy()) for i, j in ((0, 4), (4, 6))]
+        assert float(step(x, y).asnumpy()) == pytest.approx(before, rel=1e-5)
+    assert abs(parts[0] - parts[1]) > 0.05, "the micro-batches' sizes tell in this batch"
 
 
 @pytest.fixture
