@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import select
 import stat
 import sys
+import time
 from pathlib import Path
 
 STORE_DIR = Path("mlruns")
@@ -21,6 +23,7 @@ DEFAULT_TRACKING_URI = f"sqlite:///{MLFLOW_DB.as_posix()}"
 # a sweep's or study's name: it names folders under mlruns/, so it is never a path
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 NAME_RULE = "a name of letters, digits and _.- starting with a letter or digit, not a path"
+FIFO_WAIT_S = 30.0  # how long a FIFO given as a file may take to be written and closed
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -56,18 +59,44 @@ def not_regular(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "special file")
 
 
-def read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of `path`, without blocking on a FIFO or reading a device without end.
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of `path`: a regular file, or a FIFO or pipe (`msexp sweep <(cat f.yaml)`)
+    read until its writer closes it, for at most FIFO_WAIT_S seconds.
 
     Raises:
-        OSError: it cannot be opened, is not a regular file, or is larger than `limit`.
+        OSError: it cannot be opened, is a device or a folder, is larger than `limit`, or
+            its writer did not close it within FIFO_WAIT_S seconds.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without a writer
     with os.fdopen(fd, "rb") as file:
         kind = not_regular(os.fstat(fd).st_mode)
-        if kind:
+        if kind == "FIFO":
+            data = _read_pipe(fd, limit)
+        elif kind:
             raise OSError(0, f"it is a {kind}, not a regular file")
-        data = file.read(limit + 1)
+        else:
+            data = file.read(limit + 1)
     if len(data) > limit:
         raise OSError(0, f"it is larger than {limit // 1024} KiB")
     return data
+
+
+def _read_pipe(fd: int, limit: int) -> bytes:
+    """Up to `limit + 1` bytes of a pipe, until its end, within FIFO_WAIT_S seconds."""
+    deadline = time.monotonic() + FIFO_WAIT_S
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    chunks, size = [], 0
+    while size <= limit:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            raise OSError(0, f"it is a FIFO not written and closed within {FIFO_WAIT_S:g} s")
+        try:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+        except BlockingIOError:  # woken, but another reader took the bytes
+            continue
+        if not chunk:  # the writer closed it
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

@@ -11,7 +11,7 @@ from msexp.datasets import check_data
 from msexp.errors import ExperimentError, SpecError
 from msexp.experiment import Experiment, Workload, is_builtin, load_experiment
 from msexp.knobs import KNOBS, METRICS, Knob, infer_knob
-from msexp.paths import read_regular
+from msexp.paths import read_bounded
 from msexp.spec.checks import (
     check_command_sweep,
     check_method,
@@ -204,11 +204,11 @@ def read_name(path: str | Path) -> str:
         SpecError: the file cannot be read, or has no valid name.
     """
     path = Path(path)
-    source = str(path)
-    data = load_yaml(_read_text(path), source) or {}
+    source, text = str(path), _read_text(path)  # once: a FIFO gives its text once
+    data = load_yaml(text, source) or {}
     name = data.get("name") if isinstance(data, dict) else None
     if not isinstance(name, str) or not name:
-        return read_file(_read_text(path), source).name  # says what is wrong, in one line
+        return read_file(text, source).name  # says what is wrong, in one line
     return name
 
 
@@ -237,7 +237,7 @@ def check_values(source: str, knobs: Mapping[str, Knob], fixed: Mapping[str, Any
 
 def _read_text(path: Path) -> str:
     try:
-        return read_regular(path, MAX_SWEEP_FILE_BYTES).decode("utf-8")
+        return read_bounded(path, MAX_SWEEP_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(str(path), "", f"must be UTF-8 text (byte {exc.start} is not)",
                         show_value=False) from None

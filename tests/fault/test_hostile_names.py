@@ -1,6 +1,6 @@
 """Hostile names and special files: generated files carry no injected line, a study name
-stays a name, and a FIFO or a device is refused in one line, without a hang or an endless
-read."""
+stays a name, a device is refused in one line without an endless read, and a FIFO is read
+within a size bound and a wait."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -181,11 +182,47 @@ def test_a_study_is_a_name_not_a_path(workdir: Path, command: str, study: str) -
     assert not Path("mlruns").exists() and not (workdir.parent / "x").exists()
 
 
+def substituted(command: str, writer: str) -> subprocess.CompletedProcess:
+    """`msexp COMMAND <(WRITER)` in bash: the sweep file is a pipe."""
+    return subprocess.run(["bash", "-c", f"{shlex.join(msexp_cmd(command))} <({writer})"],
+                          capture_output=True, text=True, timeout=DEADLINE_S,
+                          env={**os.environ, "COLUMNS": "300"}, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize(("command", "code", "says"), [
+    ("validate", 0, ": ok (grid, 2 trials)"), ("plan", 0, "nightly: grid of 2 trials"),
+    ("status", 1, "no study named 'nightly'")])
+def test_a_process_substitution_is_read_as_the_sweep_file(
+        workdir: Path, command: str, code: int, says: str) -> None:
+    sweep_in(workdir)
+    done = substituted(command, "cat nightly.yaml")
+    assert done.returncode == code and says in done.stdout + done.stderr, \
+        done.stdout + done.stderr
+    assert "FIFO" not in done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("command", ["validate", "plan", "sweep", "worker", "status"])
-def test_a_fifo_as_the_sweep_file_is_one_line_without_waiting_for_a_writer(
-        workdir: Path, command: str) -> None:
+def test_a_fifo_nobody_writes_ends_in_one_line_after_the_wait(
+        workdir: Path, command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from msexp import paths
+
+    monkeypatch.setattr(paths, "FIFO_WAIT_S", 1.0)
     os.mkfifo("sweep.yaml")
-    assert_one_line_refusal(msexp(command, "sweep.yaml"), "sweep.yaml:", "FIFO")
+    started = time.monotonic()
+    done = CliRunner().invoke(app, [command, "sweep.yaml"], env={"COLUMNS": "300"})
+    assert time.monotonic() - started >= 1.0, "it waited for a writer"
+    assert done.exit_code == 2
+    assert done.output.splitlines() == [
+        "sweep.yaml: cannot read the file (it is a FIFO not written and closed within 1 s)"]
+    assert not Path("mlruns").exists()
+
+
+def test_a_fifo_past_the_bound_is_refused_in_one_line(workdir: Path) -> None:
+    done = substituted("validate", "echo name: big; head -c 3000000 /dev/zero | tr '\\0' '#'")
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("/dev/fd/") and line.endswith(
+        ": cannot read the file (it is larger than 1024 KiB)"), line
 
 
 def test_a_device_as_the_sweep_file_is_one_line_without_reading_it(workdir: Path) -> None:
