@@ -7,6 +7,8 @@ arguments or config (`micro_size`, `amp_level`, `loss_scale`, ...):
     opt = msexp.hooks.optimizer(net, config, steps_per_epoch)    # or the script's own
     model = msexp.hooks.model(net, loss, opt, config, metrics={"Accuracy": Accuracy()})
 
+`hooks.model` takes every other argument of `Model` too (`eval_network`, `amp_level`,
+`loss_scale_manager`, ...): see `model_arguments` for which of a knob's values applies.
 The dataset stays batched by `batch_size`: each step of `Model.train` is one update, split
 into micro-batches inside (see `AccumulatingTrainStep`).
 """
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from mindspore import nn
-from mindspore.train import Model
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+from mindspore.train import LossScaleManager, Model
 
 from msexp.hooks.accumulate import AccumulatingTrainStep, Params, settings
 from msexp.hooks.callback import MsexpCallback
 from msexp.hooks.channel import active
+from msexp.hooks.model_arguments import knob_values, refuse_boost
 from msexp.training.amp import apply_amp
 from msexp.training.optim import make_optimizer
 
@@ -34,9 +38,34 @@ def optimizer(network: nn.Cell, params: Params, steps_per_epoch: int) -> nn.Opti
 
 def train_network(network: nn.Cell, loss_fn: Any, optimizer: nn.Optimizer,
                   params: Params) -> AccumulatingTrainStep:
-    """`network` cast for `params["amp_level"]`, wrapped in msexp's accumulating train step."""
+    """`network` cast for `params["amp_level"]`, wrapped in msexp's accumulating train step.
+
+    An optimizer built with `loss_scale=L` divides every gradient it gets by L (MindSpore
+    pairs it with `FixedLossScaleManager(L, drop_overflow_update=False)`); msexp's step
+    unscales the gradients itself, so they reach that optimizer times L."""
     values = settings(params)
+    if getattr(optimizer, "loss_scale", 1.0) != 1.0:
+        optimizer = _ScaledFor(optimizer)
     return AccumulatingTrainStep(apply_amp(network, values), loss_fn, optimizer, values)
+
+
+class _ScaledFor(nn.Cell):
+    """`optimizer`, given the true gradients times its own `loss_scale`, which it divides
+    them by: its update is the one for the true gradients, its weight decay included."""
+
+    def __init__(self, optimizer: nn.Optimizer):
+        super().__init__(auto_prefix=False)  # its parameters keep their names
+        self.optimizer = optimizer
+        self.scale = Tensor(optimizer.loss_scale, ms.float32)
+        self.map = ops.HyperMap()
+
+    @property
+    def parameters(self) -> Any:
+        """The weights the optimizer updates."""
+        return self.optimizer.parameters
+
+    def construct(self, gradients):
+        return self.optimizer(self.map(ops.partial(ops.mul, self.scale), gradients))
 
 
 class HookedModel(Model):
@@ -57,9 +86,26 @@ class HookedModel(Model):
 
 
 def model(network: nn.Cell, loss_fn: Any, optimizer: nn.Optimizer, params: Params,
-          metrics: Any = None) -> HookedModel:
-    """A `Model` that trains with msexp's techniques and evaluates `metrics` as usual."""
-    train = train_network(network, loss_fn, optimizer, params)
-    evaluate = nn.WithEvalCell(train.network, loss_fn)
-    return HookedModel(train, eval_network=evaluate if metrics else None, metrics=metrics,
-                       eval_indexes=[0, 1, 2] if metrics else None)
+          metrics: Any = None, eval_network: nn.Cell | None = None,
+          eval_indexes: list[int] | None = None, amp_level: str | None = None,
+          boost_level: str = "O0", *, loss_scale_manager: LossScaleManager | None = None,
+          keep_batchnorm_fp32: bool | None = None, boost_config_dict: Any = "",
+          acc_level: str | None = None) -> HookedModel:
+    """`Model(network, loss_fn, optimizer, metrics, ...)` that trains with msexp's techniques,
+    as `params` and `Model`'s own arguments set them (`model_arguments`: the sweep's knobs
+    first; None: not given), and evaluates `metrics` as usual, with `eval_network` and
+    `eval_indexes` where given.
+
+    Raises:
+        ValueError: an argument clashes with a knob the sweep sets, or asks for boost.
+    """
+    del boost_config_dict  # read only by boost "O1"/"O2", which msexp refuses
+    refuse_boost(boost_level, acc_level)
+    values = knob_values(params, amp_level, keep_batchnorm_fp32, loss_scale_manager)
+    train = train_network(network, loss_fn, optimizer, values)
+    if eval_network is None and metrics:  # as Model builds it: float32 outputs under O2, O3
+        eval_network = nn.WithEvalCell(train.network, loss_fn,
+                                       values["amp_level"] in ("O2", "O3"))
+        eval_indexes = [0, 1, 2]
+    return HookedModel(train, metrics=metrics, eval_network=eval_network,
+                       eval_indexes=eval_indexes)
