@@ -18,9 +18,11 @@ from msexp.execution.arguments import command_argv
 from msexp.execution.command import check_run, run_once
 from msexp.execution.log_metrics import MetricReader
 from msexp.execution.protocol import Command, TrialRequest
-from msexp.execution.script_help import flags, switches, unknown_flag
+from msexp.execution.script_help import flags, unknown_flag
 from msexp.spec import Method, SweepSpec
-from msexp.spec.command import split_command
+from msexp.spec.checks import batch_statistics_warning
+from msexp.spec.command import needs_hooks, split_command
+from msexp.spec.file import CommandSection
 
 CHECK_TIMEOUT_S = 600.0  # a check run without budget.trial_timeout
 
@@ -75,34 +77,72 @@ def check_command_experiment(spec: SweepSpec) -> None:
     """
     assert spec.command is not None
     source, section = str(spec.path), spec.command
-    argv = command_argv(split_command(source, section.command), spec.folder)
-    quick = shlex.split(section.check) if isinstance(section.check, str) else ["--help"]
-    problem, help_text = run_once(argv, spec.folder, quick)
-    if problem:
-        raise SpecError(source, "experiment.command", problem, section.command)
+    listed = quick_check(spec)
+    quick = _quick_args(section)
     console.print(f"{source}: `{shlex.join([*split_command(source, section.command), *quick])}`"
                   " ok", highlight=False)
-    listed = flags(help_text) if quick == ["--help"] else {}
     if section.args == "flags" and listed:
-        _check_flags(spec, listed)
+        check_flags(spec, listed)
+        console.print(f"{spec.path}: every name is a flag of the script", highlight=False)
     if isinstance(section.check, dict):
-        _check_run(spec, section.check, switches(help_text) if listed else [])
+        found = sorted(name for name, takes_value in listed.items() if not takes_value)
+        _check_run(spec, section.check, found)
     else:
         console.print(f"{source}: to see what a trial records, name a tiny budget in "
                       "experiment.check (e.g. {epoch_size: 1}): --check then runs it for real",
                       highlight=False)
 
 
-def _check_flags(spec: SweepSpec, listed: dict[str, bool]) -> None:
+def quick_check(spec: SweepSpec, hint: str = "") -> dict[str, bool]:
+    """Run the command with `--help` (or experiment.check's text): the flags its help
+    lists, and whether each takes a value ({} for experiment.check's text).
+
+    Raises:
+        SpecError: the command fails or does not finish in time (`hint` ends the rule).
+    """
+    assert spec.command is not None
+    section = spec.command
+    argv = command_argv(split_command(str(spec.path), section.command), spec.folder)
+    quick = _quick_args(section)
+    problem, help_text = run_once(argv, spec.folder, quick)
+    if problem:
+        raise SpecError(str(spec.path), "experiment.command", problem + hint, section.command)
+    return flags(help_text) if quick == ["--help"] else {}
+
+
+def _quick_args(section: CommandSection) -> list[str]:
+    return shlex.split(section.check) if isinstance(section.check, str) else ["--help"]
+
+
+def check_flags(spec: SweepSpec, listed: dict[str, bool]) -> None:
+    """Refuse a name in `fixed`, `params` or experiment.check that is not among the
+    script's flags (`listed`), naming the nearest one, or msexp.hooks for a technique.
+
+    Raises:
+        SpecError: naming the first such name.
+    """
     assert spec.command is not None
     overrides = spec.command.check if isinstance(spec.command.check, dict) else {}
     for where, names in (("fixed", spec.fixed), ("params", spec.params),
                          ("experiment.check", overrides)):
         for name in names:
             if name != "devices" and name not in listed:  # devices: msexp's (msrun)
-                raise SpecError(str(spec.path), f"{where}.{name}", unknown_flag(name, listed),
-                                name)
-    console.print(f"{spec.path}: every name is a flag of the script", highlight=False)
+                rule = needs_hooks(spec.command, spec.folder, name) or \
+                    unknown_flag(name, listed)
+                raise SpecError(str(spec.path), f"{where}.{name}", rule, name)
+
+
+def preflight(spec: SweepSpec) -> SweepSpec:
+    """The checks that take seconds, before any store or trial: a command's --help must
+    list every name the sweep passes as a flag (as `plan --check`); off with
+    budget.fail_fast: false."""
+    section = spec.command
+    if section is not None and spec.budget.fail_fast:
+        listed = quick_check(spec, " (msexp sweep checks it before the first trial; "
+                                   "budget.fail_fast: false skips the check)")
+        if section.args == "flags" and listed:
+            check_flags(spec, listed)
+    return spec
 
 
 def _check_run(spec: SweepSpec, overrides: dict[str, Any], found_switches: list[str]) -> None:
@@ -123,6 +163,10 @@ def _check_run(spec: SweepSpec, overrides: dict[str, Any], found_switches: list[
         raise SpecError(source, "experiment.check", f"the check run failed: {exc}",
                         overrides) from None
     show_metrics(f"{source}: the check run records", run.metrics, run.echoed)
+    layers = run.batch_statistics.layers if run.batch_statistics else 0
+    warning = batch_statistics_warning(source, layers, spec.space)
+    if warning:
+        console.print(warning, highlight=False, soft_wrap=True)
     console.print(f"checkpoint: {run.checkpoint or '(none written in its folder)'}",
                   highlight=False)
     objective = spec.objectives[0].metric

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-import yaml
 from rich.table import Table
 
 from msexp import hints
@@ -20,10 +18,8 @@ from msexp.cli.options import (
     TrackingOpt,
     cold_spec,
     console,
-    debug_command,
     err_console,
     optuna_to_log,
-    state,
 )
 from msexp.cli.render import (
     LineProgress,
@@ -35,14 +31,13 @@ from msexp.cli.render import (
     summary,
     when_text,
 )
-from msexp.cli.scripts import check_command_experiment
+from msexp.cli.scripts import check_command_experiment, preflight
 from msexp.errors import SpecError
 from msexp.execution.host import start_hosts
-from msexp.execution.protocol import Command, Start, TrialRequest
-from msexp.experiment import is_script
-from msexp.spec import Method, SweepSpec, load_spec, trial_params
+from msexp.execution.protocol import TrialRequest
+from msexp.spec import Method, SweepSpec, load_spec
+from msexp.spec.checks import batch_statistics_warning
 from msexp.spec.space import derived
-from msexp.training.records import Epoch
 
 RetryOpt = Annotated[bool, typer.Option(
     "--retry-failed", help="Run the FAILED and TIMEOUT trials of the resumed study again "
@@ -51,6 +46,7 @@ RestartOpt = Annotated[bool, typer.Option(
     "--restart", help="After a changed sweep file: start the study's next version (NAME-v2, "
                       "NAME-v3, ...) and mark the old one superseded; later commands use the "
                       "newest version. Where the newest version is this file's, resume it.")]
+FAIL_FAST_EXIT = 3  # the sweep stopped starting trials (budget.fail_fast)
 CheckOpt = Annotated[bool, typer.Option(
     "--check", help="Also train one micro-batch of the first trial; for a command, run it "
                     "with --help (its flags must include every name the sweep passes) and, "
@@ -94,6 +90,12 @@ def _check_workload(spec: SweepSpec) -> None:
         problem = f"the first trial raised {type(exc).__name__}: {str(exc).splitlines()[0]}"
     if problem:
         raise SpecError(str(spec.path), "experiment", problem, ref)
+    from msexp.training.batch_stats import batch_statistic_layers  # lazy: as above
+
+    warning = batch_statistics_warning(str(spec.path),
+                                       len(batch_statistic_layers(workload.network)), spec.space)
+    if warning:
+        console.print(warning, highlight=False, soft_wrap=True)
 
 
 def plan(file: SweepFileArg, check: CheckOpt = False,
@@ -180,9 +182,17 @@ def sweep(
     a trial stopped midway continues from its last checkpoint. After a changed sweep file,
     --restart starts the study's next version.
 
+    Before the first trial, a command's --help must list every name the sweep passes.
+    The first budget.fail_fast (3) trials to fail with the same error, none completed,
+    stop the sweep; the trials not started stay queued for the next run.
+
+    Exit codes: 0 done; 1 every trial failed; 2 the sweep file or the command's flags
+    refused, nothing run; 3 stopped by budget.fail_fast; 130 / 143 stopped by Ctrl-C /
+    SIGTERM (run the same command to resume).
+
     Example: msexp sweep sweeps/accum.yaml --workers 2
     """
-    spec = cold_spec(load_spec(file), cold)
+    spec = preflight(cold_spec(load_spec(file), cold))
     outcome = _run(spec, workers or spec.budget.workers, SweepProgress(spec), tracking_uri,
                    storage, study, retry_failed, restart)
     summary(outcome)
@@ -208,11 +218,12 @@ def worker(
     """Join a sweep's study from another process or machine and run trials until none are left.
 
     Every worker on the same storage shares one study: no grid point runs twice.
-    Output is one line per trial, for logs.
+    Output is one line per trial, for logs. It checks and stops as `msexp sweep` does,
+    with the same exit codes.
 
     Example: msexp worker sweeps/accum.yaml --storage postgresql://msexp@db/msexp
     """
-    spec = cold_spec(load_spec(file), cold)
+    spec = preflight(cold_spec(load_spec(file), cold))
     outcome = _run(spec, workers or spec.budget.workers, LineProgress(spec), tracking_uri,
                    storage, study, retry_failed, restart)
     missing = missing_objectives(outcome.study)
@@ -229,9 +240,12 @@ def _where(outcome: Any, study: str | None, storage: str | None) -> dict[str, An
 
 def _finish(outcome: Any, file: Path, where: dict[str, Any]) -> None:
     """How a sweep or worker ends: a line on failed trials; the exit code says whether it
-    was stopped by a signal (128 + the signal: 130 Ctrl-C, 143 SIGTERM) or nothing worked."""
+    was stopped by a signal (128 + the signal: 130 Ctrl-C, 143 SIGTERM), by
+    budget.fail_fast (3) or nothing worked (1)."""
     from msexp.search.study import failed_trials  # lazy: as in _run
 
+    if outcome.fail_fast:
+        err_console.print(outcome.fail_fast, highlight=False, soft_wrap=True, markup=False)
     failed = failed_trials(outcome.study)
     if failed:
         retry = hints.command("sweep", file, "--retry-failed", **where)
@@ -241,6 +255,8 @@ def _finish(outcome: Any, file: Path, where: dict[str, Any]) -> None:
         err_console.print("interrupted: run the same command again to resume (stopped "
                           "trials continue from their last checkpoint)")
         raise typer.Exit(128 + outcome.interrupted)
+    if outcome.fail_fast:
+        raise typer.Exit(FAIL_FAST_EXIT)
     ended = [t for t in outcome.study.get_trials(deepcopy=False) if t.state.is_finished()]
     if failed and not any(t.state.name in ("COMPLETE", "PRUNED") for t in ended):
         err_console.print("every trial failed", highlight=False)
@@ -267,70 +283,3 @@ def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
     optuna_to_log()
     with progress:
         return run_sweep(spec, progress, hosts, tracking_uri, storage, study, retry, restart)
-
-
-def run_one(
-    experiment: Annotated[str, typer.Argument(
-        help="Built-in name, package.module[:build] or path/to/file.py[:build].",
-        show_default=False)],
-    set_: Annotated[Optional[list[str]], typer.Option(
-        "--set", "-s", help="A knob value, key=value (repeatable).")] = None,
-    from_checkpoint: Annotated[Optional[Path], typer.Option(
-        "--from-checkpoint", help="Start from this checkpoint (e.g. `msexp best --export`'s "
-                                  "model.ckpt): --set epochs=0 evaluates it, epochs=N "
-                                  "trains it N more epochs.")] = None,
-) -> None:
-    """Run one trial in the foreground, for debugging; nothing is recorded.
-
-    A script (a .py file that defines no `build`) runs as `python FILE --key=value ...`,
-    in a temporary folder, as a command trial does: its own argv, not msexp's.
-
-    Example: msexp run mlp_digits --set micro_size=4 --set epochs=2
-    """
-    fixed: dict[str, Any] = {}
-    for item in set_ or []:
-        key, sep, text = item.partition("=")
-        if not sep:
-            raise SpecError("--set", key, "must be key=value", item)
-        fixed[key.strip()] = yaml.safe_load(text)
-    with tempfile.TemporaryDirectory(prefix="msexp-run-") as scratch:
-        _run_trial(_foreground_request(experiment, fixed, from_checkpoint, Path(scratch)))
-
-
-def _foreground_request(experiment: str, fixed: dict[str, Any], from_checkpoint: Path | None,
-                        scratch: Path) -> TrialRequest:
-    """The trial `msexp run` runs: an experiment's, or a script's in `scratch`."""
-    if is_script(experiment):
-        if from_checkpoint:
-            raise SpecError("--from-checkpoint", "", "needs an experiment with build(); "
-                            f"{experiment} is a script", str(from_checkpoint))
-        console.print(f"[bold]python {experiment}[/]: {kv(fixed)}")
-        command = Command(["python", str(Path(experiment).resolve())], str(Path.cwd()))
-        return TrialRequest(f"python {experiment}", fixed, scratch / "trial", command=command)
-    params = trial_params(experiment, fixed)
-    console.print(f"[bold]{experiment}[/]: {kv(params)}")
-    init = str(from_checkpoint.resolve()) if from_checkpoint else None
-    if init and not Path(init).is_file():
-        raise SpecError("--from-checkpoint", "", "file not found", str(from_checkpoint))
-    return TrialRequest(experiment, params, init_from=init)
-
-
-def _run_trial(request: TrialRequest) -> None:
-    from msexp.execution.trial import run  # lazy: the trial imports MindSpore
-
-    def show(event: Any) -> None:
-        if isinstance(event, Epoch):
-            console.print(f"epoch {event.epoch}: {kv(event.metrics)}")
-        elif isinstance(event, Start):
-            console.print(f"{'command' if request.command else 'data'}: {event.data_source}")
-
-    try:
-        metrics = run(request, show)
-    except Exception as exc:
-        if state["debug"]:
-            raise
-        err_console.print(f"trial failed: {type(exc).__name__}: {exc} (the traceback: "
-                          f"{debug_command()})", markup=False, highlight=False,
-                          soft_wrap=True)
-        raise typer.Exit(1) from None
-    console.print(kv(metrics))

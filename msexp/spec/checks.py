@@ -175,3 +175,24 @@ def _may_use_thor(space: Space) -> bool:
     if optimizer is not None:
         return optimizer.values is None or "thor" in optimizer.values
     return space.resolve({}).get("optimizer") == "thor"
+
+
+def batch_statistics_warning(source: str, layers: int, space: Space) -> str | None:
+    """The line `validate --check` and `plan --check` print where trials split the batch
+    of a network with `layers` BatchNorm layers; None where none does."""
+    splits = set()
+    for combo in space.combos({"micro_size", "batch_size", "devices"}):
+        values = space.resolve(combo)
+        parts, batch = values.get("micro_size", 1) * values.get("devices", 1), values.get(
+            "batch_size", 0)
+        if parts > 1:
+            splits.add((batch // parts, batch, parts))
+    if not layers or not splits:
+        return None
+    seen = [f"{micro} of {batch}" if batch else f"1/{parts} of the batch"
+            for micro, batch, parts in sorted(splits)]
+    return (f"{source}: batch statistics: the network has {layers} BatchNorm layer(s), which "
+            "normalise each micro-batch by its own mean and variance (micro-batches: "
+            f"{', '.join(seen)}): where the batch is split, the update is not the "
+            "full-batch one, and loss and accuracy move with micro_size "
+            "(docs/how-a-trial-runs.md#batch-statistics)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from optuna.trial import FrozenTrial
 
 from msexp.keys import TrialKey
+from msexp.training.records import BatchStatistics
 
 SPLITS = ("micro_size", "devices")  # knobs that split the batch BatchNorm layers normalise
 
@@ -25,3 +26,13 @@ def batch_statistics_note(layers: int, knobs: list[str]) -> str:
             f"{' and '.join(knobs)} on loss and accuracy are those batch statistics, not an "
             "accumulation defect (accumulation is exact without them: "
             "docs/how-a-trial-runs.md#batch-statistics)")
+
+
+def split_cause(ours: BatchStatistics | None, theirs: BatchStatistics | None) -> str:
+    """Why an objective moved between two trainings that split a BatchNorm network's batch
+    differently (" (batch statistics: ...)"), or "" where they do not."""
+    if ours is None or theirs is None or ours.micro_batch == theirs.micro_batch:
+        return ""
+    return (f" (batch statistics: its {ours.layers} BatchNorm layer(s) normalise micro-batches "
+            f"of {ours.micro_batch}, the baseline's {theirs.micro_batch}; not an accumulation "
+            "defect)")

@@ -10,7 +10,8 @@ from typing import Callable
 
 from msexp.execution.result import TrialResult
 from msexp.knobs import value_text
-from msexp.training.records import Probe
+from msexp.tracking.batch_statistics import split_cause
+from msexp.training.records import BatchStatistics, Probe
 from msexp.tune import rules
 from msexp.tune.candidates import Candidate
 from msexp.tune.runner import Job, Ran, Runner, failure
@@ -49,6 +50,7 @@ class Verdict:
     memory_mb: float | None
     rejected: str | None = None
     fits: bool = True  # it keeps the budget (the baseline is judged on its objective only)
+    batch_statistics: BatchStatistics | None = None  # its network's BatchNorm, as it ran
 
 
 @dataclass
@@ -187,7 +189,9 @@ def _judge(verdict: Verdict, base: Verdict, objective: str, maximize: bool,
                                                     maximize, tolerance):
         verdict.rejected = (f"{objective} {_mean(verdict.objective)} is worse than the "
                             f"baseline's {_mean(base.objective)} by more than "
-                            f"{max(rules.seed_spread(base.objective), tolerance):.4g}")
+                            f"{max(rules.seed_spread(base.objective), tolerance):.4g}"
+                            + split_cause(verdict.batch_statistics, base.batch_statistics))
+
 
 
 def _train(runner: Runner, group: list[Profile], seeds: list[int | None], objective: str,
@@ -223,8 +227,10 @@ def _verdict(profile: Profile, runs: list[Ran], objective: str, budget: Budget) 
         values.append(metrics[objective])
         rates.append(metrics.get("samples_per_s", float("nan")))
         memory.append(metrics.get(MEMORY, metrics.get("peak_mem_mb", float("nan"))))
+    stats = next((r.result.batch_statistics for r in runs if r.result.batch_statistics), None)
     return Verdict(profile, values, statistics.mean(rates) if rates else float("nan"),
-                   statistics.mean(memory) if memory else None, rejected)
+                   statistics.mean(memory) if memory else None, rejected,
+                   batch_statistics=stats)
 
 
 def _probe_job(candidate: Candidate, phase: str, updates: int) -> Job:
