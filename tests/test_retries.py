@@ -32,28 +32,74 @@ def running(study: optuna.Study) -> int:
     return study.ask()._trial_id
 
 
-def test_a_trial_within_its_retries_goes_back_to_waiting(study: optuna.Study) -> None:
-    study.set_user_attr(StudyKey.RETRIES, 1)
-    trial_id = running(study)
-    assert source.put_back(study, trial_id, 0, True, "worker lost") is True
+def dead_owner() -> str:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    return f"{socket.gethostname()}:{gone}"
+
+
+def orphaned(study: optuna.Study, owner: str, attempts: int | None = None
+             ) -> optuna.trial.FrozenTrial:
+    """A RUNNING trial of `owner`, with `attempts` counted before."""
+    trial = study.ask()
+    trial.set_user_attr(TrialKey.OWNER, owner)
+    if attempts is not None:
+        trial.set_user_attr(TrialKey.ATTEMPT, attempts)
+    return study.trials[trial.number]
+
+
+def test_a_lone_trial_within_its_retries_goes_back_to_waiting(study: optuna.Study) -> None:
+    study.set_user_attr(StudyKey.RETRIES, 2)
+    owner = dead_owner()
+    assert source.requeue_orphan(study, orphaned(study, owner, 1), 1) is True
     (trial,) = study.trials
     assert trial.state is TrialState.WAITING
-    assert trial.user_attrs == {TrialKey.ATTEMPT: 1, TrialKey.ERROR: "worker lost"}
+    assert trial.user_attrs[TrialKey.ATTEMPT] == 2
+    assert trial.user_attrs[TrialKey.ERROR] == (
+        f"orchestrator {owner} died with only this trial running (2 of budget.retries 2 "
+        "in a row)")
 
 
-def test_a_trial_out_of_retries_fails_and_no_retries_means_none(study: optuna.Study) -> None:
+def test_a_lone_trial_out_of_retries_fails_in_one_named_line(
+        study: optuna.Study, caplog: pytest.LogCaptureFixture) -> None:
     """A study without the retries attribute (not made by msexp) retries nothing."""
-    trial_id = running(study)
-    assert source.put_back(study, trial_id, 0, True, "worker lost") is False
+    recorded = []
+    frozen = orphaned(study, "other-host:7")
+    assert source.requeue_orphan(study, frozen, 1,
+                                 lambda error: recorded.append(error) or {"kept": 1}) is False
     (trial,) = study.trials
-    assert trial.state is TrialState.FAIL
-    assert trial.user_attrs[TrialKey.ERROR] == "worker lost; out of retries after 1 attempts"
+    error = ("orchestrator other-host:7 went silent (no heartbeat for 60 s) with only this "
+             "trial running, 1 time in a row: it may take its orchestrator down; out of "
+             "retries (budget.retries 0)")
+    assert trial.state is TrialState.FAIL and recorded == [error]
+    assert trial.user_attrs == {TrialKey.OWNER: "other-host:7", TrialKey.ATTEMPT: 1,
+                                TrialKey.ERROR: error, "kept": 1}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"study {study.study_name}: trial 0 failed: {error}; --retry-failed runs it again"]
 
 
-def test_an_uncounted_stop_is_not_an_attempt(study: optuna.Study) -> None:
+def test_a_death_with_other_trials_running_is_not_counted_and_starts_the_count_over(
+        study: optuna.Study) -> None:
+    """Out of retries as the only trial running (1 attempt, retries 0), a trial whose
+    orchestrator then dies with another trial running is queued again, its count reset,
+    and so is the other: neither caused the death."""
+    owner = dead_owner()
+    first, second = orphaned(study, owner, 1), orphaned(study, owner)
+    assert source.requeue_stale_trials(study) == [first.number, second.number]
+    for trial in study.trials:
+        assert trial.state is TrialState.WAITING
+        assert trial.user_attrs[TrialKey.ATTEMPT] == 0
+        assert trial.user_attrs[TrialKey.ERROR] == (
+            f"orchestrator {owner} died while it ran 2 trials: not counted against "
+            "budget.retries")
+
+
+def test_a_stop_keeps_the_count_of_attempts(study: optuna.Study) -> None:
     trial_id = running(study)
-    assert source.put_back(study, trial_id, 0, False, "stopped") is True
-    assert study.trials[0].user_attrs[TrialKey.ATTEMPT] == 0
+    assert source.put_back(study, trial_id, 1, "interrupted") is True
+    (trial,) = study.trials
+    assert trial.state is TrialState.WAITING
+    assert trial.user_attrs == {TrialKey.ATTEMPT: 1, TrialKey.ERROR: "interrupted"}
 
 
 def test_each_failed_trial_is_retried_once_with_its_params(study: optuna.Study) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from msexp.errors import MsexpError
-from msexp.search import storage
+from msexp.search import lock, storage
 from msexp.search.storage import open_storage, storage_label
 
 RECORD = json.dumps({"op_code": 0, "worker_id": "w"})
@@ -89,7 +89,7 @@ def test_a_journal_whose_last_line_is_garbage_is_refused_before_anything_is_appe
     ("sqlite:///a/b/c.db", Path("a/b")), ("sqlite:////abs/c.db", Path("/abs")),
     ("sqlite:///", None), ("sqlite:///:memory:", None), ("postgresql://h/db", None)])
 def test_the_folder_of_a_sqlite_url(url: str, folder: Path | None) -> None:
-    assert storage._sqlite_folder(url) == folder
+    assert lock.sqlite_folder(url) == folder
 
 
 def test_an_in_memory_sqlite_url_opens(tmp_path: Path) -> None:

@@ -16,13 +16,24 @@ from optuna.trial import TrialState
 
 
 def pop_waiting(study: optuna.Study) -> optuna.Trial | None:
-    """Take a WAITING trial atomically, or None when none waits.
+    """Take a WAITING trial, or None when none waits: the first whose WAITING -> RUNNING
+    write this process won. The storage refuses that write for a trial another process
+    took or finished since the listing, so no two processes take one trial, with or
+    without the study lock.
 
     `Study.ask` pops one the same way but samples a new trial when none waits; a grid
     study must run only the points it queued.
     """
-    trial_id = study._pop_waiting_trial_id()
-    return None if trial_id is None else optuna.Trial(study, trial_id)
+    storage = study._storage
+    for frozen in storage.get_all_trials(study._study_id, deepcopy=False,
+                                         states=(TrialState.WAITING,)):
+        try:
+            won = storage.set_trial_state_values(frozen._trial_id, TrialState.RUNNING)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # finished by another process since the listing
+        if won:
+            return optuna.Trial(study, frozen._trial_id)
+    return None
 
 
 def set_waiting(study: optuna.Study, trial_id: int) -> bool:

@@ -3,7 +3,9 @@ kept alive by heartbeats, and put back when they cannot finish."""
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections import Counter
 from typing import Any, Callable
 
 import optuna
@@ -11,12 +13,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from msexp.execution.process import kill_processes, marked, owner
 from msexp.keys import StudyKey, TrialKey
-from msexp.search.heartbeat import Beating, TrialHeartbeat, owner_is_dead
+from msexp.search.heartbeat import STALE_AFTER_S, Beating, TrialHeartbeat, owner_is_dead
+from msexp.search.lock import study_lock
 from msexp.search.optuna_private import pop_waiting, set_waiting, storage_of, trial_id
-from msexp.search.storage import study_lock
 from msexp.search.study import finished_count, started_count
 
 OnFail = Callable[[FrozenTrial, str], dict[str, Any]]
+_log = logging.getLogger("msexp")
 
 
 class TrialSource:
@@ -100,10 +103,12 @@ class TrialSource:
 
     def put_back(self, trial: optuna.Trial, reason: str) -> None:
         """Queue a trial this process took again, as it is; no attempt is counted. A
-        trial whose claim was lost stays with its new owner."""
-        if self.still_held(trial):
-            put_back(self.study, trial_id(trial), trial.user_attrs.get(TrialKey.ATTEMPT, 0),
-                     False, reason)
+        trial whose claim was lost stays with its new owner (under the study lock, so no
+        claim of another process comes between the check and the write)."""
+        with study_lock(self.storage_url):
+            if self.still_held(trial):
+                put_back(self.study, trial_id(trial),
+                         trial.user_attrs.get(TrialKey.ATTEMPT, 0), reason)
         self.done(trial)
 
     def release_all(self, reason: str) -> None:
@@ -118,24 +123,13 @@ class TrialSource:
         self._beating.close()
 
 
-def put_back(study: optuna.Study, trial: int, attempts: int, count_attempt: bool,
-             reason: str, before_fail: Callable[[str], dict[str, Any]] = lambda error: {}
-             ) -> bool:
+def put_back(study: optuna.Study, trial: int, attempts: int, reason: str) -> bool:
     """Queue the unfinished trial with id `trial` again as it is (WAITING): same number,
-    params, folder and checkpoints, so the next attempt continues it. A stop by signal or
-    an unreachable MLflow does not count as an attempt; a dead orchestrator does. Past
-    `budget.retries` counted attempts the trial is failed instead, once `before_fail`
-    (given the error) has recorded it; returns whether it was queued."""
+    params, folder and checkpoints, so the next attempt continues it. A stop (a signal, an
+    unreachable MLflow, an aborted sweep) is not the trial's fault: its `attempts` counted
+    against `budget.retries` stay as they are. Returns whether it was queued."""
     storage = storage_of(study)
-    attempts += count_attempt
     storage.set_trial_user_attr(trial, TrialKey.ATTEMPT, attempts)
-    if attempts > study.user_attrs.get(StudyKey.RETRIES, 0):
-        error = f"{reason}; out of retries after {attempts} attempts"
-        kept = {**before_fail(error), TrialKey.ERROR: error}
-        for key, value in kept.items():
-            storage.set_trial_user_attr(trial, key, value)
-        storage.set_trial_state_values(trial, TrialState.FAIL)
-        return False
     storage.set_trial_user_attr(trial, TrialKey.ERROR, reason)
     return set_waiting(study, trial)
 
@@ -143,20 +137,58 @@ def put_back(study: optuna.Study, trial: int, attempts: int, count_attempt: bool
 def requeue_stale_trials(study: optuna.Study, heartbeat: TrialHeartbeat | None = None,
                          on_fail: OnFail = lambda trial, error: {}) -> list[int]:
     """Queue again the RUNNING trials whose orchestrator died or went silent (see
-    `TrialHeartbeat.stale_trials`); returns their numbers. It counts as an attempt (see
-    `put_back`); one out of retries is failed once `on_fail` has recorded it. What a dead
-    owner's trial processes left running (a daemon, a `setsid` helper) is killed first,
-    found by their marker."""
+    `TrialHeartbeat.stale_trials`), each as `requeue_orphan` says; returns their numbers.
+    What a dead owner's trial processes left running (a daemon, a `setsid` helper) is
+    killed first, found by their marker."""
+    orphans = (heartbeat or TrialHeartbeat(study)).stale_trials()
+    running = Counter(frozen.user_attrs.get(TrialKey.OWNER, "") for frozen in orphans)
     stale = []
-    for frozen in (heartbeat or TrialHeartbeat(study)).stale_trials():
+    for frozen in orphans:
         name = frozen.user_attrs.get(TrialKey.OWNER, "")
         if owner_is_dead(name):
             kill_processes(marked(name))
         try:
-            put_back(study, trial_id(frozen), frozen.user_attrs.get(TrialKey.ATTEMPT, 0), True,
-                     "orchestrator stopped (no heartbeat)",
-                     lambda error, frozen=frozen: on_fail(frozen, error))
+            requeue_orphan(study, frozen, running[name],
+                           lambda error, frozen=frozen: on_fail(frozen, error))
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # its owner told it meanwhile: it was slow, not dead
         stale.append(frozen.number)
     return stale
+
+
+def requeue_orphan(study: optuna.Study, frozen: FrozenTrial, running: int,
+                   before_fail: Callable[[str], dict[str, Any]] = lambda error: {}) -> bool:
+    """Queue again a trial whose orchestrator died or went silent while it ran `running`
+    trials, this one included; returns whether it was queued.
+
+    With other trials running, the death is not the trial's fault: its count of attempts
+    against `budget.retries` starts over. As the only trial running, the death counts:
+    a trial past its retries, the only one running at each of those deaths in a row, may
+    be what takes its orchestrator down (memory, a kill of its parent). It is failed once
+    `before_fail` (given the error) has recorded it, and one line names it.
+    """
+    storage, number = storage_of(study), trial_id(frozen)
+    name = frozen.user_attrs.get(TrialKey.OWNER, "") or "?"
+    how = "died" if owner_is_dead(name) else f"went silent (no heartbeat for {STALE_AFTER_S} s)"
+    retries = study.user_attrs.get(StudyKey.RETRIES, 0)
+    attempts = frozen.user_attrs.get(TrialKey.ATTEMPT, 0) + 1 if running == 1 else 0
+    storage.set_trial_user_attr(number, TrialKey.ATTEMPT, attempts)
+    if running > 1:
+        reason = (f"orchestrator {name} {how} while it ran {running} trials: not counted "
+                  "against budget.retries")
+    elif attempts <= retries:
+        reason = (f"orchestrator {name} {how} with only this trial running ({attempts} of "
+                  f"budget.retries {retries} in a row)")
+    else:
+        error = (f"orchestrator {name} {how} with only this trial running, {attempts} "
+                 f"time{'s' if attempts > 1 else ''} in a row: it may take its orchestrator "
+                 f"down; out of retries (budget.retries {retries})")
+        kept = {**before_fail(error), TrialKey.ERROR: error}
+        for key, value in kept.items():
+            storage.set_trial_user_attr(number, key, value)
+        storage.set_trial_state_values(number, TrialState.FAIL)
+        _log.warning(f"study {study.study_name}: trial {frozen.number} failed: {error}; "
+                     "--retry-failed runs it again")
+        return False
+    storage.set_trial_user_attr(number, TrialKey.ERROR, reason)
+    return set_waiting(study, number)

@@ -20,13 +20,13 @@ from msexp.errors import MsexpError
 from msexp.paths import JOURNAL, not_regular
 from msexp.quiet import warnings_to_log
 from msexp.search.heartbeat import HEARTBEAT_S, STALE_AFTER_S
+from msexp.search.lock import check_lockable, sqlite_folder
 from msexp.search.optuna_private import BaseJournalFileLock
 from msexp.urls import redact
 
 _log = logging.getLogger("msexp")
 _OPTUNA_TABLES = {"studies", "version_info", "trials", "study_directions"}
 _TAIL_CHUNK = 1 << 16
-_ADVISORY_KEY = 0x6D736578  # "msex": msexp's study lock in a shared PostgreSQL
 
 
 def open_storage(url: str | None) -> optuna.storages.BaseStorage:
@@ -39,6 +39,7 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
     with storage_errors(url):
         if url is None or url.endswith(".journal"):
             return _open_journal(Path(url or JOURNAL).resolve())
+        check_lockable(url)
         _probe(url)
         for attempt in range(4):
             try:
@@ -174,7 +175,7 @@ def _probe(url: str) -> None:
     process is creating, not for a database that is not there."""
     import sqlalchemy  # lazy: only RDB storages need it
 
-    folder = _sqlite_folder(url)
+    folder = sqlite_folder(url)
     if folder is not None and not folder.is_dir():
         raise MsexpError(f"cannot open the Optuna storage {redact(url)} (folder {folder} "
                          "does not exist)")
@@ -191,13 +192,6 @@ def _probe(url: str) -> None:
     if "alembic_version" in tables and not tables & _OPTUNA_TABLES:
         raise MsexpError(f"{redact(url)} is not an Optuna database (it holds another "
                          "application's tables); give Optuna a database of its own")
-
-
-def _sqlite_folder(url: str) -> Path | None:
-    prefix = "sqlite:///"
-    if not url.startswith(prefix) or url[len(prefix):] in ("", ":memory:"):
-        return None
-    return Path(url[len(prefix):]).parent
 
 
 def _is_db_error(exc: Exception) -> bool:
@@ -234,51 +228,6 @@ class FlockLock(BaseJournalFileLock):
         handle = self._handles.pop(threading.get_ident())
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
-
-
-@contextlib.contextmanager
-def study_lock(url: str | None) -> Iterator[None]:
-    """Hold every other process that shares the storage, on this machine or another: a
-    file lock beside a journal or SQLite file, an advisory lock in PostgreSQL.
-
-    What must not interleave across processes holds it: setting up a new study, and
-    taking a trial from the budget (check, then ask). Other databases get no lock.
-    """
-    path = _storage_file(url)
-    if path is not None:
-        with open(f"{path}.study.flock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # released by close, or by the kernel on kill
-            yield
-    elif url.startswith("postgresql"):
-        with _advisory_lock(url):
-            yield
-    else:
-        yield
-
-
-def _storage_file(url: str | None) -> Path | None:
-    """The file that holds the storage: a journal or a SQLite database."""
-    if url is None or url.endswith(".journal"):
-        return Path(url or JOURNAL)
-    return Path(url[len("sqlite:///"):]) if _sqlite_folder(url) is not None else None
-
-
-@contextlib.contextmanager
-def _advisory_lock(url: str) -> Iterator[None]:
-    import sqlalchemy  # lazy: only RDB storages need it
-
-    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-    try:
-        with engine.connect() as connection:  # the lock ends with the session at the latest
-            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"),
-                               {"key": _ADVISORY_KEY})
-            try:
-                yield
-            finally:
-                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"),
-                                   {"key": _ADVISORY_KEY})
-    finally:
-        engine.dispose()
 
 
 def storage_label(url: str | None) -> str:

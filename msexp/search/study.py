@@ -16,7 +16,8 @@ from msexp.errors import MsexpError
 from msexp.execution.process import owner
 from msexp.keys import StudyKey, TrialKey
 from msexp.paths import TRIALS_DIR
-from msexp.search.storage import open_storage, storage_errors, storage_label, study_lock
+from msexp.search.lock import study_lock
+from msexp.search.storage import open_storage, storage_errors, storage_label
 from msexp.search.versions import newest, newest_name, next_version, ran_before, study_attrs
 from msexp.spec import Method, SweepSpec
 from msexp.urls import redact

@@ -1,0 +1,91 @@
+"""The study lock: what must not interleave across the processes that share a study's
+storage, on this machine or another."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from msexp.errors import MsexpError
+from msexp.paths import JOURNAL
+from msexp.urls import redact
+
+_ADVISORY_KEY = 0x6D736578  # "msex": msexp's study lock in a shared PostgreSQL
+_IN_MEMORY = ("sqlite://", "sqlite:///", "sqlite:///:memory:")
+_PROCESS_LOCK = threading.Lock()  # the study lock of an in-memory SQLite database
+
+
+@contextlib.contextmanager
+def study_lock(url: str | None) -> Iterator[None]:
+    """Hold every other process that shares the storage, on this machine or another: a
+    file lock beside a journal or SQLite file, an advisory lock in PostgreSQL, a lock of
+    this process for an in-memory SQLite database (no other process can share it).
+
+    What must not interleave across processes holds it: setting up a new study, and
+    taking a trial (stale check, budget check, claim) or putting one back.
+
+    Raises:
+        MsexpError: a storage msexp cannot lock (`open_storage` refuses it first).
+    """
+    check_lockable(url)
+    path = _storage_file(url)
+    if path is not None:
+        with open(f"{path}.study.flock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released by close, or by the kernel on kill
+            yield
+    elif url in _IN_MEMORY:
+        with _PROCESS_LOCK:
+            yield
+    else:
+        with _advisory_lock(url):  # PostgreSQL
+            yield
+
+
+def check_lockable(url: str | None) -> None:
+    """Refuse a storage that `study_lock` cannot lock: without it two processes could take
+    one trial (MySQL, for one).
+
+    Raises:
+        MsexpError: one line naming the storage.
+    """
+    if _storage_file(url) is None and url not in _IN_MEMORY and \
+            not str(url).startswith("postgresql"):
+        raise MsexpError(f"cannot use the Optuna storage {redact(url)} (msexp locks a study "
+                         "across processes in a journal file, SQLite (sqlite:///FILE) or "
+                         "PostgreSQL only; use one of them)")
+
+
+def _storage_file(url: str | None) -> Path | None:
+    """The file that holds the storage: a journal or a SQLite database."""
+    if url is None or url.endswith(".journal"):
+        return Path(url or JOURNAL)
+    return Path(url[len("sqlite:///"):]) if sqlite_folder(url) is not None else None
+
+
+@contextlib.contextmanager
+def _advisory_lock(url: str) -> Iterator[None]:
+    import sqlalchemy  # lazy: only RDB storages need it
+
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as connection:  # the lock ends with the session at the latest
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"),
+                               {"key": _ADVISORY_KEY})
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"),
+                                   {"key": _ADVISORY_KEY})
+    finally:
+        engine.dispose()
+
+
+def sqlite_folder(url: str) -> Path | None:
+    """The folder of a SQLite database file's URL; None for another URL or in memory."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url[len(prefix):] in ("", ":memory:"):
+        return None
+    return Path(url[len(prefix):]).parent

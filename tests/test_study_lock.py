@@ -1,0 +1,119 @@
+"""The study lock on every storage, and a claim that takes a trial only when its WAITING ->
+RUNNING write won: no two processes take one trial, with the lock or without it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from msexp.errors import MsexpError
+from msexp.keys import TrialKey
+from msexp.search.lock import study_lock
+from msexp.search.source import TrialSource
+from msexp.search.storage import open_storage
+from msexp.search.study import open_study
+from msexp.spec import load_spec
+from tests.conftest import write
+
+ROOT = Path(__file__).resolve().parents[1]
+# what another process does between this process's listing of WAITING trials and its
+# claim of the first: it claims trial 0 itself and keeps it
+_CLAIM_FIRST = """
+import sys
+import optuna
+from msexp.search.optuna_private import pop_waiting
+from msexp.search.storage import open_storage
+url = sys.argv[1] or None
+study = optuna.load_study(study_name="won", storage=open_storage(url))
+trial = pop_waiting(study)
+assert trial.number == 0, trial.number
+trial.set_user_attr("owner", "other-host:1")
+"""
+
+
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_a_claim_whose_write_lost_to_another_process_takes_the_next_trial(
+        workdir: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other process claims trial 0 after this one listed it WAITING: this claim's
+    WAITING -> RUNNING write on trial 0 loses, so it takes trial 1 and leaves trial 0 to
+    its owner. Without the study lock (MySQL, before it was refused) this is how two
+    processes met; a claim that ignores whether its write won takes trial 0 too."""
+    url = None if kind == "journal" else f"sqlite:///{workdir / 'optuna.db'}"
+    spec = load_spec(write(workdir / "won.yaml", """
+        name: won
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2, 0.3]}
+    """))
+    study, _ = open_study(spec, url)
+    storage = study._storage
+    original = storage.set_trial_state_values
+    raced: list[int] = []
+
+    def after_the_other_claim(trial_id, state, values=None):
+        if not raced:  # this process listed the trials; the other claims before it writes
+            raced.append(trial_id)
+            subprocess.run([sys.executable, "-c", _CLAIM_FIRST, url or ""], cwd=workdir,
+                           check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        return original(trial_id, state, values)
+
+    monkeypatch.setattr(storage, "set_trial_state_values", after_the_other_claim)
+    source = TrialSource(study, url, spec.n_trials(), samples=False)
+    try:
+        trial = source.claim()
+    finally:
+        source.close()
+    assert raced == [study.trials[0]._trial_id], "the race happened at trial 0's claim"
+    assert trial is not None and trial.number == 1
+    trials = {t.number: (t.state, t.user_attrs.get(TrialKey.OWNER))
+              for t in study.get_trials()}
+    assert trials[0] == (TrialState.RUNNING, "other-host:1"), "trial 0 stays the other's"
+    assert trials[1][0] is TrialState.RUNNING and trials[1][1] != "other-host:1"
+    assert trials[2] == (TrialState.WAITING, None)
+
+
+@pytest.mark.parametrize("url", ["mysql+pymysql://u:S3CRET@db.internal/optuna",
+                                 "oracle://u:S3CRET@db.internal/optuna",
+                                 "sqlite+pysqlite:///x.db"])
+def test_a_storage_msexp_cannot_lock_is_refused_in_one_line(workdir: Path, url: str) -> None:
+    shown = url.replace("S3CRET", "***")
+    expected = (f"cannot use the Optuna storage {shown} (msexp locks a study across "
+                "processes in a journal file, SQLite (sqlite:///FILE) or PostgreSQL only; "
+                "use one of them)")
+    with pytest.raises(MsexpError) as refused:
+        open_storage(url)
+    assert str(refused.value) == expected
+    with pytest.raises(MsexpError) as refused, study_lock(url):
+        pass
+    assert str(refused.value) == expected
+    sweep = write(workdir / "s.yaml", "name: s\nexperiment: mlp_digits\n")
+    result = CliRunner().invoke(app, ["sweep", str(sweep), "--storage", url],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [expected]
+
+
+def test_an_in_memory_sqlite_study_is_locked_within_the_process() -> None:
+    """No other process can open it, so the lock is this process's: a second holder
+    waits for the first."""
+    held, entered = threading.Event(), threading.Event()
+
+    def second() -> None:
+        held.wait()
+        with study_lock("sqlite:///:memory:"):
+            entered.set()
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    with study_lock("sqlite:///:memory:"):
+        held.set()
+        assert not entered.wait(0.5), "the second holder got in while the first held it"
+    thread.join(timeout=60)
+    assert entered.is_set()
