@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from msexp import interrupts, private
-from msexp.cli import cluster, scaffold, scripts, studies, sweeps, tune
+from msexp.cli import cluster, run, scaffold, scripts, studies, sweeps, tune
 from msexp.cli.options import debug_command, err_console, state
 from msexp.errors import MsexpError
 from msexp.execution.process import space_note
@@ -128,7 +128,7 @@ for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, studi
                 studies.status, studies.best, studies.sync, scaffold.knobs, scaffold.schema,
                 scripts.metrics):
     app.command()(command)
-app.command("run")(sweeps.run_one)
+app.command("run")(run.run_one)
 app.command("tune")(tune.tune_command)
 
 services_app = _typer("A local PostgreSQL and MLflow server for trying shared studies.")

@@ -18,6 +18,7 @@ import optuna
 from msexp.errors import MsexpError, describe
 from msexp.execution import Epoch, Status, Subscriber, TrialInfo, TrialResult
 from msexp.interrupts import handled
+from msexp.search.failfast import FailFast
 from msexp.search.prepare import prepare_trial, stale, unprepared
 from msexp.search.pruning import PruningBridge
 from msexp.search.source import TrialSource
@@ -34,6 +35,7 @@ class SweepOutcome:
     recorder: Any  # tracking.recorder.MlflowRecorder: its tracker gives the UI links
     interrupted: int = 0  # the signal that stopped the sweep (SIGINT, SIGTERM), or 0
     results: dict[int, TrialResult] = field(default_factory=dict)
+    fail_fast: str | None = None  # why the sweep started no more trials (`FailFast.line`)
 
 
 class Sweep:
@@ -44,8 +46,9 @@ class Sweep:
         """`slots`: execution.slots.Slots; `recorder`: tracking.recorder.MlflowRecorder."""
         self.spec, self.study, self.source, self.slots = spec, study, source, slots
         self.recorder = recorder
-        self.pruning = PruningBridge(spec)
-        self.watchers = [self.pruning, *watchers]  # told after Optuna; the recorder before
+        self.pruning, self.fail_fast = PruningBridge(spec), FailFast(spec)
+        # told after Optuna; the recorder before
+        self.watchers = [self.pruning, self.fail_fast, *watchers]
         self.stopping = threading.Event()
         self.results: dict[int, TrialResult] = {}
         self.running: dict[int, Any] = {}  # trial number: the host running it
@@ -64,9 +67,12 @@ class Sweep:
         self.slots.keep(self.source.pending())
         for watcher in self.watchers:
             watcher.on_sweep_start(self.spec.n_trials(), self.source.finished())
+        stopped_early = None
         try:
             with handled(STOP_SIGNALS, self._interrupt):
                 self.slots.run(self._work, self._stop_if_unrecordable)
+            if self.fail_fast.stopped is not None and self.error is None:
+                stopped_early = self.fail_fast.line(self.source.pending())
         finally:
             self.source.close()
         if self.error is not None:
@@ -78,7 +84,8 @@ class Sweep:
         if self.error is not None:
             raise MsexpError(f"sweep {self.study.study_name} stopped: {describe(self.error)}"
                              " (finished trials are kept; run the same command to resume)")
-        return SweepOutcome(self.study, self.recorder, self.interrupted, self.results)
+        return SweepOutcome(self.study, self.recorder, self.interrupted, self.results,
+                            stopped_early)
 
     def _ending(self) -> str:
         """The parent run's status: FAILED when every trial of this run failed."""
@@ -108,7 +115,8 @@ class Sweep:
         """Run trials in `host` until none are left; an error outside any trial stops
         the sweep."""
         try:
-            while not self.stopping.is_set() and (handle := self.source.claim()) is not None:
+            while not self.stopping.is_set() and self.fail_fast.stopped is None and \
+                    (handle := self.source.claim()) is not None:
                 self._run_trial(handle, host)
         except Exception as exc:
             self.error = self.error or exc
@@ -157,15 +165,16 @@ class Sweep:
         return trial.attrs
 
     def _on_epoch(self, trial: TrialInfo, epoch: Epoch) -> bool:
-        """Show the epoch to every watcher; True when the trial is to stop (pruned)."""
+        """Show the epoch to every watcher; True when the trial is to stop (pruned, or
+        sure not to report its objective)."""
         for watcher in self.watchers:
             watcher.on_trial_epoch(trial, epoch)
-        return self.pruning.should_stop(trial)
+        return self.pruning.should_stop(trial) or self.fail_fast.should_stop(trial)
 
     def _end(self, trial: TrialInfo, result: TrialResult) -> None:
         """The one order of a trial's end: judged, recorded in MLflow, told to Optuna,
         shown. A trial whose claim another process took meanwhile is left to it."""
-        judge(self.spec, trial, result)
+        judge(self.spec, trial, result, self.fail_fast.unreported(trial))
         if not self.source.still_held(trial.handle):
             self.source.done(trial.handle)
             self.recorder.on_trial_dropped(trial)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import optuna
@@ -11,6 +12,7 @@ from msexp.execution.protocol import Epoch
 from msexp.execution.result import Status, TrialResult
 from msexp.execution.subscribers import TrialInfo
 from msexp.keys import TrialKey
+from msexp.search.unreported import listing
 from msexp.spec import Objective, SweepSpec
 from msexp.tracking.curves import epoch_table
 from msexp.tracking.report import best_trials
@@ -20,18 +22,23 @@ _OPTUNA_STATE = {Status.COMPLETE: TrialState.COMPLETE, Status.PRUNED: TrialState
                  Status.FAILED: TrialState.FAIL, Status.TIMEOUT: TrialState.FAIL}
 
 
-def judge(spec: SweepSpec, trial: TrialInfo, result: TrialResult) -> None:
+def judge(spec: SweepSpec, trial: TrialInfo, result: TrialResult,
+          unreported: str | None = None) -> None:
     """A trial that ran to the end without reporting its objectives is FAILED, with the
-    reason, before anyone records it. Its error is redacted."""
+    reason and what it did report, before anyone records it; so is one stopped at an
+    epoch that showed it would not report them (`unreported`: why), unless it completed
+    with them meanwhile. Its error is redacted."""
     result.error = redact_known(result.error, known_secrets(trial.params)) if result.error \
         else result.error
-    if result.status is not Status.COMPLETE:
-        return
     values = objective_values(spec, result)
     missing = [o.metric for o, v in zip(spec.objectives, values) if not math.isfinite(v)]
-    if missing:
+    if unreported and (missing or result.status is not Status.COMPLETE):
+        result.status, result.error = Status.FAILED, unreported
+    elif result.status is Status.COMPLETE and missing:
+        reported = {*final_metrics(result), *(n for e in result.epochs for n in e.metrics)}
         result.status = Status.FAILED
-        result.error = f"objective not available: {', '.join(missing)}"
+        result.error = (f"objective not available: {', '.join(missing)} "
+                        f"({listing(reported, missing[0])})")
         trial.attrs[TrialKey.MISSING] = missing
 
 
@@ -45,6 +52,8 @@ def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialRe
         attrs[TrialKey.ERROR] = kept_error(result.error)
     if result.checkpoint:
         attrs[TrialKey.CHECKPOINT] = str(result.checkpoint)
+    if result.batch_statistics:
+        attrs[TrialKey.BATCH_STATISTICS] = dataclasses.asdict(result.batch_statistics)
     if spec.constraints:
         attrs[TrialKey.FEASIBLE] = spec.feasible(result.metrics)
         for i, constraint in enumerate(spec.constraints):

@@ -55,7 +55,7 @@ def command_experiment(source: str, section: CommandSection, folder: Path,
     if any(isinstance(d, (int, float)) and d > 1 for d in devices) and not runs_python:
         raise SpecError(source, "experiment.command", "devices > 1 runs the command as msrun "
                         "ranks, so it must be `python SCRIPT.py ...`", section.command)
-    hooks = section.hooks if section.hooks is not None else uses_hooks(argv, folder)
+    hooks = applies_hooks(section, argv, folder)
     msexps = {n for n in KNOBS if n not in section.own} if hooks else {"devices"}
     knobs = {}
     for where, section_values in (("fixed", fixed), ("params", params)):
@@ -65,6 +65,30 @@ def command_experiment(source: str, section: CommandSection, folder: Path,
             knobs[name] = (_msexp_knob(source, key, name, values) if name in msexps
                            else _own_knob(source, key, values, written))
     return Experiment(section.command, None, {}, knobs, ())
+
+
+HOOKS_TECHNIQUES = ("micro_size", "amp_level", "amp_dtype", "keep_batchnorm_fp32",
+                    "loss_scale", "loss_scale_value", "loss_scale_factor",
+                    "loss_scale_window", "drop_overflow_update")
+"""msexp's knobs that a script of its own gets only through `msexp.hooks` (`hooks.model`)."""
+
+
+def needs_hooks(section: CommandSection, folder: Path, name: str) -> str | None:
+    """Why a technique the script has no flag for needs `msexp.hooks`, where the script
+    does not use it; None for any other name."""
+    if name not in HOOKS_TECHNIQUES:
+        return None
+    if applies_hooks(section, split_command("", section.command), folder):
+        return None
+    return (f"is msexp's technique, applied only through msexp.hooks (hooks.model, see "
+            f"docs/your-code.md): this script does not use msexp.hooks, and its --help lists "
+            f"no --{name}")
+
+
+def applies_hooks(section: CommandSection, argv: list[str], folder: Path) -> bool:
+    """Whether msexp.hooks applies msexp's knobs in the command: `hooks` as the file says,
+    else whether its script imports msexp."""
+    return section.hooks if section.hooks is not None else uses_hooks(argv, folder)
 
 
 def uses_hooks(argv: list[str], folder: Path) -> bool:

@@ -1,0 +1,96 @@
+"""A sweep that fails fast (Katib's `maxFailedTrialCount`, Ray Tune's `fail_fast`): a
+trial is stopped at the first epoch that shows it will not report its objective, and
+the sweep starts no more trials once its first ones failed alike.
+
+"Alike" is the same cause: the last line of the error with its numbers, paths and
+quoted names taken out, so `trial-0003`'s and `trial-0007`'s missing data compare
+equal. Only the trials this sweep ran count, and one that completed (or was pruned:
+it ran) turns the stop off for the rest of the sweep.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+from msexp.execution import Epoch, Status, Subscriber, TrialInfo, TrialResult
+from msexp.search.unreported import unreported_at
+from msexp.spec import SweepSpec
+
+_PATH = re.compile(r"(?:[A-Za-z]:)?[\w.~\-]*(?:[/\\][\w.~\-]+)+[/\\]?")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_NUMBER = re.compile(r"\b0x[0-9a-fA-F]+\b|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def failure_cause(error: str) -> str:
+    """The error's last line, its numbers, paths and quoted names replaced, so identical
+    failures of different trials compare equal."""
+    last = _QUOTED.sub("'…'", _last_line(error) or "(no error message)")
+    last = _PATH.sub("<path>", last)
+    return " ".join(_NUMBER.sub("N", last).split())
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Why a sweep started no more trials: `count` trials failed with `cause` (the first
+    one's error: `example`) and none completed."""
+
+    cause: str
+    example: str
+    count: int
+
+
+class FailFast(Subscriber):
+    """Stops a trial whose epoch shows it will not report its objective (see
+    `unreported`), and counts this sweep's failures by cause; `stopped` is set once
+    `budget.fail_fast` of them share one and none completed."""
+
+    def __init__(self, spec: SweepSpec):
+        self.after = spec.budget.fail_fast
+        self.objectives = [o.metric for o in spec.objectives]
+        self.stopped: Stopped | None = None
+        self._unreported: dict[int, str] = {}  # trial number: why it is stopped
+        self._causes: Counter[str] = Counter()
+        self._examples: dict[str, str] = {}
+        self._completed = False
+        self._lock = threading.Lock()  # trials end in the slots' threads
+
+    def on_trial_epoch(self, trial: TrialInfo, epoch: Epoch) -> None:
+        if self.after and trial.number not in self._unreported:
+            problem = unreported_at(self.objectives, epoch)
+            if problem:
+                self._unreported[trial.number] = problem
+
+    def should_stop(self, trial: TrialInfo) -> bool:
+        """Whether an epoch of the trial showed that it will not report its objective."""
+        return trial.number in self._unreported
+
+    def unreported(self, trial: TrialInfo) -> str | None:
+        """Why the trial was stopped at an epoch (see `should_stop`), once; else None."""
+        return self._unreported.pop(trial.number, None)
+
+    def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> None:
+        with self._lock:
+            if result.status in (Status.COMPLETE, Status.PRUNED):
+                self._completed = True
+            if self._completed or not self.after or self.stopped is not None:
+                return
+            cause = failure_cause(result.error)
+            self._causes[cause] += 1
+            self._examples.setdefault(cause, _last_line(result.error) or cause)
+            if self._causes[cause] >= self.after:
+                self.stopped = Stopped(cause, self._examples[cause], self._causes[cause])
+
+    def line(self, not_started: int) -> str:
+        """The one line that says why the sweep stopped and what that saved."""
+        assert self.stopped is not None
+        return (f"fail fast: {self.stopped.count} trials failed with the same error and "
+                f"none completed ({self.stopped.example[:300]}); {not_started} trial"
+                f"{'s' * (not_started != 1)} not started (budget.fail_fast: {self.after})")
+
+
+def _last_line(error: str) -> str:
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
