@@ -238,6 +238,15 @@ def test_fail_fast_off_skips_the_check_before_the_sweep(workdir: Path) -> None:
     assert preflight(off) is off
 
 
+def test_a_command_that_takes_no_flags_is_not_run_before_the_sweep(workdir: Path) -> None:
+    write(workdir / "train.py", "open('ran', 'w').close()\nprint('eval_accuracy: 1')\n")
+    for args in ("none", "flags"):
+        spec = parse_spec(f"name: n\nexperiment: {{command: python train.py, args: {args}}}\n"
+                          "params: {lr: [0.1]}\n", "n.yaml", workdir / "n.yaml")
+        preflight(spec)
+        assert (workdir / "ran").exists() == (args == "flags")
+
+
 @pytest.mark.slow
 def test_a_misspelt_objective_fails_at_the_first_epoch(workdir: Path) -> None:
     write(workdir / "train.py", EPOCHS)

@@ -133,14 +133,14 @@ def check_flags(spec: SweepSpec, listed: dict[str, bool]) -> None:
 
 
 def preflight(spec: SweepSpec) -> SweepSpec:
-    """The checks that take seconds, before any store or trial: a command's --help must
-    list every name the sweep passes as a flag (as `plan --check`); off with
-    budget.fail_fast: false."""
+    """The checks that take seconds, before any store or trial: the --help (or
+    experiment.check's text) of a command that takes flags must run and list every name
+    the sweep passes (as `plan --check`); off with budget.fail_fast: false."""
     section = spec.command
-    if section is not None and spec.budget.fail_fast:
+    if section is not None and section.args == "flags" and spec.budget.fail_fast:
         listed = quick_check(spec, " (msexp sweep checks it before the first trial; "
                                    "budget.fail_fast: false skips the check)")
-        if section.args == "flags" and listed:
+        if listed:
             check_flags(spec, listed)
     return spec
 
