@@ -69,6 +69,7 @@ class TrialEnv:
     OUTPUT_DIR = "MSEXP_OUTPUT_DIR"  # a folder for the trial's outputs and checkpoints
     EVENTS = "MSEXP_EVENTS"  # where `msexp.hooks.report` writes epochs (JSON lines)
     RESUME = "MSEXP_RESUME"  # set on a retried trial: the checkpoint folder to resume from
+    PROBE = "MSEXP_PROBE"  # set on a probe (msexp tune): the updates after which it ends
     # every process of a trial process carries it (HOST:PID of the orchestrator/serial), so
     # what a trial started is found and killed even after `setsid` or a dead orchestrator
     MARKER = "MSEXP_TRIAL_ID"

@@ -139,6 +139,8 @@ def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path
            "PYTHONUNBUFFERED": "1", "PATH": search_path()}
     if any(outputs.iterdir()):
         env[TrialEnv.RESUME] = str(outputs)
+    if request.probe is not None:  # `msexp.hooks.MsexpCallback` ends the script there
+        env[TrialEnv.PROBE] = str(request.probe.updates)
     sweep_folder = Path(command.cwd)
     params = trial_params({k: v for k, v in request.params.items() if k != "devices"},
                           folder, sweep_folder)  # devices: msexp's own

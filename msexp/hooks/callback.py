@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from mindspore.train import Callback
 
 from msexp.hooks.accumulate import AccumulatingTrainStep
 from msexp.hooks.channel import active, report, should_stop
+from msexp.keys import TrialEnv
 from msexp.training.memory import PeakMemory
 
 
@@ -21,8 +23,10 @@ class MsexpCallback(Callback):
     updates: train_loss (and its per-update series), step_ms (per update), compile_s,
     samples_per_s, peak_mem_mb, train_mem_mb, overflow_steps, skipped_updates and the
     loss-scale series, and, given the model and an eval dataset, the model's own metrics
-    as `eval_<name>`. Stops training cleanly when msexp prunes the trial. Outside msexp it
-    does nothing.
+    as `eval_<name>`. Stops training cleanly when msexp prunes the trial. In a probe of
+    `msexp tune` (MSEXP_PROBE), reports the probe's updates once they have run, then ends
+    the script: nothing after them runs (an eval, a checkpoint). Outside msexp it does
+    nothing.
 
     The loss scale and overflows come from msexp's train step (`hooks.model`) or from a
     `Model` with a loss scale manager (its step returns loss, overflow, scale).
@@ -43,6 +47,7 @@ class MsexpCallback(Callback):
         self._began = 0.0
         self._overflows = 0
         self._epoch = _EpochSeries()
+        self._probe_updates = int(os.environ.get(TrialEnv.PROBE) or 0) if self.enabled else 0
 
     def __exit__(self, *err: Any) -> None:
         self._measure.close()  # a step that raised leaves the memory profiler running
@@ -72,6 +77,8 @@ class MsexpCallback(Callback):
         loss, overflow, scale = _outputs(args.net_outputs, step)
         self._overflows += bool(overflow)
         self._epoch.add(loss, scale, updates)
+        if self._probe_updates and len(self._update_s) >= self._probe_updates:
+            self._end_probe(run_context)
         if should_stop():
             run_context.request_stop()
 
@@ -88,6 +95,18 @@ class MsexpCallback(Callback):
         self._epoch = _EpochSeries()
         if should_stop():
             run_context.request_stop()
+
+    def _end_probe(self, run_context: Any) -> None:
+        """Report the probe as msexp's own probe does (each update's step_ms, updates,
+        overflow_rate), then end the script with exit status 0."""
+        args = run_context.original_args()
+        counts = self._counts(run_context)
+        updates = len(self._update_s)
+        series = {**self._epoch.series(), "step_ms": [1000 * s for s in self._update_s]}
+        report(args.cur_epoch_num, args.cur_step_num, series=series, **self._epoch.metrics(),
+               **self._timing(args), **counts, updates=updates,
+               overflow_rate=counts["overflow_steps"] / updates)
+        raise SystemExit(0)
 
     def _timing(self, args: Any) -> dict[str, float]:
         """step_ms (the median update, the first one left out: it compiles), compile_s,

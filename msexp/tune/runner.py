@@ -46,12 +46,9 @@ class Runner:
         self.spec, self.hosts, self.folder = spec, hosts, folder
 
     def request(self, job: Job) -> TrialRequest:
-        """The job's request: the sweep's trial request, without checkpoints. A script
-        takes no update cap: a probe of a command runs one epoch where the file sets
-        `epochs`, else the whole command."""
+        """The job's request: the sweep's trial request, without checkpoints. A probe of a
+        command reaches its script (MSEXP_PROBE), whose `msexp.hooks` end it there."""
         params, probe = job.params, job.probe
-        if probe is not None and self.spec.command is not None:
-            params, probe = ({**params, "epochs": 1} if "epochs" in params else params), None
         folder = self.folder / job.name
         folder.mkdir(parents=True, exist_ok=True)
         request = trial_request(self.spec, params, folder, f"{self.folder.name}/{job.name}")
