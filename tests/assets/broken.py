@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from experiments import mlp_digits
+from msexp.workloads import mlp_digits
 
 DEFAULTS = {**mlp_digits.DEFAULTS, "epochs": 1}
 PARAMS = {"mode": "works", "hidden": 32, "pause_s": 0.0}
@@ -20,6 +20,9 @@ def build(params):
     if mode == "exits":
         sys.exit(3)
     if mode == "hangs":
+        time.sleep(600)
+    if mode == "kills_sweep":  # a trial that takes its orchestrator down (host:pid/...)
+        os.kill(int(os.environ["MSEXP_TRIAL_ID"].split("/")[0].rpartition(":")[2]), 9)
         time.sleep(600)
     workload = mlp_digits.build(params)
     if params["pause_s"]:  # slow epochs, for tests that act in the middle of a trial
