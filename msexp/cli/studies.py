@@ -10,6 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
+from msexp.cli.mlflow_running import mlflow_running, show_mlflow_running
 from msexp.cli.options import (
     OptionalSweepFileArg,
     StorageOpt,
@@ -146,12 +147,15 @@ def status(
     file: OptionalSweepFileArg = None,
     study: StudyOpt = None,
     storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show a study's progress: trials by state and the trials running now.
+    """Show a study's progress: trials by state, the trials running now, and the MLflow
+    runs of its experiment that are RUNNING (those a killed `msexp tune` left marked).
 
     --json prints {"study", "finished", "total", "states": {STATE: count}, "running":
-    [{"number", "owner", "heartbeat_age_s", "params"}], "missing_objectives"}.
+    [{"number", "owner", "heartbeat_age_s", "params"}], "missing_objectives",
+    "mlflow_running": [{"run_id", "name", "made_by", "left"}]}.
 
     Example: msexp status sweeps/accum.yaml
     """
@@ -160,14 +164,21 @@ def status(
     from msexp.search.study import finished_count  # lazy: as above
     from msexp.tracking.report import state_counts  # lazy: as above
 
-    loaded = _existing_study(file, study, storage)
+    try:
+        loaded = _existing_study(file, study, storage)
+    except MsexpError:
+        if file is not None:  # a file only tuned has no study: its runs still show
+            show_mlflow_running(mlflow_running(read_name(file), tracking_uri), file)
+        raise
     running = [{"number": t.number, "owner": t.user_attrs.get(TrialKey.OWNER),
                 "heartbeat_age_s": _age(t.user_attrs.get(TrialKey.HEARTBEAT)),
                 "params": t.params}
                for t in loaded.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     document = {"study": loaded.study_name, "finished": finished_count(loaded),
                 "total": loaded.user_attrs.get(StudyKey.TOTAL), "states": state_counts(loaded),
-                "running": running, "missing_objectives": missing_objectives(loaded)}
+                "running": running, "missing_objectives": missing_objectives(loaded),
+                "mlflow_running": mlflow_running(loaded.user_attrs.get(StudyKey.SWEEP)
+                                                 or loaded.study_name, tracking_uri)}
     if as_json:
         print_json(document)
         return
@@ -181,6 +192,7 @@ def status(
                       f"{kv(r['params'])}", highlight=False)
     if document["missing_objectives"]:
         console.print(document["missing_objectives"], markup=False, highlight=False)
+    show_mlflow_running(document["mlflow_running"], file)
 
 
 def _age(beat: float | None) -> float | None:

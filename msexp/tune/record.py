@@ -5,11 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from msexp.execution.process import owner
+from msexp.keys import RunTag
+from msexp.search.heartbeat import owner_is_dead
 from msexp.tracking.runs import Tracker
 from msexp.tune.runner import Ran
 
 PHASE = "msexp.tune.phase"
 DROPPED = "msexp.tune.dropped"
+OWNER = "msexp.owner"  # on a phase's parent run: the tune process (host:pid) that made it
 
 
 class PhaseRuns:
@@ -25,8 +29,8 @@ class PhaseRuns:
         """The parent run of `phase`, created on first use."""
         if phase not in self.parents:
             self.parents[phase] = self.tracker.parent_run(
-                self.experiment_id, f"{self.name}-{phase}", {PHASE: phase}, self.sweep_file,
-                params)
+                self.experiment_id, f"{self.name}-{phase}", {PHASE: phase, OWNER: owner()},
+                self.sweep_file, params)
         return self.parents[phase]
 
     def children(self, phase: str, runs: list[Ran], dropped: dict[int, str]) -> None:
@@ -46,3 +50,31 @@ class PhaseRuns:
     def close(self) -> None:
         for run_id in self.parents.values():
             self.tracker.client.set_terminated(run_id, "FINISHED")
+
+    def end_left(self) -> list[str]:
+        """End as KILLED what a killed tune of this host left RUNNING in the experiment:
+        each phase's parent run whose process is gone, and its child in flight; returns
+        their ids, children first."""
+        left = [run.info.run_id for run, maker in running_runs(self.tracker,
+                                                               self.experiment_id)
+                if gone(maker)]
+        with self.tracker.writing():
+            for run_id in left:
+                self.tracker.client.set_terminated(run_id, "KILLED")
+        return left
+
+
+def running_runs(tracker: Tracker, experiment_id: str) -> list[tuple[Any, str | None]]:
+    """The experiment's RUNNING runs, children before their parents, each with the tune
+    process (host:pid) that made it or its parent, or None (a sweep's runs)."""
+    runs = tracker.client.search_runs([experiment_id], "attributes.status = 'RUNNING'")
+    makers = {run.info.run_id: run.data.tags.get(OWNER) for run in runs}
+    found = [(run, makers.get(run.data.tags.get(RunTag.PARENT, ""), makers[run.info.run_id]))
+             for run in runs]
+    return sorted(found, key=lambda pair: RunTag.PARENT not in pair[0].data.tags)
+
+
+def gone(maker: str | None) -> bool:
+    """Whether `maker` (see `running_runs`) is a process of this host that is gone: what
+    it left RUNNING will never end by itself."""
+    return bool(maker) and owner_is_dead(maker)
