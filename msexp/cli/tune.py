@@ -3,6 +3,7 @@ fits (`--max-batch`), and an lr range test (`--lr-find`)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,6 +53,7 @@ LrLowOpt = Annotated[float, typer.Option("--lr-low", min=1e-12,
 LrHighOpt = Annotated[float, typer.Option("--lr-high", min=1e-12,
                                           help="Last lr of the range test.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+_log = logging.getLogger("msexp")
 
 
 def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
@@ -78,6 +80,9 @@ def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
     check_tunable(spec)  # before the hosts start
     with _runner(spec, 1 if (max_batch_only or lr_only) else spec.budget.workers) as runner:
         runs = PhaseRuns(Tracker(tracking_uri), spec.name, f"{spec.name}-tune", spec.path)
+        if ended := runs.end_left():
+            _log.warning(f"ended {len(ended)} MLflow run(s) that a killed msexp tune left "
+                         "RUNNING, as KILLED")
         if max_batch_only:
             _show_batch(max_batch(spec, runner, runs, budget, updates, 1 << 16), json_output)
         elif lr_only:
@@ -217,4 +222,3 @@ def _spread(values: list[float]) -> str:
     if not values:
         return "none"
     return f"{sum(values) / len(values):.4g} ± {seed_spread(values):.2g}"
-
