@@ -333,16 +333,31 @@ def test_a_tune_run_drops_what_breaks_the_budget_and_picks_the_fastest_kept(
 @pytest.mark.slow
 def test_max_batch_agrees_with_a_hand_binary_search_over_measured_memory(
         workdir: Path) -> None:
-    sweep = write(workdir / "digits.yaml", DIGITS)
+    """The baseline accumulates 4 micro-batches: each probe trains batch_size 4 x its
+    micro-batch at micro_size 4, and the answer is a micro-batch and 4 times it."""
+    # mutation (issue 40): micro_size ignored, a probe of batch_size = micro-batch (whose
+    # micro-batches are a quarter of it): a batch 4x too large would be recommended
+    from msexp.tracking.runs import Tracker
+
+    sweep = write(workdir / "digits.yaml", DIGITS.replace("micro_size: [1, 4]",
+                                                          "micro_size: [4, 1]"))
     result = cli("tune", str(sweep), "--max-batch", "--memory", "2.5", "--updates", "2",
                  "--json")
     assert result.exit_code == 0, result.output
-    found = json.loads(result.output)
+    found = json.loads(result.stdout)  # stderr has a line per probe
     measured = {t["micro_batch"]: t["train_mem_mb"] for t in found["tried"]}
+    assert None not in measured.values(), found["tried"]  # every probe measured
     by_hand, _ = rules.largest_fitting(lambda size: measured[size] <= 2.5)
     assert found["micro_batch"] == by_hand > 0
     assert measured[found["micro_batch"]] <= 2.5 < measured[found["micro_batch"] + 1]
-    assert found["batch_size"] == found["micro_batch"]  # the baseline's micro_size is 1
+    assert (found["micro_size"], found["batch_size"]) == (4, 4 * found["micro_batch"])
+    tracker = Tracker()
+    probes = {run.info.run_name: run.data.params for run in tracker.client.search_runs(
+        [tracker.experiment_id("tuned")], "tags.`msexp.role` = 'trial'")}
+    assert sorted(probes) == sorted(f"maxbatch-{size}" for size in measured)
+    for size in measured:
+        params = probes[f"maxbatch-{size}"]
+        assert (params["micro_size"], params["batch_size"]) == ("4", str(4 * size)), size
 
 
 @pytest.mark.slow
