@@ -3,7 +3,6 @@ fits (`--max-batch`), and an lr range test (`--lr-find`)."""
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,14 +10,16 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from msexp.cli.options import SweepFileArg, TrackingOpt, console
+from msexp.cli.options import SweepFileArg, TrackingOpt, console, err_console
 from msexp.cli.render import print_json
 from msexp.errors import SpecError
 from msexp.execution.host import start_hosts
 from msexp.spec import SweepSpec, load_spec
 from msexp.tracking.runs import Tracker
-from msexp.tune.candidates import check_tunable
+from msexp.tune.candidates import check_noise, check_tunable
+from msexp.tune.measure import finite_or_none
 from msexp.tune.outcome import Outcome, fate
+from msexp.tune.output import ratio_text
 from msexp.tune.record import PhaseRuns
 from msexp.tune.rules import seed_spread
 from msexp.tune.runner import Runner
@@ -45,7 +46,7 @@ TopOpt = Annotated[int, typer.Option(
                          "as many again where none of them keeps the objective.")]
 ToleranceOpt = Annotated[float, typer.Option(
     "--tolerance", min=0, help="How much worse than the baseline's objective a candidate "
-                               "may be, where that exceeds the baseline's seed-to-seed spread.")]
+                               "may be, where that exceeds the seed-to-seed spread.")]
 LrUpdatesOpt = Annotated[int, typer.Option("--lr-updates", min=20, help="Updates of the lr "
                                                                          "range test.")]
 LrLowOpt = Annotated[float, typer.Option("--lr-low", min=1e-12,
@@ -53,7 +54,7 @@ LrLowOpt = Annotated[float, typer.Option("--lr-low", min=1e-12,
 LrHighOpt = Annotated[float, typer.Option("--lr-high", min=1e-12,
                                           help="Last lr of the range test.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
-_log = logging.getLogger("msexp")
+NO_PICK = 3  # the exit status of a run that found no pick (1: it failed, 2: bad input)
 
 
 def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
@@ -62,10 +63,16 @@ def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
                  lr_low: LrLowOpt = 1e-6, lr_high: LrHighOpt = 10.0,
                  tracking_uri: TrackingOpt = None, json_output: JsonOpt = False) -> None:
     """Find the fastest configuration of the knobs the sweep file sweeps that fits its
-    memory budget and keeps its objective: profile every candidate for a few updates,
-    halve on samples/s, then train the fastest and the baseline (each swept knob at its
-    first listed value) for the sweep's epochs with budget.repeats seeds. Writes the
-    pick's sweep file and a throughput-memory plot under mlruns/reports/.
+    memory budget and keeps its objective: profile every candidate for a few updates, each
+    between two probes of the baseline (each swept knob at its first listed value), halve
+    on the throughput ratio to the baseline, then train the fastest and the baseline for
+    the sweep's epochs with budget.repeats seeds (two at least). Writes this run's sweep
+    file of the pick and its plot under mlruns/reports/ (--json names them); says a line
+    per probe and per phase on stderr.
+
+    Exit status: 0 a pick (or what --max-batch or --lr-find looked for), 3 no pick (none
+    fits or keeps the objective; no micro-batch fits; no lr suggestion), 2 bad input, 1
+    failed.
 
     Example: msexp tune sweeps/accum.yaml --memory 200
     """
@@ -78,67 +85,76 @@ def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
     if max_batch_only:
         require_budget(spec, budget)
     check_tunable(spec)  # before the hosts start
+    if not (max_batch_only or lr_only):
+        check_noise(spec, tolerance)
     with _runner(spec, 1 if (max_batch_only or lr_only) else spec.budget.workers) as runner:
         runs = PhaseRuns(Tracker(tracking_uri), spec.name, f"{spec.name}-tune", spec.path)
-        if ended := runs.end_left():
-            _log.warning(f"ended {len(ended)} MLflow run(s) that a killed msexp tune left "
-                         "RUNNING, as KILLED")
         if max_batch_only:
-            _show_batch(max_batch(spec, runner, runs, budget, updates, 1 << 16), json_output)
+            found = _show_batch(max_batch(spec, runner, runs, budget, updates, 1 << 16),
+                                json_output)
         elif lr_only:
-            _show_lr(lr_find(spec, runner, runs, None, lr_updates, lr_low, lr_high),
-                     json_output)
+            found = _show_lr(lr_find(spec, runner, runs, None, lr_updates, lr_low, lr_high),
+                             json_output)
         else:
             settings = Settings(updates, top, tolerance, memory)
-            _show_tune(tune(spec, settings, runner, runs), runs, json_output)
+            found = _show_tune(tune(spec, settings, runner, runs), runs, json_output)
+    if not found:
+        raise typer.Exit(NO_PICK)
+
+
+def _say(line: str) -> None:
+    """A line of progress, on stderr (stdout keeps the result, or the JSON)."""
+    err_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @contextmanager
 def _runner(spec: SweepSpec, hosts: int) -> Iterator[Runner]:
     started = start_hosts(hosts, warm=warm_children(spec))
     try:
-        yield Runner(spec, started, run_folder(spec).resolve())
+        yield Runner(spec, started, run_folder(spec).resolve(), _say)
     finally:
         for host in started:
             host.kill()
 
 
-def _show_batch(found: BatchSearch, json_output: bool) -> None:
+def _show_batch(found: BatchSearch, json_output: bool) -> bool:
     if json_output:
         print_json({"micro_batch": found.micro_batch, "micro_size": found.micro_size,
                     "batch_size": found.micro_batch * found.micro_size,
                     "memory_mb": found.memory_mb,
                     "tried": [{"micro_batch": s, "train_mem_mb": mb, "note": n}
                               for s, mb, n in found.tried]})
-        return
+        return found.micro_batch > 0
     for size, _, note in found.tried:
         console.print(f"micro-batch {size:>6}: {note}", markup=False, highlight=False)
     if not found.micro_batch:
         console.print(f"no micro-batch fits {found.memory_mb:g} MB: micro-batch 1 did not")
-        return
+        return False
     console.print(f"largest micro-batch that fits {found.memory_mb:g} MB: {found.micro_batch} "
                   f"(batch_size {found.micro_batch * found.micro_size} at micro_size "
                   f"{found.micro_size})")
+    return True
 
 
-def _show_lr(found: LrFind, json_output: bool) -> None:
+def _show_lr(found: LrFind, json_output: bool) -> bool:
     if json_output:
         print_json({"suggested_lr": found.suggestion, "plot": str(found.plot),
                     "lr": found.rates, "train_loss": found.losses})
-        return
+        return found.suggestion is not None
     console.print(f"lr range test: {len(found.losses)} updates, lr {found.rates[0]:.3g} to "
                   f"{found.rates[-1]:.3g}")
     console.print("suggested lr: " + (f"{found.suggestion:.3g}" if found.suggestion else
                                       "none (no clear descent: widen the range or add "
                                       "--lr-updates)"))
     console.print(f"plot: {found.plot}")
+    return found.suggestion is not None
 
 
-def _show_tune(outcome: Outcome, runs: PhaseRuns, json_output: bool) -> None:
+def _show_tune(outcome: Outcome, runs: PhaseRuns, json_output: bool) -> bool:
     document = summary(outcome)
     if json_output:
         print_json(document)
-        return
+        return outcome.pick is not None
     for line in lines(document):
         console.print(line, markup=False, highlight=False)
     if outcome.parents:
@@ -147,26 +163,20 @@ def _show_tune(outcome: Outcome, runs: PhaseRuns, json_output: bool) -> None:
         if serve:
             console.print(f"serve the store:  {serve}")
         console.print(f"compare runs:     {redact(runs_url)}")
+    return outcome.pick is not None
 
 
 def summary(outcome: Outcome) -> dict[str, Any]:
-    """The tune run as a document: every candidate, the verdicts, the pick and its files."""
+    """The tune run as a document: every candidate, the verdicts, the pick and its files.
+    Each throughput is a ratio to the baseline's measured beside it, with its spread; a
+    candidate's `samples_per_s` and `baseline_samples_per_s` are the two sides of its
+    latest probe's ratio."""
     base = outcome.baseline
     document: dict[str, Any] = {
-        "candidates": [{"config": p.candidate.point, "samples_per_s": p.rates,
-                        "spread": [x if math.isfinite(x) else None for x in p.spreads],
-                        "step_ms": p.metrics.get("step_ms"),
-                        "compile_s": p.metrics.get("compile_s"), "memory_mb": p.memory_mb,
-                        "overflow_rate": p.metrics.get("overflow_rate"),
-                        "dropped": p.dropped, "verdict": fate(outcome, p)}
-                       for p in outcome.profiles],
+        "candidates": [_candidate(outcome, p) for p in outcome.profiles],
         "spread": outcome.spread, "rounds": outcome.rounds,
-        "confirmed": [{"config": v.profile.candidate.point, "objective": v.objective,
-                       "samples_per_s": v.samples_per_s, "memory_mb": v.memory_mb,
-                       "rejected": v.rejected} for v in outcome.verdicts],
-        "baseline": None if base is None else {
-            "config": base.profile.candidate.point, "objective": base.objective,
-            "samples_per_s": base.samples_per_s, "memory_mb": base.memory_mb},
+        "confirmed": [_trained(v) for v in outcome.verdicts],
+        "baseline": None if base is None else _trained(base),
         "pick": None, "plot": str(outcome.plot),
         "sweep_file": str(outcome.sweep_file) if outcome.sweep_file else None,
         "mlflow_runs": outcome.parents,
@@ -174,31 +184,50 @@ def summary(outcome: Outcome) -> dict[str, Any]:
     pick = outcome.pick
     if pick is not None and base is not None:
         document["pick"] = {
-            "config": pick.profile.candidate.point, "objective": pick.objective,
-            "throughput_ratio": pick.samples_per_s / base.samples_per_s,
+            **_trained(pick),
             "memory_ratio": (pick.memory_mb / base.memory_mb
                              if pick.memory_mb and base.memory_mb else None)}
     return document
+
+
+def _candidate(outcome: Outcome, profile: Any) -> dict[str, Any]:
+    sides = profile.sides or (None, None)
+    return {"config": profile.candidate.point, "throughput_ratio": profile.ratios,
+            "spread": [finite_or_none(x) for x in profile.spreads],
+            "samples_per_s": sides[0], "baseline_samples_per_s": sides[1],
+            "step_ms": profile.metrics.get("step_ms"),
+            "compile_s": profile.metrics.get("compile_s"), "memory_mb": profile.memory_mb,
+            "overflow_rate": profile.metrics.get("overflow_rate"),
+            "dropped": profile.dropped, "verdict": fate(outcome, profile)}
+
+
+def _trained(verdict: Any) -> dict[str, Any]:
+    return {"config": verdict.profile.candidate.point, "objective": verdict.objective,
+            "throughput_ratio": finite_or_none(verdict.ratio),
+            "throughput_spread": finite_or_none(verdict.ratio_spread),
+            "samples_per_s": verdict.samples_per_s, "memory_mb": verdict.memory_mb,
+            "keep_rule": verdict.judged, "rejected": verdict.rejected}
 
 
 def lines(document: dict[str, Any]) -> list[str]:
     """The terminal summary of `summary(...)`'s document."""
     out = []
     for c in document["candidates"]:
-        rate = f"{c['samples_per_s'][-1]:.1f} samples/s" if c["samples_per_s"] else "-"
-        if c["spread"] and c["spread"][-1] is not None:
-            rate += f" ± {c['spread'][-1]:.1%}"
+        rate = (_ratio(c["throughput_ratio"][-1], c["spread"][-1]) + " (probes)"
+                if c["throughput_ratio"] else "-")
         memory = f"{c['memory_mb']:.1f} MB" if c["memory_mb"] is not None else "-"
-        out.append(f"  {_config(c['config']):<40} {rate:>26} {memory:>10}  "
+        out.append(f"  {_config(c['config']):<40} {rate:>24} {memory:>10}  "
                    + c["verdict"])
     spread = document["spread"]
-    out.append(f"halving: {document['rounds']} round(s); spread of samples/s (the leaders' "
-               "median notch, or the change between rounds where larger): "
+    out.append(f"halving: {document['rounds']} round(s); spread of the ratio (the leaders' "
+               "median notches, or the change between rounds where larger): "
                + (f"{spread:.1%}" if spread is not None else "not measured"))
     base = document["baseline"]
     for v in document["confirmed"]:
+        verdict = v["rejected"] or f"kept: {v['keep_rule']}"
         out.append(f"  confirm {_config(v['config'])}: objective {_spread(v['objective'])}, "
-                   f"{v['samples_per_s']:.1f} samples/s: {v['rejected'] or 'kept'}")
+                   f"trained {_ratio(v['throughput_ratio'], v['throughput_spread'])} the "
+                   f"baseline: {verdict}")
     pick = document["pick"]
     if pick is None:
         out.append("no pick: " + ("every candidate was dropped (reasons above)" if base is None
@@ -206,12 +235,18 @@ def lines(document: dict[str, Any]) -> list[str]:
     else:
         memory = (f"{pick['memory_ratio']:.2f}x" if pick["memory_ratio"] is not None else "-")
         out += [f"pick: {_config(pick['config'])}",
-                f"  throughput {pick['throughput_ratio']:.2f}x the baseline's "
-                f"({_config(base['config'])}), memory {memory}, objective "
-                f"{_spread(pick['objective'])} (baseline {_spread(base['objective'])})",
+                f"  throughput {_ratio(pick['throughput_ratio'], pick['throughput_spread'])} "
+                f"the baseline's ({_config(base['config'])}; trainings of the same seeds), "
+                f"memory {memory}, objective {_spread(pick['objective'])} (baseline "
+                f"{_spread(base['objective'])})",
                 f"  sweep file: {document['sweep_file']}"]
     out.append(f"plot: {document['plot']}")
     return out
+
+
+def _ratio(ratio: float | None, spread: float | None) -> str:
+    return ratio_text(math.nan if ratio is None else ratio,
+                      math.inf if spread is None else spread)
 
 
 def _config(point: dict[str, Any]) -> str:
@@ -222,3 +257,4 @@ def _spread(values: list[float]) -> str:
     if not values:
         return "none"
     return f"{sum(values) / len(values):.4g} ± {seed_spread(values):.2g}"
+

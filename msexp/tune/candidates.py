@@ -67,9 +67,27 @@ def _first_seed(spec: SweepSpec) -> int | None:
 
 def seeds(spec: SweepSpec) -> list[int | None]:
     """The seeds the confirm phase trains each configuration with: those the file sweeps
-    (`budget.repeats` sweeps them too), else its one seed (None: a command without)."""
+    (`budget.repeats` sweeps them too), else its one seed and the next, so that the keep
+    rule measures the objective's noise between seeds (None: a command without a seed,
+    trained once)."""
     swept = _swept_seeds(spec)
-    return list(swept) if swept else [_first_seed(spec)]
+    if swept and len(swept) > 1:
+        return list(swept)
+    seed = _first_seed(spec)
+    return [None] if seed is None else [seed, seed + 1]
+
+
+def check_noise(spec: SweepSpec, tolerance: float) -> None:
+    """Refuse a run whose keep rule would have nothing to judge by: a command without a
+    seed knob (each configuration trains once) and no `--tolerance`.
+
+    Raises:
+        SpecError: one line saying what to add.
+    """
+    if tolerance == 0 and seeds(spec) == [None]:
+        raise SpecError(str(spec.path), "params.seed", "msexp tune keeps a candidate whose "
+                        "objective is within its noise between seeds of the baseline's: give "
+                        "the script a seed (budget.repeats: 2) or set --tolerance", "no seed")
 
 
 def check_tunable(spec: SweepSpec) -> None:

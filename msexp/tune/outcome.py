@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from msexp.tune.phases import Profile, Verdict
+from msexp.tune.measure import Profile
+from msexp.tune.phases import Verdict
 
 
 @dataclass
@@ -30,17 +31,24 @@ class Outcome:
         """The candidates the confirm phase did not keep."""
         return [v.profile for v in self.verdicts if v.rejected]
 
+    def verdict(self, profile: Profile) -> Verdict | None:
+        """`profile`'s confirm trainings: its own, or the baseline's."""
+        if self.baseline is not None and self.baseline.profile is profile:
+            return self.baseline
+        return next((v for v in self.verdicts if v.profile is profile), None)
+
 
 def choose(verdicts: list[Verdict], baseline: Verdict | None) -> Verdict | None:
     """The pick: of the candidates kept and the baseline (where it fits the budget), the
-    one whose confirm trainings ran the most samples/s. Those trainings, the sweep's epochs
-    each, measure throughput better than a profile (THOR's inverses, for one, come every
+    one whose confirm trainings ran fastest against the baseline's trainings of the same
+    seeds (its ratio; the baseline's is 1). Those trainings, the sweep's epochs each,
+    measure throughput better than a probe (THOR's inverses, for one, come every
     `frequency` updates); None if nothing is kept and the baseline does not fit."""
     chosen = [v for v in verdicts if v.rejected is None and v is not baseline]
     if baseline is not None and baseline.fits:
         chosen.append(baseline)
     return max(chosen, default=None, key=lambda v: (
-        v.samples_per_s if math.isfinite(v.samples_per_s) else -math.inf))
+        v.ratio if math.isfinite(v.ratio) else -math.inf))
 
 
 def fate(outcome: Outcome, profile: Profile) -> str:
@@ -51,10 +59,10 @@ def fate(outcome: Outcome, profile: Profile) -> str:
     if confirmed is not None:
         chosen = outcome.pick is confirmed
         return "the pick" if chosen else (f"not kept: {confirmed.rejected}" if confirmed.rejected
-                                          else "kept, slower than the pick")
+                                          else "kept, trained slower than the pick")
     if outcome.baseline is not None and outcome.baseline.profile is profile:
         return ("the pick: the baseline, as nothing that kept the objective trained faster"
                 if outcome.pick is outcome.baseline else "the baseline: trained as the reference")
     rank = outcome.standing.index(profile) + 1
-    return (f"ranked {rank} of {len(outcome.standing)} by samples/s: not among the "
+    return (f"ranked {rank} of {len(outcome.standing)} by probes: not among the "
             f"{len(outcome.verdicts)} confirmed")

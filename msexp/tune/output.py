@@ -3,6 +3,7 @@ sweep file of the pick, and the lr range test's plot."""
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,8 @@ import yaml
 from msexp.knobs import value_text
 from msexp.paths import write_atomic
 from msexp.spec.file import load_yaml
+from msexp.tune.measure import Profile
 from msexp.tune.outcome import Outcome, fate
-from msexp.tune.phases import Profile
 
 
 def _pyplot() -> Any:
@@ -36,29 +37,44 @@ KINDS = {  # kind: (marker, color, size, legend name)
 
 def throughput_plot(path: Path, outcome: Outcome, memory_mb: float | None, title: str
                     ) -> Path:
-    """samples/s against train_mem_mb for every profiled candidate, each marked by a number
+    """Throughput as a ratio to the baseline's beside it against train_mem_mb for every
+    profiled candidate, with the ratio's spread as an error bar, each marked by a number
     that the key beside the axes spells out (its knobs, figures and fate) in tune's ranking:
     the pick a star, the baseline (the first candidate) a square, dropped ones red crosses,
-    those the confirm phase did not keep orange triangles, the memory budget a dashed
-    line."""
+    those the confirm phase did not keep orange triangles, the memory budget a dashed line.
+    A configuration the confirm phase trained also has a hollow circle at its trainings'
+    ratio, which chose the pick, joined to its probes' by a dotted line."""
     plt = _pyplot()
-    figure, (axes, key) = plt.subplots(1, 2, figsize=(14, 7.5),
+    figure, (axes, key) = plt.subplots(1, 2, figsize=(15, 7.5),
                                        gridspec_kw={"width_ratios": [4, 3]})
     named: set[str] = set()
     for number, profile in enumerate(_numbered(outcome), 1):
-        if profile.memory_mb is None or not profile.rates:
+        if profile.memory_mb is None or not profile.ratios:
             continue
         marker, color, size, name = KINDS[_kind(outcome, profile)]
-        axes.scatter([profile.memory_mb], [profile.rates[-1]], marker=marker, s=size,
-                     color=color, label=None if name in named else name, zorder=3)
+        x, y = profile.memory_mb, profile.ratios[-1]
+        axes.errorbar([x], [y], yerr=[_error(y, profile.spreads[-1])], fmt="none",
+                      ecolor=color, alpha=0.5, zorder=2)
+        axes.scatter([x], [y], marker=marker, s=size, color=color,
+                     label=None if name in named else name, zorder=3)
         named.add(name)
-        axes.annotate(str(number), (profile.memory_mb, profile.rates[-1]), fontsize=8,
-                      xytext=(5, 4), textcoords="offset points")
+        axes.annotate(str(number), (x, y), fontsize=8, xytext=(5, 4),
+                      textcoords="offset points")
+        trained = outcome.verdict(profile)
+        if trained is not None and math.isfinite(trained.ratio):
+            label = "trained (confirm)"
+            axes.errorbar([x], [trained.ratio], yerr=[_error(trained.ratio,
+                                                             trained.ratio_spread)],
+                          fmt="o", mfc="none", color=color, zorder=3,
+                          label=None if label in named else label)
+            axes.plot([x, x], [y, trained.ratio], color=color, linestyle=":", zorder=1)
+            named.add(label)
     if memory_mb is not None:
         axes.axvline(memory_mb, color="tab:red", linestyle="--",
                      label=f"memory budget {memory_mb:g} MB")
+    axes.axhline(1.0, color="tab:gray", linewidth=0.8)
     axes.set_xlabel("train_mem_mb (MB, measured in the profile)")
-    axes.set_ylabel("throughput (samples/s, median update after compile)")
+    axes.set_ylabel("throughput / the baseline's, measured beside it (x)")
     axes.set_title(title)
     axes.grid(alpha=0.3)
     axes.margins(0.08)
@@ -73,23 +89,39 @@ def throughput_plot(path: Path, outcome: Outcome, memory_mb: float | None, title
     return path
 
 
+def ratio_text(ratio: float, spread: float) -> str:
+    """`1.35x ± 4.0%`: a throughput ratio with its relative spread (`?`: not measured)."""
+    if not math.isfinite(ratio):
+        return "-"
+    return f"{ratio:.2f}x ± " + (f"{spread:.1%}" if math.isfinite(spread) else "?")
+
+
+def _error(ratio: float, spread: float) -> float:
+    return ratio * spread if math.isfinite(spread) else 0.0
+
+
 def plot_key(outcome: Outcome) -> str:
-    """The plot's key: one row a candidate, numbered as on the axes, its knobs' values,
-    samples/s, MB, halving rounds and what became of it."""
+    """The plot's key: one row a candidate, numbered as on the axes, its knobs' values, its
+    throughput ratio in its probes and in its confirm trainings (each ± its spread), MB,
+    halving rounds and what became of it."""
     order = _numbered(outcome)
     knobs = list(order[0].candidate.point) if order else []
     widths = [max([len(k)] + [len(value_text(p.candidate.point.get(k))) for p in order])
               for k in knobs]
     rows = ["  #  " + "  ".join(k.ljust(w) for k, w in zip(knobs, widths))
-            + "  samples/s      MB  rounds  "]
+            + "  probes/base    trained/base      MB  rounds  "]
     for number, profile in enumerate(order, 1):
         values = "  ".join(value_text(profile.candidate.point.get(k)).ljust(w)
                            for k, w in zip(knobs, widths))
-        rate = f"{profile.rates[-1]:9.1f}" if profile.rates else "        -"
+        probed = (ratio_text(profile.ratios[-1], profile.spreads[-1]) if profile.ratios
+                  else "-")
+        trained = outcome.verdict(profile)
+        confirmed = ratio_text(trained.ratio, trained.ratio_spread) if trained else "-"
         memory = f"{profile.memory_mb:6.2f}" if profile.memory_mb is not None else "     -"
-        rounds = f"{max(len(profile.rates) - 1, 0):>6}"
-        rows.append(f"{number:>3}  {values}  {rate}  {memory}  {rounds}  "
-                    + textwrap.shorten(fate(outcome, profile), 64, placeholder="..."))
+        rounds = f"{max(len(profile.ratios) - 1, 0):>6}"
+        rows.append(f"{number:>3}  {values}  {probed:>13}  {confirmed:>14}  {memory}  "
+                    f"{rounds}  " + textwrap.shorten(fate(outcome, profile), 64,
+                                                     placeholder="..."))
     return "\n".join(rows)
 
 
@@ -97,7 +129,7 @@ def _numbered(outcome: Outcome) -> list[Profile]:
     """The order of the plot's numbers: tune's ranking (`standing`: halving's survivors
     first), then the dropped, fastest first, the unmeasured last."""
     dropped = [p for p in outcome.profiles if p not in outcome.standing]
-    return outcome.standing + sorted(dropped, key=lambda p: -(p.rates or [-1.0])[-1])
+    return outcome.standing + sorted(dropped, key=lambda p: -(p.ratios or [-1.0])[-1])
 
 
 def _kind(outcome: Outcome, profile: Profile) -> str:

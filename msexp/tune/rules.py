@@ -32,6 +32,30 @@ def samples_per_s(batch_size: int, step_ms: Sequence[float]) -> float:
     return batch_size * 1000 / statistics.median(step_ms)
 
 
+def paired(steps: Sequence[float], before: Sequence[float], after: Sequence[float],
+           batch_size: int, baseline_batch_size: int) -> tuple[float, float]:
+    """A probe's throughput as a ratio to the baseline's probed just before and just after
+    it: (batch / its median step) / (baseline batch / the mean of the two baseline
+    probes' median steps, which a load drifting at a steady pace leaves level with the
+    probe's own time); and the ratio's relative spread, the probe's notch and the larger
+    of the baseline probes' combined (sqrt(a^2 + b^2): independent errors of a quotient).
+    One of `before` and `after` may be empty."""
+    beside = [statistics.median(found) for found in (before, after) if found]
+    reference = samples_per_s(baseline_batch_size, [statistics.mean(beside)])
+    noise = max(probe_spread(found) for found in (before, after) if found)
+    return (samples_per_s(batch_size, steps) / reference,
+            math.hypot(probe_spread(steps), noise))
+
+
+def pooled(probes: Sequence[tuple[float, float, int]]) -> tuple[float, float]:
+    """A candidate's ratio over all its probes, each (ratio, spread, updates), weighted by
+    updates, and the spread of that mean (the weighted spreads combined in quadrature)."""
+    total = sum(updates for _, _, updates in probes)
+    ratio = sum(r * updates for r, _, updates in probes) / total
+    spread = math.sqrt(sum((s * updates) ** 2 for _, s, updates in probes)) / total
+    return ratio, spread
+
+
 def ranked(rates: Mapping[Hashable, float]) -> list[Hashable]:
     """Keys by samples/s, fastest first."""
     return sorted(rates, key=lambda key: -rates[key])
@@ -97,12 +121,46 @@ def seed_spread(values: Sequence[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def allowance(candidate: Sequence[float], baseline: Sequence[float], tolerance: float = 0.0
+              ) -> tuple[float, str]:
+    """How much worse than the baseline's mean objective a candidate's may be, and what
+    measured it: the larger seed-to-seed spread of the two (each over two seeds at least),
+    or `tolerance` where that is larger.
+
+    Raises:
+        ValueError: neither ran two seeds and there is no tolerance: nothing measured the
+            objective's noise, and one seed's spread is not 0 but unknown.
+    """
+    measured = [(seed_spread(values), f"{who} seed spread over {len(values)} seeds")
+                for values, who in ((baseline, "the baseline's"), (candidate, "its"))
+                if len(values) > 1]
+    largest = max(measured, default=None, key=lambda found: found[0])
+    if tolerance > 0 and (largest is None or tolerance >= largest[0]):
+        return tolerance, "--tolerance"
+    if largest is None:
+        raise ValueError("the objective's noise is unknown: one seed each and no tolerance")
+    return largest
+
+
 def keeps(candidate: Sequence[float], baseline: Sequence[float], maximize: bool,
           tolerance: float = 0.0) -> bool:
     """Whether a candidate keeps the objective: its mean is no worse than the baseline's by
-    more than the baseline's seed-to-seed spread, or `tolerance` where that is larger."""
+    more than the `allowance` (the seed-to-seed spread, or `tolerance` where larger)."""
     loss = statistics.mean(baseline) - statistics.mean(candidate)
-    return (loss if maximize else -loss) <= max(seed_spread(baseline), tolerance)
+    return (loss if maximize else -loss) <= allowance(candidate, baseline, tolerance)[0]
+
+
+def over_seeds(rates: Mapping[Hashable, float], reference: Mapping[Hashable, float]
+               ) -> tuple[float, float]:
+    """A configuration's throughput against the baseline's trained beside it: the mean of
+    its samples/s over the baseline's, seed by seed, and the relative spread of those
+    ratios (their sample standard deviation over their mean; inf from one seed, nan and
+    inf where no seed has both)."""
+    ratios = [rates[seed] / reference[seed] for seed in rates if reference.get(seed)]
+    if not ratios:
+        return math.nan, math.inf
+    mean = statistics.mean(ratios)
+    return mean, statistics.stdev(ratios) / mean if len(ratios) > 1 else math.inf
 
 
 def largest_fitting(fits: Callable[[int], bool], start: int = 1, limit: int = 1 << 20

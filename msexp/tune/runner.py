@@ -10,7 +10,7 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from msexp.execution.host import Host
 from msexp.execution.protocol import TrialRequest
@@ -40,10 +40,13 @@ class Ran:
 
 
 class Runner:
-    """Runs jobs of one sweep file on its hosts, a job per host at a time."""
+    """Runs jobs of one sweep file on its hosts, a job per host at a time, and says one line
+    as each ends (`say`: the phases say theirs through it too)."""
 
-    def __init__(self, spec: SweepSpec, hosts: list[Host], folder: Path):
-        self.spec, self.hosts, self.folder = spec, hosts, folder
+    def __init__(self, spec: SweepSpec, hosts: list[Host], folder: Path,
+                 say: Callable[[str], None] = lambda line: None):
+        self.spec, self.hosts, self.folder, self.say = spec, hosts, folder, say
+        self.ended, self.counting = 0, threading.Lock()
 
     def request(self, job: Job) -> TrialRequest:
         """The job's request: the sweep's trial request, without checkpoints. A probe of a
@@ -73,6 +76,7 @@ class Runner:
                 started = time.time()
                 result = host.run(self.request(job), self.spec.budget.trial_timeout)
                 done[id(job)] = Ran(job, result, started)
+                self._said(done[id(job)])
 
         threads = [threading.Thread(target=work, args=(host,), daemon=True)
                    for host in self.hosts[:hosts or len(self.hosts)]]
@@ -81,6 +85,14 @@ class Runner:
         for thread in threads:
             thread.join()
         return [done[id(job)] for job in jobs]
+
+
+    def _said(self, ran: Ran) -> None:
+        with self.counting:
+            self.ended += 1
+        updates = f"{ran.job.probe.updates} updates, " if ran.job.probe else ""
+        self.say(f"  {self.ended:>3} {ran.job.name}: {updates}{time.time() - ran.started:.1f} s"
+                 + (f", {failure(ran.result)}" if failure(ran.result) else ""))
 
 
 def failure(result: TrialResult) -> str | None:

@@ -12,8 +12,8 @@ from msexp.spec import SweepSpec
 from msexp.training.records import Probe
 from msexp.tune import rules
 from msexp.tune.candidates import Candidate, candidates, check_tunable
+from msexp.tune.measure import MEMORY
 from msexp.tune.output import lr_plot
-from msexp.tune.phases import MEMORY
 from msexp.tune.record import PhaseRuns
 from msexp.tune.runner import Job, Runner, failure
 
@@ -104,7 +104,7 @@ def lr_find(spec: SweepSpec, runner: Runner, runs: PhaseRuns, candidate: Candida
     series = result.epochs[-1].series
     rates, losses = series["lr"], series["train_loss"]
     suggestion = rules.suggest_lr(rates, losses)
-    plot = lr_plot(REPORTS_DIR / f"{spec.name}-lr-find.png", rates, losses,
+    plot = lr_plot(REPORTS_DIR / f"{spec.name}-lr-find-{runner.folder.name}.png", rates, losses,
                    rules.before_divergence(losses), suggestion,
                    f"msexp tune {spec.name} --lr-find: {chosen.label}")
     runs.attach("lr-find", plot)

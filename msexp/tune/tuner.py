@@ -9,10 +9,10 @@ from pathlib import Path
 from msexp.paths import REPORTS_DIR, STORE_DIR
 from msexp.spec import SweepSpec
 from msexp.tune import phases
-from msexp.tune.candidates import candidates, check_tunable, seeds
+from msexp.tune.candidates import candidates, check_noise, check_tunable, seeds
+from msexp.tune.measure import MEMORY, Budget
 from msexp.tune.outcome import Outcome, choose
 from msexp.tune.output import sweep_file, throughput_plot
-from msexp.tune.phases import Budget
 from msexp.tune.record import PhaseRuns
 from msexp.tune.runner import Runner
 
@@ -36,7 +36,7 @@ def memory_budget(spec: SweepSpec, memory_mb: float | None) -> float | None:
     if memory_mb is not None:
         return memory_mb
     return next((c.max for c in spec.constraints
-                 if c.metric == phases.MEMORY and c.max is not None), None)
+                 if c.metric == MEMORY and c.max is not None), None)
 
 
 def budget_of(spec: SweepSpec, memory_mb: float | None) -> Budget:
@@ -52,43 +52,70 @@ def warm_children(spec: SweepSpec) -> int:
 
 
 def run_folder(spec: SweepSpec) -> Path:
-    """A fresh folder for this tune run's trials: mlruns/tune/NAME/TIME."""
-    return TUNE_DIR / spec.name / time.strftime("%Y%m%d-%H%M%S")
+    """A fresh folder for this tune run's trials, mlruns/tune/NAME/TIME (TIME-2, ... where
+    another run started in the same second); its name also names the run's files."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder, number = TUNE_DIR / spec.name / stamp, 1
+    while True:
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            number += 1
+            folder = TUNE_DIR / spec.name / f"{stamp}-{number}"
+
+
+def report_path(spec: SweepSpec, runner: Runner, kind: str, suffix: str) -> Path:
+    """mlruns/reports/NAME-KIND-RUN.SUFFIX: a file of this run, named by its folder."""
+    return REPORTS_DIR / f"{spec.name}-{kind}-{runner.folder.name}{suffix}"
 
 
 def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -> Outcome:
     """Profile every candidate, halve, confirm the top k against the baseline (and the next
     k where none of them keeps the objective); the pick is the one that trained fastest
-    among those kept and the baseline (`choose`). Trials that fail are dropped with their
-    reason."""
+    against the baseline among those kept and the baseline (`choose`). Trials that fail
+    are dropped with their reason. Says a line as each phase starts and ends."""
     check_tunable(spec)
-    found = candidates(spec)
+    check_noise(spec, settings.tolerance)
+    found, say = candidates(spec), runner.say
     budget = budget_of(spec, settings.memory_mb)
+    say(f"profile: {len(found)} candidates, {settings.updates} updates each, each between "
+        "two probes of the baseline")
     profiles = phases.profile_all(runner, found, budget, settings.updates,
                                   lambda ran, dropped: runs.children("profile", ran, dropped))
+    say(f"profile: {sum(p.dropped is None for p in profiles)} of {len(found)} stand")
     standing, spread, rounds = phases.halve(runner, profiles, budget, settings.updates,
                                     lambda ran, dropped: runs.children("halve", ran, dropped))
+    say(f"halve: {rounds} round(s); ranking: " + ", ".join(
+        f"{p.candidate.label} {p.ratios[-1]:.2f}x" for p in standing[:settings.top + 2]))
     objective = spec.objectives[0]
     baseline_verdict, verdicts = None, []
     if standing:
+        say(f"confirm: the baseline and the top {settings.top}, {objective.metric} over "
+            f"seeds {seeds(spec)}")
         baseline_verdict, verdicts = phases.confirm(
             runner, standing, settings.top, profiles[0], seeds(spec), objective.metric,
             objective.direction == "maximize", settings.tolerance, budget,
             lambda ran, dropped: runs.children("confirm", ran, dropped))
     pick = choose(verdicts, baseline_verdict)
+    say("confirm: " + (f"the pick is {pick.profile.candidate.label}" if pick else "no pick"))
     outcome = Outcome(profiles, standing, spread, rounds, baseline_verdict, verdicts, pick)
-    outcome.plot = throughput_plot(REPORTS_DIR / f"{spec.name}-tune.png", outcome,
-                                   budget.memory_mb, f"msexp tune {spec.name}: throughput "
-                                   "against memory")
-    if pick is not None:
-        swept = {k for c in found for k in c.point}
-        outcome.sweep_file = sweep_file(REPORTS_DIR / f"{spec.name}-tuned.yaml", spec.path,
-                                        f"{spec.name}-tuned", pick.profile.candidate.point,
-                                        swept)
-    phase = "confirm" if standing else "profile"
+    _write_files(spec, runner, outcome, budget, {k for c in found for k in c.point})
     for path in (outcome.plot, outcome.sweep_file):
         if path is not None:
-            runs.attach(phase, path)
+            runs.attach("confirm" if standing else "profile", path)
     runs.close()
     outcome.parents, outcome.experiment_id = dict(runs.parents), runs.experiment_id
     return outcome
+
+
+def _write_files(spec: SweepSpec, runner: Runner, outcome: Outcome, budget: Budget,
+                 swept: set[str]) -> None:
+    """The run's plot and, with a pick, its tuned sweep file, named by the run."""
+    outcome.plot = throughput_plot(report_path(spec, runner, "tune", ".png"), outcome,
+                                   budget.memory_mb, f"msexp tune {spec.name}: throughput "
+                                   "against memory")
+    if outcome.pick is not None:
+        outcome.sweep_file = sweep_file(report_path(spec, runner, "tuned", ".yaml"),
+                                        spec.path, f"{spec.name}-tuned",
+                                        outcome.pick.profile.candidate.point, swept)
