@@ -167,8 +167,8 @@ def compare_tutorial(micro: int, updates: int, batch: int = 32) -> str:
 
     from benchmarks import networks
     from benchmarks.step_vs_model import _SeedAccumulation
-    from experiments._digits import digits
     from msexp.training.step import TrainStep
+    from msexp.workloads._digits import digits
 
     def user_network():
         ms.set_seed(0)

@@ -1,7 +1,7 @@
 """Experiments: what a user brings (network, loss, data) and how msexp finds it.
 
 An experiment is a module with a `build(params) -> Workload` function: a built-in name
-(`mlp_digits`, a module in `experiments/`), `package.module[:build]` (a bare module name
+(`mlp_digits`, a module in `msexp/workloads/`), `package.module[:build]` (a bare module name
 needs the colon: `mymodel:build`), or `path/to/file.py[:build]`. It may also define:
 
 - `DEFAULTS`: defaults for msexp's own knobs (epochs, batch_size, lr, ...).
@@ -25,7 +25,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-import experiments
 from msexp.errors import ExperimentError
 from msexp.interrupts import import_mindspore
 from msexp.knobs import KNOBS, Knob, infer_knob
@@ -202,6 +201,7 @@ def describe_failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
+WORKLOADS = "msexp.workloads"  # the package of the built-in workloads
 _DEFINES_BUILD = re.compile(r"^(?:def\s+build\s*\(|build\s*=|from\s.+\simport\s.*\bbuild\b)",
                             re.M)
 
@@ -220,7 +220,7 @@ def is_script(ref: str) -> bool:
 
 
 def is_builtin(ref: str) -> bool:
-    """Whether `ref` names a workload shipped in `experiments/`."""
+    """Whether `ref` names a workload shipped in `msexp/workloads/`."""
     return ":" not in ref and "." not in ref and "/" not in ref
 
 
@@ -231,11 +231,11 @@ def _import(target: str, source: str, builtin: bool) -> ModuleType:
             return _import_file(Path(target), source)
         if not builtin:
             import_mindspore()  # most experiment modules import it: never interrupted half-way
-        return importlib.import_module(f"experiments.{target}" if builtin else target)
+        return importlib.import_module(f"{WORKLOADS}.{target}" if builtin else target)
     except ExperimentError:
         raise
     except ModuleNotFoundError as exc:
-        if builtin and not is_file and exc.name == f"experiments.{target}":
+        if builtin and not is_file and exc.name == f"{WORKLOADS}.{target}":
             raise ExperimentError(source, "experiment", f"no built-in experiment named "
                                   f"{target} (built-ins: {', '.join(builtin_names())})",
                                   target) from None
@@ -272,6 +272,8 @@ def _import_file(path: Path, source: str) -> ModuleType:
 
 
 def builtin_names() -> list[str]:
-    """Names of the workloads shipped in `experiments/`."""
-    folder = Path(experiments.__file__).parent
+    """Names of the workloads shipped in `msexp/workloads/`."""
+    found = importlib.util.find_spec(WORKLOADS)  # not imported: the workloads import this module
+    assert found is not None and found.submodule_search_locations
+    folder = Path(next(iter(found.submodule_search_locations)))
     return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))

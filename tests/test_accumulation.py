@@ -6,7 +6,6 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from experiments import mlp_digits
 from msexp.experiment import load_experiment
 from msexp.spec.space import parse_params
 from msexp.training import data
@@ -14,6 +13,7 @@ from msexp.training.amp import apply_amp
 from msexp.training.loss_scale import make_scaler
 from msexp.training.optim import make_optimizer
 from msexp.training.step import TrainStep
+from msexp.workloads import mlp_digits
 
 BATCH = 64
 

@@ -209,10 +209,10 @@ def test_hooks_do_nothing_outside_msexp(monkeypatch, tmp_path) -> None:
 
 @pytest.mark.slow  # two trainings of LeNet5 on digits
 def test_train_mem_mb_is_the_built_in_loops_figure(trial: Path) -> None:
-    from experiments.lenet_digits import build, lenet5
     from msexp.execution.protocol import TrialRequest
     from msexp.execution.trial import run
     from msexp.spec import trial_params
+    from msexp.workloads.lenet_digits import build, lenet5
 
     params = trial_params("lenet_digits", {"epochs": 1, "batch_size": 64, "micro_size": 4})
     built_in = run(TrialRequest("lenet_digits", params), lambda event: None)

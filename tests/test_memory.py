@@ -6,13 +6,13 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from experiments import lenet_digits
 from msexp.experiment import load_experiment
 from msexp.spec.space import parse_params
 from msexp.training import memory
 from msexp.training.loop import train
 from msexp.training.optim import make_optimizer
 from msexp.training.step import TrainStep
+from msexp.workloads import lenet_digits
 
 BATCH = 512
 ERROR = 0.15  # measured / estimate - 1, documented in memory.py and docs/how-a-trial-runs.md

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from experiments._patterns import patterns
-from experiments.resnet_cifar import blocks_per_stage, build, resnet
 from msexp.experiment import Workload
 from msexp.training.loop import train
+from msexp.workloads._patterns import patterns
+from msexp.workloads.resnet_cifar import blocks_per_stage, build, resnet
 
 
 @pytest.mark.parametrize(("depth", "block", "n"), [(8, "basic", 1), (20, "basic", 3),

@@ -32,7 +32,7 @@ SCHEMA_REJECTS = {
 # validate` checks those after the model.
 BEYOND_SCHEMA = {"malformed", "indivisible", "indivisible_fixed", "range_inverted",
                  "grid_with_range", "fixed_and_swept"}
-EXAMPLES = sorted(p for folder in ("sweeps", "experiments", "benchmarks")
+EXAMPLES = sorted(p for folder in ("sweeps", "msexp/workloads", "benchmarks")
                   for p in (ROOT / folder).rglob("*.y*ml"))
 
 # Sweep files validate accepts, one per feature of the format (with EXAMPLES).

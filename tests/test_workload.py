@@ -237,3 +237,18 @@ def test_plan_check_passes_a_sound_workload(workdir: Path) -> None:
     result = CliRunner().invoke(app, ["plan", str(sweep), "--check"], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert "one micro-batch trains (forward, loss, backward)" in result.output
+
+
+def test_a_users_own_experiments_folder_does_not_shadow_the_built_ins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts run with the sweep file's folder first on the path (its modules import): a
+    package of the user's named `experiments` or `workloads` is the user's, not msexp's."""
+    from msexp.experiment import load_experiment
+
+    for package in ("experiments", "workloads"):
+        write(tmp_path / package / "__init__.py", "")
+        write(tmp_path / package / "lenet_digits.py", "raise RuntimeError('the user's own')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    loaded = load_experiment("lenet_digits")
+    assert loaded.build.__module__ == "msexp.workloads.lenet_digits"

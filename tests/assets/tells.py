@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from experiments import mlp_digits
+from msexp.workloads import mlp_digits
 
 DEFAULTS = {**mlp_digits.DEFAULTS, "epochs": 1}
 PARAMS = {"hidden": 16, "api_token": "none", "data_url": "none", "pause_s": 0.0}

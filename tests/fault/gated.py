@@ -7,8 +7,8 @@ import os
 import time
 from pathlib import Path
 
-from experiments import mlp_digits
 from msexp.keys import TrialEnv
+from msexp.workloads import mlp_digits
 
 DEFAULTS = {**mlp_digits.DEFAULTS, "epochs": 1}
 PARAMS = {"point": 0, "gate_dir": ".", "hidden": 16}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from experiments import mlp_digits
 from msexp.keys import TrialEnv
+from msexp.workloads import mlp_digits
 
 DEFAULTS = {**mlp_digits.DEFAULTS, "epochs": 1}
 PARAMS = {"sleep_s": 1000.5, "hidden": 16}

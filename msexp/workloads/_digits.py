@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,15 +39,12 @@ def _load_digits() -> tuple[np.ndarray, np.ndarray]:
 
     Reading the file directly skips importing scikit-learn (about 1 s per trial process).
     """
-    import importlib.util
-    from pathlib import Path
-
     spec = importlib.util.find_spec("sklearn")
     bundled = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz" if spec else None
     if bundled is not None and bundled.is_file():
         table = np.loadtxt(bundled, delimiter=",", dtype=np.float64)
         return table[:, :-1], table[:, -1]
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # lazy: about 1 s, only without the file
 
     raw = load_digits()
     return raw.data, raw.target

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments._digits import train_and_eval
 from msexp.experiment import Workload
+from msexp.workloads._digits import train_and_eval
 
 DATA_FORMATS = ("mnist", "imagefolder")
 DEFAULTS = {"epochs": 5, "batch_size": 64, "lr": 0.02, "optimizer": "momentum"}
@@ -13,7 +13,7 @@ PARAMS = {"hidden": 512}
 
 
 def build(params: dict[str, Any]) -> Workload:
-    from mindspore import nn
+    from mindspore import nn  # lazy: plans read this module without MindSpore
 
     hidden = params["hidden"]
     network = nn.SequentialCell(

@@ -3,7 +3,7 @@
 Depth counts weighted layers as in He et al.'s CIFAR ResNets: 6n+2 with basic blocks
 (8, 14, 20, ...) and 9n+2 with bottleneck blocks (11, 20, 29, ...), n blocks per stage,
 three stages of width, 2*width and 4*width channels. Without a `data` section it trains
-on seeded synthetic 32x32x3 images (see `experiments/_patterns.py`); with one it reads
+on seeded synthetic 32x32x3 images (see `_patterns.py`); with one it reads
 CIFAR-10 binaries or an image folder.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments._patterns import patterns
 from msexp.datasets import train_and_eval
 from msexp.experiment import Workload
+from msexp.workloads._patterns import patterns
 
 DATA_FORMATS = ("cifar10", "imagefolder")
 DEFAULTS = {"epochs": 4, "batch_size": 64, "lr": 0.05, "optimizer": "momentum",
@@ -40,13 +40,13 @@ def blocks_per_stage(depth: int, block: str) -> int:
 def resnet(depth: int = 8, width: int = 16, block: str = "basic", num_classes: int = 10,
            channels: int = 3) -> Any:
     """The network: a 3x3 stem, three stages of residual blocks, global average pooling."""
-    from experiments._resnet import ResNet  # lazy: imports MindSpore; plans stay fast
+    from msexp.workloads._resnet import ResNet  # lazy: imports MindSpore; plans stay fast
 
     return ResNet(blocks_per_stage(depth, block), width, block, num_classes, channels)
 
 
 def build(params: dict[str, Any]) -> Workload:
-    from mindspore import nn
+    from mindspore import nn  # lazy: plans read this module without MindSpore
 
     network = resnet(params["depth"], params["width"], params["block"])
     def builtin() -> tuple[Any, Any, str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments._digits import train_and_eval
 from msexp.experiment import Workload
+from msexp.workloads._digits import train_and_eval
 
 DATA_FORMATS = ("mnist", "imagefolder")
 DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 0.02, "optimizer": "momentum"}
@@ -13,7 +13,7 @@ DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 0.02, "optimizer": "momentum"}
 
 def lenet5(num_classes: int = 10, channels: int = 1) -> Any:
     """LeNet5 as in the MindSpore tutorials: two 5x5 convolutions and three Dense layers."""
-    from mindspore import nn
+    from mindspore import nn  # lazy: plans read this module without MindSpore
 
     return nn.SequentialCell(
         nn.Conv2d(channels, 6, 5, pad_mode="valid"), nn.ReLU(),
@@ -28,7 +28,7 @@ def lenet5(num_classes: int = 10, channels: int = 1) -> Any:
 
 
 def build(params: dict[str, Any]) -> Workload:
-    from mindspore import nn
+    from mindspore import nn  # lazy: plans read this module without MindSpore
 
     train, held, description = train_and_eval(params.get("data"), 32)
     return Workload(lenet5(), nn.CrossEntropyLoss(), train, held, data_source=description)
