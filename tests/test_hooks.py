@@ -294,11 +294,14 @@ def test_the_callback_reports_each_epoch_and_stops_when_told(in_a_trial) -> None
     opt = hooks.optimizer(network, params, SAMPLES // BATCH)
     model = hooks.model(network, loss, opt, params, metrics={"Accuracy": Accuracy()})
     data = NumpySlicesDataset((X[:SAMPLES], Y[:SAMPLES]), ["x", "y"], shuffle=False).batch(BATCH)
-    callback = hooks.MsexpCallback(model, data)
+    callback, steps = hooks.MsexpCallback(model, data), StepLosses()
     assert callback.enabled
-    model.train(2, data, callbacks=[callback], dataset_sink_mode=False)
+    model.train(2, data, callbacks=[callback, steps], dataset_sink_mode=False)
     epochs = reported(in_a_trial)
     assert [(e, s) for e, s, _ in epochs] == [(1, 4), (2, 8)]
+    assert len(set(steps.losses)) == 8  # each epoch's mean differs from any one of its steps
+    for (_, _, metrics), losses in zip(epochs, (steps.losses[:4], steps.losses[4:])):
+        assert metrics["train_loss"] == pytest.approx(np.mean(losses), rel=1e-6)
     for _, _, metrics in epochs:
         assert set(metrics) == {"train_loss", "step_ms", "samples_per_s", "peak_mem_mb",
                                 "eval_accuracy", "train_mem_mb", "compile_s",
