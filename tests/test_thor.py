@@ -17,7 +17,8 @@ from msexp.spec import parse_spec
 from msexp.spec.space import parse_params
 from msexp.training.optim import thor_learning_rates
 from msexp.training.step import TrainStep
-from msexp.training.thor import Thor, layer_groups, resolve_impl, thor_damping, thor_lr
+from msexp.training.thor import Thor, resolve_impl, thor_damping, thor_lr
+from msexp.training.thor_factors import layer_groups
 
 LR, DAMPING, MOMENTUM = 0.1, 0.05, 0.9
 

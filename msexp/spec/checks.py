@@ -137,7 +137,7 @@ def check_workload(source: str, experiment: Experiment, space: Space,
                                   "from its classes' source, so define them at module level, "
                                   f"not inside a function ({', '.join(local)})", experiment.ref)
     if splits:
-        from msexp.training.thor import count_layers, split_rule  # imports MindSpore
+        from msexp.training.thor_factors import count_layers, split_rule  # imports MindSpore
 
         n_layers = count_layers(workload.network)
         for key, value in splits:
