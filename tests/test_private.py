@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -27,9 +28,12 @@ def mode(path: Path) -> int:
 
 
 def test_the_folder_and_each_file_are_made_for_this_user_only(tmp: Path) -> None:
+    folder = tmp / f"msexp-{os.getuid()}"
+    with contextlib.suppress(MsexpError):  # made with another mode, it would be refused
+        private.folder()
+    assert mode(folder) == 0o700
     path = private.write('{"api_token": "S3CRET"}')
-    assert path.parent == tmp / f"msexp-{os.getuid()}"
-    assert mode(path.parent) == 0o700 and mode(path) == 0o600
+    assert path.parent == folder and mode(path) == 0o600
     assert path.read_text(encoding="utf-8") == '{"api_token": "S3CRET"}'
     assert path.name.startswith(f"{os.getpid()}-") and private.owner_alive(path)
 
