@@ -12,7 +12,7 @@ import yaml
 
 from msexp.knobs import value_text
 from msexp.paths import write_atomic
-from msexp.spec.file import load_yaml
+from msexp.spec.yaml_text import load_yaml
 from msexp.tune.measure import Profile
 from msexp.tune.outcome import Outcome, fate
 
