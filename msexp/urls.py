@@ -1,5 +1,6 @@
 """Secrets: passwords in URLs and values under names that say they hold one. One
-redaction for every text and value that leaves msexp."""
+redaction for every text and value that leaves msexp, linear in the text's length
+(`secret_spans`)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,16 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-# scheme://[user]:password@host. The password may hold "/", ":" and even a raw "@": it
-# runs to the "@" after which the authority (up to "/", "?", "#" or a space) holds no
-# other "@". Text such as host:port/path@x is redacted too, since it cannot be told from
-# a password holding "/": a secret is never shown.
-_CREDENTIALS = re.compile(
-    r"([A-Za-z][A-Za-z0-9+.-]*://)([^:@/\s\[\]]*):(\S+?)@(?=[^\s@/?#]*(?:[\s/?#]|$))")
-# a libpq connection string's password=... (also in a URL's query)
-_KEYWORD = re.compile(r"(?<![\w-])(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\"]+)", re.I)
+from msexp.secret_spans import find, hide, url_passwords
+
+HOLD_CHARS = 1 << 16  # a piece of a long line holds back this much for the next piece
+_BARE_VALUE = re.compile(r"[^\s&'\"]+")
 
 
 def redact(text: str) -> str:
     """Replace the password of every URL in `text`, and every `password=...`, with ***.
     Text without a password is returned unchanged."""
-    return _KEYWORD.sub(r"\1***", _CREDENTIALS.sub(r"\1\2:***@", text))
+    return hide(text, find(text, []).joined())
 
 
 def secret_name(name: str) -> bool:
@@ -61,8 +58,8 @@ def known_secrets(params: Mapping[str, Any] | None = None) -> list[str]:
     passwords of URLs in either."""
     named = [*os.environ.items(), *(params or {}).items()]
     found = {text for name, value in named if secret_name(name) for text in _strings(value)}
-    found |= {m.group(3) for _, value in named for text in _strings(value)
-              for m in _CREDENTIALS.finditer(text)}
+    found |= {text[start:end] for _, value in named for text in _strings(value)
+              for start, end in url_passwords(text)}
     return sorted((s for s in found if len(s) >= MIN_SECRET), key=len, reverse=True)
 
 
@@ -77,12 +74,47 @@ def _strings(value: Any) -> list[str]:
 
 
 def redact_known(text: str, secrets: Iterable[str]) -> str:
-    """`redact`, then every one of `secrets` (as is and as JSON escapes it) hidden."""
-    text = redact(text)
-    for secret in secrets:
-        for form in {secret, json.dumps(secret)[1:-1]}:
-            text = text.replace(form, "***")
-    return text
+    """`redact`, and every one of `secrets` (as is and as JSON escapes it) hidden."""
+    return hide(text, find(text, _forms(secrets)).joined())
+
+
+def _forms(secrets: Iterable[str]) -> list[str]:
+    """Each secret as printed and as JSON escapes it, longest first."""
+    found = {form for secret in secrets if secret for form in (secret, json.dumps(secret)[1:-1])}
+    return sorted(found, key=len, reverse=True)
+
+
+class LineRedactor:
+    """Redacts a line that comes in pieces (a long line read in bounded chunks): each piece
+    gives back what is final, and holds back the end where a secret may continue into the
+    next piece. A line's last piece (ending in a newline) or `flush` gives back the rest."""
+
+    def __init__(self, secrets: Iterable[str]):
+        self.forms = _forms(secrets)
+        self.hold = max(HOLD_CHARS, 2 * max(map(len, self.forms), default=0))
+        self.held = ""
+        self.in_value = False  # a `password=` value went on past the last piece
+
+    def feed(self, piece: str) -> str:
+        """The redacted text that is final once `piece` has come."""
+        text, self.held = self.held + piece, ""
+        if self.in_value:  # the rest of that value: hidden by the *** already written
+            value = _BARE_VALUE.match(text)
+            text = text[value.end():] if value else text
+            self.in_value = not text
+        found = find(text, self.forms)
+        if text.endswith("\n") or not text:
+            return hide(text, found.joined())
+        cut = found.cut(self.hold)
+        # only a bare `password=` value longer than the hold runs on to the end
+        self.in_value = cut == len(text) and bool(_BARE_VALUE.match(text, cut - 1))
+        self.held = text[cut:]
+        return hide(text[:cut], [s for s in found.joined() if s[1] <= cut])
+
+    def flush(self) -> str:
+        """The redacted rest of a line that ended without a newline."""
+        text, self.held, self.in_value = self.held, "", False
+        return hide(text, find(text, self.forms).joined())
 
 
 def redact_logs() -> None:

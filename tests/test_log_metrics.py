@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from msexp.execution.log_metrics import MetricReader
+from msexp.execution.log_metrics import COUNTER, PARAM, STATUS, MetricReader, read_log
 from tests.conftest import ASSETS
 
 LOGS = ASSETS / "logs"
 EXPECTED = json.loads((LOGS / "expected.json").read_text(encoding="utf-8"))
 
 
-def read(lines) -> MetricReader:
-    reader = MetricReader()
+def read(lines, params=()) -> MetricReader:
+    reader = MetricReader(params=params)
     for line in lines:
         reader.feed(line)
     return reader
@@ -22,9 +22,16 @@ def read(lines) -> MetricReader:
 
 @pytest.mark.parametrize("log", sorted(EXPECTED))
 def test_each_real_log_yields_its_metrics_and_no_configuration(log: str) -> None:
-    reader = read((LOGS / log).read_text(encoding="utf-8").splitlines())
-    assert reader.last == EXPECTED[log]["recorded"]
-    assert not set(EXPECTED[log]["not_recorded"]) & set(reader.last)
+    """What each log yields; `params` are the trial's params (printed back, not metrics),
+    `left_out` what is no measurement, `ambiguous` a name printed on two kinds of line."""
+    expected = EXPECTED[log]
+    reader = read((LOGS / log).read_text(encoding="utf-8").splitlines(),
+                  expected.get("params", ()))
+    assert reader.last == expected["recorded"]
+    assert not set(expected["not_recorded"]) & set(reader.last)
+    assert sorted(reader.left_out) == sorted(expected.get("left_out", []))
+    assert sorted(reader.ambiguous) == sorted(expected.get("ambiguous", []))
+    assert read_log(LOGS / log, params=expected.get("params", ())).last == reader.last
 
 
 def test_the_corpus_holds_every_log_there_is() -> None:
@@ -81,3 +88,46 @@ def test_the_sweeps_regexes_are_recorded_wherever_they_match() -> None:
 
 def test_colour_codes_do_not_hide_a_metric() -> None:
     assert MetricReader().feed("\x1b[32mval_acc: 0.75\x1b[0m") == {"val_acc": 0.75}
+
+
+@pytest.mark.parametrize("line", [
+    "2026-11-26 14:01:30,543:INFO:update best result: 0.25",  # the model zoo's EvalCallBack
+    "[2026-11-23 13:40:23] mindcv.utils.callbacks INFO - => New best val acc: 10.0000%",
+    "best result: 0.5", "Saving checkpoint step: 3", "loaded weights: 3",
+])
+def test_a_status_message_is_no_measurement(line: str) -> None:
+    reader = MetricReader()
+    assert reader.feed(line) == {} and reader.last == {}
+    assert list(reader.left_out.values()) == [STATUS]
+
+
+def test_a_name_a_script_chose_is_a_metric_even_if_it_says_best() -> None:
+    line = "epoch time: 13833.125, avg loss: 3.917, eval_acc: 0.09375, best_acc: 0.104167"
+    assert MetricReader().feed(line) == {"epoch_time": 13833.125, "avg_loss": 3.917,
+                                         "eval_acc": 0.09375, "best_acc": 0.104167}
+
+
+def test_a_param_printed_back_and_a_progress_counter_are_no_measurements() -> None:
+    reader = MetricReader(params=["lr", "optim.momentum", "batch_size"])
+    found = reader.feed("epoch: 3, step: 7, lr: 0.01, momentum: 0.9, loss: 2.5, acc: 0.75")
+    assert found == {"loss": 2.5, "acc": 0.75}
+    assert reader.left_out == {"epoch": COUNTER, "step": COUNTER, "lr": PARAM,
+                               "momentum": PARAM}
+    assert MetricReader().feed("lr: 0.01, momentum: 0.9") == {"lr": 0.01, "momentum": 0.9}, \
+        "not a param of this trial: a metric"
+
+
+def test_a_name_on_lines_of_two_kinds_is_left_out_and_one_kind_keeps_its_last_value() -> None:
+    reader = read([
+        "Epoch: [1/1], batch: [6/6], loss: 2.960374, lr: 0.000000, time: 36.104517s",
+        "Validation Top_1_Accuracy: 10.0000%, Top_5_Accuracy: 50.0000%, time: 6.612047s",
+        # the model zoo ResNet's step and epoch lines: one kind (training), last value wins
+        "epoch: [1/2] step: [6/6], lr: 0.100000, loss: 2.376500, per step time: 123.456 ms",
+        "epoch: [1/2] loss: 2.338900, epoch time: 3.210 s, per step time: 535.000 ms",
+        "train loss: 0.5, acc: 0.9", "val loss: 0.6, acc: 0.8",
+    ])
+    assert reader.ambiguous == {"time": ["a training line", "an evaluation line"],
+                                "acc": ["a training line", "an evaluation line"]}
+    assert reader.last == {"loss": 2.3389, "lr": 0.1, "Top_1_Accuracy": pytest.approx(0.1),
+                           "Top_5_Accuracy": 0.5, "per_step_time": 535.0, "epoch_time": 3.21,
+                           "train_loss": 0.5, "val_loss": 0.6}

@@ -16,9 +16,17 @@ from msexp.cli.render import cell
 from msexp.errors import SpecError
 from msexp.execution.arguments import command_argv
 from msexp.execution.command import check_run, run_once
-from msexp.execution.log_metrics import MetricReader
+from msexp.execution.log_metrics import (
+    COUNTER,
+    PARAM,
+    STATUS,
+    MetricReader,
+    cut_note,
+    read_log,
+)
 from msexp.execution.protocol import Command, TrialRequest
 from msexp.execution.script_help import flags, unknown_flag
+from msexp.patterns import user_pattern
 from msexp.spec import Method, SweepSpec
 from msexp.spec.checks import batch_statistics_warning
 from msexp.spec.command import needs_hooks, split_command
@@ -32,25 +40,30 @@ def metrics(
                                         show_default=False)],
     pattern: Annotated[Optional[list[str]], typer.Option(
         "--pattern", help="A regex whose named groups are metrics, as experiment.metrics "
-                          "(repeat for several).")] = None,
+                          "(RE2 syntax; repeat for several).")] = None,
+    param: Annotated[Optional[list[str]], typer.Option(
+        "--param", help="A param's name: a value printed under it is the param printed "
+                        "back, not a metric (repeat for several).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")
                        ] = False,
 ) -> None:
-    """Show the metrics a command trial would record from a log, and the configuration
-    echo it would not.
+    """Show the metrics a command trial would record from a log, and what it would not:
+    the configuration echo, status messages, params, names printed on lines of two kinds.
 
     Example: msexp metrics train.log
     """
     if not log.is_file():
         raise SpecError(str(log), "", "file not found", str(log), show_value=False)
-    reader = MetricReader(pattern or [])
-    with log.open(encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            reader.feed(line)
+    for i, written in enumerate(pattern or []):
+        user_pattern("--pattern", str(i), written)
+    reader = read_log(log, pattern or [], param or [])
     if as_json:
-        print(json.dumps({"metrics": reader.last, "not_recorded": reader.echoed}, indent=2))
+        print(json.dumps({"metrics": reader.last, "not_recorded": reader.echoed,
+                          "left_out": reader.left_out, "ambiguous": reader.ambiguous,
+                          "cut": dict(zip(("line", "length"), reader.cut or ()))}, indent=2))
         return
     show_metrics(f"{log}: what a trial records", reader.last, reader.echoed)
+    show_left_out(reader)
 
 
 def show_metrics(title: str, recorded: dict[str, float], echoed: dict[str, float]) -> None:
@@ -64,6 +77,20 @@ def show_metrics(title: str, recorded: dict[str, float], echoed: dict[str, float
     if echoed:
         console.print("not recorded (printed before the first training line): "
                       + ", ".join(echoed), highlight=False)
+
+
+def show_left_out(reader: MetricReader) -> None:
+    """A line for each other kind of name a trial would not record, and a long line's cut."""
+    for why in (STATUS, COUNTER, PARAM):
+        names = [name for name, reason in reader.left_out.items() if reason == why]
+        if names:
+            console.print(f"not recorded ({why}): {', '.join(names)}", highlight=False)
+    for name, shapes in reader.ambiguous.items():
+        console.print(f"not recorded (printed on {len(shapes)} kinds of line, so which one "
+                      f"it means is ambiguous: {'; '.join(shapes)}): {name}; to record one, "
+                      "name it with experiment.metrics", highlight=False)
+    if reader.cut:
+        console.print(cut_note(*reader.cut), highlight=False)
 
 
 def check_command_experiment(spec: SweepSpec) -> None:

@@ -25,10 +25,10 @@ from typing import Any, Callable, TextIO
 
 from msexp import private
 from msexp.execution.arguments import arguments, command_argv, trial_params
-from msexp.execution.log_metrics import MetricReader
+from msexp.execution.log_metrics import MetricReader, read_log
+from msexp.execution.output import copy_redacted
 from msexp.execution.process import (
     become_subreaper,
-    copy_redacted,
     descendants,
     die_with_parent,
     exit_reason,
@@ -44,12 +44,12 @@ from msexp.urls import known_secrets, redact, redact_params, secret_name
 
 POLL_S = 0.05
 # What msrun runs as each rank of a data-parallel command: the script, with its output
-# redacted before msrun writes it into the rank's log (`process.redacted_output`).
+# redacted before msrun writes it into the rank's log (`output.redacted_output`).
 RANK_WRAPPER = """import json, os, runpy, sys, traceback
 script = sys.argv[1]
 sys.argv = sys.argv[1:]
 sys.path[0] = os.path.dirname(os.path.abspath(script))
-from msexp.execution.process import redacted_output
+from msexp.execution.output import redacted_output
 from msexp.urls import known_secrets
 with open(os.environ["MSEXP_TRIAL"], encoding="utf-8") as given:
     secrets = known_secrets(json.load(given))
@@ -95,7 +95,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
                                 stderr=subprocess.STDOUT, text=True, errors="replace",
                                 preexec_fn=die_with_parent)
         emit(Start(" ".join(command.argv), proc.pid))
-        reader, lines = _copying(proc, command, log, known_secrets(request.params))
+        reader, lines = _copying(proc, request, log)
         epochs = _Epochs(EventReader(Path(env[TrialEnv.EVENTS])), emit)
         stopped = False
         while proc.poll() is None:
@@ -182,11 +182,13 @@ def public_environment() -> dict[str, str]:
             if not secret_name(name) and redact(value) == value}
 
 
-def _copying(proc: subprocess.Popen, command: Command, log: TextIO | None,
-             secrets: list[str]) -> tuple[MetricReader, threading.Thread]:
+def _copying(proc: subprocess.Popen, request: TrialRequest, log: TextIO | None
+             ) -> tuple[MetricReader, threading.Thread]:
     """Start copying the command's output into `log` (default: stdout, the trial log),
     redacted, reading metrics on the way."""
-    reader = MetricReader(command.metrics)
+    assert request.command is not None
+    reader = MetricReader(request.command.metrics, request.params)  # a param is no metric
+    secrets = known_secrets(request.params)
     lines = threading.Thread(target=copy_redacted, daemon=True,
                              args=(proc.stdout, log or sys.stdout, secrets, reader.feed))
     lines.start()
@@ -287,9 +289,7 @@ def check_run(request: TrialRequest, timeout: float) -> CheckRun:
             raise
         except RuntimeError:  # it reported no metric
             metrics, checkpoint = {}, newest_checkpoint(request.checkpoint_dir)
-    reader = MetricReader(request.command.metrics)
-    for line in request.log_path.read_text(encoding="utf-8").splitlines():
-        reader.feed(line)
+    reader = read_log(request.log_path, request.command.metrics, request.params)
     stats = [event for event in told if isinstance(event, BatchStatistics)]
     return CheckRun(metrics, reader.echoed, checkpoint, request.log_path,
                     stats[0] if stats else None)

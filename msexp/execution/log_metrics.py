@@ -1,6 +1,7 @@
 """Metrics read from what a training script prints, built from real model-zoo and mindcv logs.
 
-What is read (tests/assets/logs/ holds the real lines and what each yields):
+What is read (tests/assets/logs/ holds the real lines and what each yields; `log_lines`
+reads one line):
 
 - `name: value` pairs, several on a line (`epoch time: 14664.571, avg loss: 4.327,
   eval_acc: 0.104167`), and `name=value` pairs. A name is one identifier (`eval_acc`,
@@ -10,83 +11,127 @@ What is read (tests/assets/logs/ holds the real lines and what each yields):
 - a JSON object on a line (its numbers), and Python dicts of numbers, alone or inside a
   line (`print(model.eval(...))`, `metrics: {...}`);
 - MindSpore's `LossMonitor` (as `train_loss`) and `TimeMonitor` (as `step_ms`) lines;
-- the sweep's own regexes, whose named groups are metrics, on every line.
+- the sweep's own regexes (run by RE2), whose named groups are metrics, on every line.
 
-What is not: `[i/n]` progress forms, and configuration echoes: a dict or `Namespace(...)`
-holding anything but numbers (also when printed over several lines), and every value
-printed before the first training line (an epoch, step or progress line) once one comes.
+What is not, since it is no measurement: `[i/n]` progress forms; configuration echoes (a
+dict or `Namespace(...)` holding anything but numbers, also when printed over several
+lines, and every value printed before the first training line once one comes); status
+messages (`update best result: 0.125`, `=> New best val acc: 10%`, `saving ...`); progress
+counters (`epoch: 1, acc: 0.25`'s epoch); a value under the name of one of the trial's
+params (the `lr` a script prints back); and a name
+printed on lines of two kinds (mindcv's `time` after a step's `lr` and after validation's
+`Top_5_Accuracy`): which one it means is ambiguous, so it is left out and `msexp metrics`
+says so. A line is read up to its first `LINE_CHARS` characters; every step is linear in
+the line's length.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
 
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_LOSS_MONITOR = re.compile(rf"epoch:\s*\d+\s+step:\s*\d+,?\s*loss is\s*\[?({_NUMBER})", re.I)
-_TIME_MONITOR = re.compile(
-    rf"(Eval )?epoch time:\s*({_NUMBER})\s*ms,\s*per step time:\s*({_NUMBER})")
-_PROGRESS = re.compile(r"\[\s*\d+\s*/\s*\d+\s*\]")
-_TRAINING = re.compile(r"\b(?:epoch|step|iter|iteration|batch)\b\s*(?:[:=#\[(]\s*)?\d"
-                       r"|\bepoch time\s*:", re.I)
-_ECHO_START = re.compile(r"\bNamespace\(|\{")
-_DICT = re.compile(r"\{[^{}]*\}")
-_TOKEN = r"[A-Za-z_][\w.\-/]*"
-_VALUE = re.compile(
-    rf"(?::(?=[\s\[])\s*|\s*=\s*)"              # `: ` (never `10:30`) or `=`
-    rf"(\[\s*(?:{_NUMBER})\s*(?:/\s*(?:{_NUMBER})\s*)?\]|(?:{_NUMBER}))"
-    r"(%|[A-Za-z]{1,3}(?![\w(]))?"                 # a percent sign or a unit (ms, s)
-    r"(?=$|[\s,;|)\]}])")
-_NAME = re.compile(rf"((?:{_TOKEN} )*{_TOKEN})$")  # words separated by one space
-_NAME_CHARS = 120  # how far back from its value a name may begin
-_BEFORE_NAME = re.compile(r"[\w.\-/'\"]")  # a character a name cannot follow
-_PHRASE_WORDS = 4
-_PLAIN_WORD = re.compile(r"[A-Za-z]+")
-_VERBS = {"is", "are", "was", "were"}  # "The best validation Top_1_Accuracy is: 10%"
+from msexp.execution.log_lines import (
+    ECHO_START,
+    LINE_CHARS,
+    PIECE_CHARS,
+    Value,
+    balance,
+    dict_values,
+    is_training,
+    json_record,
+    monitor,
+    pairs,
+)
+from msexp.patterns import user_pattern
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*+[A-Za-z]")
+STATUS = "a status message, not a measurement"
+PARAM = "a param of the trial, printed back"
+COUNTER = "a progress counter, not a measurement"
+_COUNTERS = {"epoch", "epochs", "step", "steps", "iter", "iters", "iteration", "iterations",
+             "batch", "batches", "global_step", "cur_step", "cur_epoch", "current_epoch",
+             "current_step"}
 
 
 class MetricReader:
     """Reads metrics from output lines; keeps the last value of each.
 
     `last` holds what is recorded: the values printed from the first training line on, or,
-    from a script that prints no such line, every value it printed.
+    from a script that prints no such line, every value it printed; never a name printed
+    on lines of two kinds (`ambiguous`), a status message or a param (`left_out`).
     """
 
-    def __init__(self, patterns: Iterable[str] = ()):
-        self.patterns = [re.compile(p) for p in patterns]
+    def __init__(self, patterns: Iterable[str] = (), params: Iterable[str] = ()):
+        self.patterns = [user_pattern("experiment.metrics", str(i), p)
+                         for i, p in enumerate(patterns)]
+        self.params = {form for name in params for form in _param_names(name)}
         self.last_line = ""
         self.started = False
+        self.lines = 0
+        self.cut: tuple[int, int] | None = None  # the first line read only in part: number, length
+        self.left_out: dict[str, str] = {}  # name: why it is not a metric
         self._before: dict[str, float] = {}
         self._after: dict[str, float] = {}
         self._chosen: dict[str, float] = {}  # the sweep's regexes: recorded wherever seen
+        self._shapes: dict[str, set[str]] = {}  # name: the kinds of line it came from
         self._open_echo = 0  # unclosed brackets of a configuration dump
 
     @property
     def last(self) -> dict[str, float]:
         read = self._after if self.started else self._before
-        return {**read, **self._chosen}
+        ambiguous = self.ambiguous
+        return {**{k: v for k, v in read.items() if k not in ambiguous}, **self._chosen}
 
     @property
     def echoed(self) -> dict[str, float]:
         """Values printed before the first training line, not recorded once it came."""
         return dict(self._before) if self.started else {}
 
-    def feed(self, line: str) -> dict[str, float]:
-        """The metrics in one line (also kept as the latest values)."""
+    @property
+    def ambiguous(self) -> dict[str, list[str]]:
+        """Names printed on lines of two or more kinds: each with those kinds (what was
+        printed before it there)."""
+        return {name: sorted(shapes) for name, shapes in self._shapes.items()
+                if len(shapes) > 1 and name not in self._chosen}
+
+    def feed(self, line: str, length: int | None = None) -> dict[str, float]:
+        """The metrics in one line (also kept as the latest values). A line longer than
+        `LINE_CHARS` (or whose `length` says so, when only its start is given) is read up
+        to there."""
+        self.lines += 1
+        length = len(line) if length is None else length
+        if length > LINE_CHARS:
+            line = line[:LINE_CHARS]
+            self.cut = self.cut or (self.lines, length)
         text = _ANSI.sub("", line).strip()
         self.last_line = text or self.last_line
         chosen = self._patterns(text)
         self._chosen.update(chosen)
         in_echo = self._open_echo > 0
-        found = self._read(text)
-        if not self.started and not in_echo and _is_training(text):
+        found = self._kept(self._read(text, cut=length > LINE_CHARS))
+        if not self.started and not in_echo and is_training(text):
             self.started = True
-        (self._after if self.started else self._before).update(found)
-        return {**found, **chosen}
+            self._shapes = {}
+        for value in found:
+            self._shapes.setdefault(value.name, set()).add(value.shape)
+        read = {value.name: value.number for value in found}
+        (self._after if self.started else self._before).update(read)
+        return {**read, **chosen}
+
+    def _kept(self, values: list[Value]) -> list[Value]:
+        """The values that are measurements; the others noted in `left_out`."""
+        kept = []
+        for value in values:
+            name = value.name.lower()
+            why = STATUS if value.status else PARAM if name in self.params \
+                else COUNTER if name in _COUNTERS else ""
+            if why:
+                self.left_out[value.name] = why
+            else:
+                kept.append(value)
+        return kept
 
     def _patterns(self, text: str) -> dict[str, float]:
         found = {}
@@ -97,124 +142,82 @@ class MetricReader:
                               if v is not None and _is_number(v)})
         return found
 
-    def _read(self, text: str) -> dict[str, float]:
+    def _read(self, text: str, cut: bool) -> list[Value]:
         if self._open_echo:
-            self._open_echo = max(0, self._open_echo + _balance(text))
-            return {}
-        monitor = _monitor(text)
-        if monitor is not None:
-            return monitor
-        record = _json_record(text)
-        if record is not None:
-            return record
-        found: dict[str, float] = {}
-        for literal in _DICT.findall(text):
-            numbers = _numeric_dict(literal)
-            if numbers is None:
-                return {}  # a configuration dict
-            found.update(numbers)
-            text = text.replace(literal, " ")
-        if _ECHO_START.search(text):
-            self._open_echo = max(0, _balance(text))
-            return {}
-        return {**_pairs(text), **found}
+            self._open_echo = max(0, self._open_echo + balance(text))
+            return []
+        for whole in (monitor, json_record):
+            values = whole(text)
+            if values is not None:
+                return values
+        dicts = dict_values(text)
+        if dicts is None:
+            return []  # a configuration dict
+        found, rest = dicts
+        if ECHO_START.search(rest):
+            if not cut:  # a cut line's brackets may close in the part not read
+                self._open_echo = max(0, balance(rest))
+            return []
+        return [*pairs(rest), *found]
 
 
-def _is_training(text: str) -> bool:
-    return bool(_PROGRESS.search(text) or _TRAINING.search(text))
+def read_log(path: Path, patterns: Iterable[str] = (), params: Iterable[str] = ()
+             ) -> MetricReader:
+    """A log file read as a trial's output is (in bounded pieces, however long a line)."""
+    reader = MetricReader(patterns, params)
+    with path.open(encoding="utf-8", errors="replace") as log:
+        for line, length in bounded_lines(log):
+            reader.feed(line, length)
+    return reader
 
 
-def _balance(text: str) -> int:
-    return sum(text.count(c) for c in "{([") - sum(text.count(c) for c in "})]")
+def bounded_lines(stream: IO[str]) -> Iterator[tuple[str, int]]:
+    """Each line of a stream, up to its first `LINE_CHARS` characters, and its length;
+    read in pieces of at most `PIECE_CHARS`, so a line of any length takes bounded memory."""
+    head = LineHead()
+    for piece in iter(lambda: stream.readline(PIECE_CHARS), ""):
+        line = head.add(piece)
+        if line is not None:
+            yield line
+    if head.length:
+        yield head.end()
 
 
-def _monitor(text: str) -> dict[str, float] | None:
-    """A LossMonitor or TimeMonitor line's metrics (none for evaluation's timing)."""
-    loss = _LOSS_MONITOR.search(text)
-    if loss:
-        return {"train_loss": float(loss.group(1))}
-    timing = _TIME_MONITOR.search(text)
-    if timing:
-        return {} if timing.group(1) else {"step_ms": float(timing.group(3))}
-    return None
+class LineHead:
+    """The start of a line that comes in pieces (up to `LINE_CHARS`) and its length."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.length = 0
+
+    def add(self, piece: str) -> tuple[str, int] | None:
+        """Take a piece; at the line's end (a newline), the line's start and its length,
+        and begin the next line."""
+        if self.length < LINE_CHARS:
+            self.parts.append(piece[:LINE_CHARS - self.length])
+        self.length += len(piece)
+        if not piece.endswith("\n"):
+            return None
+        self.length -= 1  # the newline is no character of the line
+        return self.end()
+
+    def end(self) -> tuple[str, int]:
+        """The line so far (its start and its length), and begin the next line."""
+        line = "".join(self.parts), self.length
+        self.parts, self.length = [], 0
+        return line
 
 
-def _json_record(text: str) -> dict[str, float] | None:
-    """The numbers of a line that is one JSON object (a JSON-lines logger's record)."""
-    if not (text.startswith("{") and text.endswith("}")):
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    return {str(k): float(v) for k, v in data.items() if _is_value(v)}
+def cut_note(number: int, length: int) -> str:
+    """What a trial's log and `msexp metrics` say of a line longer than `LINE_CHARS`."""
+    return (f"line {number} is {length} characters long: metrics are read from its "
+            f"first {LINE_CHARS} (the log keeps it whole; a longer line is not noted again)")
 
 
-def _numeric_dict(literal: str) -> dict[str, float] | None:
-    """The numbers of a printed Python dict (`print(model.eval(...))`); None when it holds
-    anything else: a configuration."""
-    try:
-        data = ast.literal_eval(literal)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-    if not isinstance(data, dict) or not data or not all(_is_value(v) for v in data.values()):
-        return None
-    return {str(k): float(v) for k, v in data.items()}
-
-
-def _is_value(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _pairs(text: str) -> dict[str, float]:
-    found = {}
-    for match in _VALUE.finditer(text):
-        words = _words_before(text, match.start())
-        name = _name(words) if words else None
-        value = _value(match.group(1))
-        if name is None or value is None:
-            continue
-        found[name] = value / 100 if match.group(2) == "%" else value
-    return found
-
-
-def _words_before(text: str, end: int) -> str | None:
-    """The name written right before a value's separator (searched in a short window, so
-    a long line costs linear time)."""
-    begin = max(0, end - _NAME_CHARS)
-    match = _NAME.search(text, begin, end)
-    if match is None:
-        return None
-    start = match.start(1)
-    if start > 0 and _BEFORE_NAME.match(text[start - 1]):
-        return None
-    return match.group(1)
-
-
-def _name(words: str) -> str | None:
-    """`Validation Top_1_Accuracy` -> `Top_1_Accuracy`; `avg loss` -> `avg_loss`."""
-    parts = words.split(" ")
-    if not _PLAIN_WORD.fullmatch(parts[-1]):
-        return parts[-1]
-    phrase = []
-    for part in reversed(parts):
-        if not _PLAIN_WORD.fullmatch(part):
-            break
-        phrase.insert(0, part)
-    if len(phrase) > _PHRASE_WORDS or phrase[-1] in _VERBS:
-        return None  # prose, not a name
-    return "_".join(phrase)
-
-
-def _value(written: str) -> float | None:
-    if not written.startswith("["):
-        return float(written)
-    numbers = [n.strip() for n in written.strip("[]").split("/")]
-    if len(numbers) == 2 and all(n.isdigit() for n in numbers):
-        return None  # [i/n]: progress
-    return float(numbers[0])
+def _param_names(name: str) -> set[str]:
+    """The names a param may be printed under: `optim.lr` as `optim.lr` or `lr`."""
+    name = name.lower().lstrip("+-")
+    return {name, name.rsplit(".", 1)[-1]}
 
 
 def _is_number(text: str) -> bool:

@@ -30,13 +30,8 @@ from mindspore.communication import get_group_size, get_rank, init
 
 from msexp import private
 from msexp.execution.local import Emit, train_request
-from msexp.execution.process import (
-    die_with_parent,
-    exit_reason,
-    msrun_argv,
-    redacted_output,
-    tail,
-)
+from msexp.execution.output import redacted_output
+from msexp.execution.process import die_with_parent, exit_reason, msrun_argv, tail
 from msexp.execution.protocol import EventWriter, Launch, Result, TrialRequest, read_events
 from msexp.paths import search_path, write_atomic
 from msexp.training.parallel import mean_over_ranks

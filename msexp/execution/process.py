@@ -9,20 +9,16 @@ import shutil
 import signal
 import socket
 import sys
-import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Callable
 
 import psutil
 
 from msexp.keys import TrialEnv
 from msexp.paths import TRIALS_DIR
-from msexp.urls import redact_known
 
 REAP_S = 5.0
-DRAIN_S = 5.0  # for a process's last output lines to reach its log
 LOW_SPACE_BYTES = 1 << 20  # a process that failed with less free space likely ran out of it
 
 
@@ -62,62 +58,6 @@ def tail(path: Path, lines: int) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
-
-
-def copy_redacted(lines: Iterable[str], log: IO[str], secrets: list[str],
-                  on_line: Callable[[str], None] = lambda line: None) -> None:
-    """Copy a process's output into a log, line by line as it comes, with `secrets` and
-    passwords in URLs redacted (`urls.redact_known`); `on_line` sees each line as is. A
-    line the log cannot take (a full disk) is dropped: the process never blocks on it."""
-    for line in lines:
-        with contextlib.suppress(OSError, ValueError):  # ValueError: the log was closed
-            log.write(redact_known(line, secrets))
-            log.flush()
-        on_line(line)
-
-
-@contextlib.contextmanager
-def redacted_output(log: IO[str], secrets: list[str]) -> Iterator[None]:
-    """This process's stdout and stderr, at the file descriptor level (MindSpore's C++
-    logs too, and what it starts), into a pipe whose lines a thread copies into `log`,
-    redacted as written (`copy_redacted`). On leaving, both point at /dev/null once a
-    last mark has come through the pipe: all written before is in `log` (what a process
-    left holding the pipe writes later is copied on, not waited for)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read_end, write_end = os.pipe()
-    os.dup2(write_end, 1)
-    os.dup2(write_end, 2)
-    os.close(write_end)
-    mark, drained = f"msexp-drained-{os.urandom(8).hex()}\n", threading.Event()
-    lines = _until_mark(os.fdopen(read_end, encoding="utf-8", errors="replace"), mark,
-                        drained)
-    threading.Thread(target=copy_redacted, args=(lines, log, secrets), daemon=True).start()
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.write(1, mark.encode())
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        os.close(null)
-        drained.wait(DRAIN_S)
-
-
-def _until_mark(lines: IO[str], mark: str, seen: threading.Event) -> Iterator[str]:
-    """The lines, without `mark`; `seen` is set when it comes (or the pipe closes)."""
-    with lines:
-        for line in lines:
-            if mark in line:
-                rest = line.replace(mark, "")
-                if rest:
-                    yield rest
-                seen.set()
-            else:
-                yield line
-    seen.set()
 
 
 def die_with_parent() -> None:

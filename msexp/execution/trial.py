@@ -18,7 +18,7 @@ import sys
 import traceback
 from typing import IO, Any, Callable
 
-from msexp.execution import process
+from msexp.execution import output, process
 from msexp.execution.command import CommandFailed, run_command
 from msexp.execution.link import HostEnd
 from msexp.execution.local import Emit, WarmGraphs, train_request
@@ -282,12 +282,12 @@ def _report_exit(events: IO[str], request: TrialRequest, status: int) -> None:
 def _run_logged(request: TrialRequest, stop: StopFlag, warm: WarmGraphs) -> None:
     """Run one trial with its own log and events file, ending with an "end" event once
     its output is in its log; no secret of its params or of this process's environment
-    is written to either (`process.redacted_output`)."""
+    is written to either (`output.redacted_output`)."""
     stop.set = False
     secrets = known_secrets(request.params)
     with EventWriter.open(request.events_path, secrets) as emit:
         with request.log_path.open("a", encoding="utf-8") as log, \
-                process.redacted_output(log, secrets):
+                output.redacted_output(log, secrets):
             try:
                 run(request, emit, stop, warm)
             except Exception as exc:

@@ -21,6 +21,7 @@ from msexp.errors import SpecError
 from msexp.experiment import Experiment
 from msexp.knobs import KNOBS, Knob
 from msexp.paths import search_path
+from msexp.patterns import user_pattern
 from msexp.spec.file import CommandSection
 
 _TYPES = (bool, int, float, str, list)
@@ -40,14 +41,7 @@ def command_experiment(source: str, section: CommandSection, folder: Path,
     if missing:
         raise SpecError(source, "experiment.command", missing, section.command)
     for i, pattern in enumerate(section.metrics):
-        key = f"experiment.metrics.{i}"
-        try:
-            compiled = re.compile(pattern)
-        except re.error as exc:
-            raise SpecError(source, key, f"not a regular expression ({exc})", pattern) from None
-        if not compiled.groupindex:
-            raise SpecError(source, key, "needs a named group per metric, "
-                            "e.g. (?P<eval_accuracy>[0-9.]+)", pattern)
+        user_pattern(source, f"experiment.metrics.{i}", pattern)  # RE2: linear time
     devices = [fixed.get("devices", 1),
                *(_written_values(params["devices"]) if "devices" in params else [])]
     runs_python = (Path(argv[0]).name.startswith("python") and len(argv) > 1
