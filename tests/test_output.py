@@ -94,7 +94,7 @@ def test_status_json_counts_the_finished_trials(swept: Swept) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"study": "piped", "finished": 2, "total": 2,
                                        "states": {"COMPLETE": 2}, "running": [],
-                                       "missing_objectives": None}
+                                       "missing_objectives": None, "mlflow_running": []}
 
 
 def test_report_json_lists_trials_best_and_plots_and_routes_warnings_to_the_log(
