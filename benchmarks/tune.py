@@ -62,11 +62,14 @@ def sweep_file(experiment: str, epochs: int, batches: list[int], fixed: dict[str
 
 
 def command(folder: Path, *args: str) -> tuple[float, str]:
-    """(wall seconds, stdout) of one msexp command in `folder`."""
+    """(wall seconds, stdout) of one msexp command in `folder`; exit status 3 (tune's "no
+    pick") is an answer, any other but 0 a failure."""
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "msexp", *args], cwd=folder, check=True,
+    done = subprocess.run([sys.executable, "-m", "msexp", *args], cwd=folder,
                           capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode not in (0, 3):
+        raise subprocess.CalledProcessError(done.returncode, args, done.stdout, done.stderr)
     return time.perf_counter() - began, done.stdout
 
 

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli.app import app
+from msexp.errors import SpecError
 from msexp.execution.protocol import Result, TrialRequest, read_events
 from msexp.execution.result import Status, TrialResult
 from msexp.spec import load_spec
@@ -88,7 +89,8 @@ def test_a_probes_spread_is_the_median_notch_over_the_median() -> None:
 
 def test_halving_stops_at_round_0_when_the_profiles_spread_settles_it() -> None:
     from msexp.tune.candidates import Candidate
-    from msexp.tune.phases import Budget, Profile, halve
+    from msexp.tune.measure import Budget, Profile
+    from msexp.tune.phases import halve
 
     def profile(micro: int, rate: float, spread: float) -> Profile:
         return Profile(Candidate({"micro_size": micro}, {"micro_size": micro}), [rate],
@@ -101,15 +103,143 @@ def test_halving_stops_at_round_0_when_the_profiles_spread_settles_it() -> None:
     assert standing == [fast, slow, slower] and spread == 0.10 and rounds == 0
 
 
-def test_the_keep_rule_allows_the_baselines_seed_spread_or_the_tolerance() -> None:
+def test_the_keep_rule_allows_the_seed_spread_or_the_tolerance_and_says_which() -> None:
     baseline = [0.90, 0.92]  # mean 0.91, sample std 0.01414
     assert rules.seed_spread(baseline) == pytest.approx(0.0141421, rel=1e-4)
     assert rules.keeps([0.90, 0.91], baseline, maximize=True)  # 0.005 worse
     assert not rules.keeps([0.89, 0.90], baseline, maximize=True)  # 0.015 worse
     assert rules.keeps([0.89, 0.90], baseline, maximize=True, tolerance=0.02)
     assert rules.keeps([0.99, 0.99], baseline, maximize=True)  # better is kept
-    assert not rules.keeps([0.95], [0.91], maximize=False)  # a loss: higher is worse
-    assert rules.keeps([0.90], [0.91], maximize=False)
+    allowed, source = rules.allowance([0.89, 0.90], baseline)
+    assert allowed == pytest.approx(0.0141421, rel=1e-4)
+    assert source == "the baseline's seed spread over 2 seeds"
+    # the candidate's own spread, where larger (0.03536), is the noise measured
+    allowed, source = rules.allowance([0.85, 0.90], baseline)
+    assert allowed == pytest.approx(0.0353553, rel=1e-4)
+    assert source == "its seed spread over 2 seeds"
+    assert rules.keeps([0.85, 0.90], baseline, maximize=True)  # 0.035 worse <= 0.0354
+    assert rules.allowance([0.89, 0.90], baseline, 0.02) == (0.02, "--tolerance")
+    assert rules.allowance([0.89, 0.90], baseline, 0.01)[1].startswith("the baseline's")
+    assert not rules.keeps([0.95, 0.97], [0.91, 0.93], maximize=False)  # a loss: higher
+    assert rules.keeps([0.90, 0.92], [0.91, 0.93], maximize=False)  # is worse
+
+
+def test_with_one_seed_the_keep_rule_is_never_a_coin_flip(tmp_path: Path) -> None:
+    from msexp.tune.candidates import check_noise, seeds
+
+    # one seed each: the spread is unknown, not 0; the rule refuses to judge without a
+    # tolerance instead of dropping any candidate that is worse at all
+    with pytest.raises(ValueError, match="noise is unknown"):
+        rules.keeps([0.09375], [0.125], maximize=True)
+    assert rules.keeps([0.09375], [0.125], maximize=True, tolerance=0.05)
+    assert rules.allowance([0.09375], [0.125], 0.05) == (0.05, "--tolerance")
+    one_seed = load_spec(write(tmp_path / "one.yaml", DIGITS.replace("repeats: 2",
+                                                                     "repeats: 1")))
+    assert seeds(one_seed) == [0, 1], "a file with one seed is confirmed with two"
+    check_noise(one_seed, 0.0)  # two seeds measure the noise: accepted
+    write(tmp_path / "train.py", "print('eval_accuracy: 0.5')\n")
+    seedless = load_spec(write(tmp_path / "cmd.yaml", """
+        name: cmd
+        experiment: {command: python train.py}
+        objective: [{metric: eval_accuracy, direction: maximize}]
+        params: {lr: [0.1, 0.01]}
+    """))
+    assert seeds(seedless) == [None]
+    check_noise(seedless, 0.01)
+    with pytest.raises(SpecError, match="params.seed: .*set --tolerance, got no seed"):
+        check_noise(seedless, 0.0)
+
+
+def test_a_rejection_names_the_allowance_and_what_measured_it() -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Profile
+    from msexp.tune.phases import _judge
+
+    def verdict(values: list[float]) -> Verdict:
+        return Verdict(Profile(Candidate({}, {})), values, 1.0, 1.0)
+
+    base = verdict([0.125, 0.15625])  # spread 0.0221
+    worse, close = verdict([0.0625, 0.09375]), verdict([0.125, 0.125])
+    _judge(worse, base, "acc", True, 0.0)
+    _judge(close, base, "acc", True, 0.0)
+    assert worse.rejected == ("acc 0.07812 is worse than the baseline's 0.1406 by more than "
+                              "0.0221 (the baseline's seed spread over 2 seeds)")
+    assert close.rejected is None
+    assert close.judged == ("within 0.0221 of the baseline's 0.1406 (the baseline's seed "
+                            "spread over 2 seeds)")
+    tolerated = verdict([0.0625, 0.09375])
+    _judge(tolerated, base, "acc", True, 0.1)
+    assert tolerated.rejected is None and tolerated.judged.endswith("(--tolerance)")
+
+
+class DriftingLoad:
+    """Answers each probe from a table of true step times (ms, by micro_size), slowed by a
+    load that grows by 20% with every probe: what is under test is how tune ranks, not the
+    training. Each probe's steps vary by +-5% around its time (a notch to measure)."""
+
+    def __init__(self, true_ms: dict[int, float]):
+        self.true_ms, self.jobs = true_ms, []
+
+    def run(self, jobs, hosts=None):
+        from msexp.training.records import Epoch
+        from msexp.tune.runner import Ran
+
+        ran = []
+        for job in jobs:
+            load = 1 + 0.2 * len(self.jobs)
+            self.jobs.append(job)
+            steps = [self.true_ms[job.params["micro_size"]] * load * (1 + 0.05 * (i % 3 - 1))
+                     for i in range(job.probe.updates)]
+            result = TrialResult(Status.COMPLETE, {
+                "samples_per_s": job.params["batch_size"] * 1000 / steps[-1],
+                "train_mem_mb": 1.0, "overflow_rate": 0.0},
+                epochs=[Epoch(1, job.probe.updates, 0.0, {}, {"step_ms": steps})])
+            ran.append(Ran(job, result, 0.0))
+        return ran
+
+
+def test_candidates_rank_by_their_ratio_to_the_baseline_beside_them_under_drifting_load(
+        ) -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Budget
+    from msexp.tune.phases import halve, profile_all
+
+    def candidate(micro: int) -> Candidate:
+        return Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro})
+
+    # true speeds against the baseline (100 ms): micro_size 4 1.111x, micro_size 2 1.176x;
+    # micro_size 4 (micro-batch 16) is probed first, under less load
+    load = DriftingLoad({1: 100.0, 2: 85.0, 4: 90.0})
+    recorded: list = []
+    profiles = profile_all(load, [candidate(1), candidate(2), candidate(4)], Budget([], None),
+                           9, lambda ran, dropped: recorded.extend(ran))
+    assert [j.name for j in load.jobs] == [
+        "profile-baseline1-micro_size1", "profile-micro_size4", "profile-baseline2-micro_size1",
+        "profile-micro_size2", "profile-baseline3-micro_size1"]
+    assert len(recorded) == 5, "every probe, the baseline's too, is an MLflow child"
+    base, second, first = profiles
+    unpaired = {p.candidate.point["micro_size"]: p.metrics["samples_per_s"] for p in profiles}
+    assert unpaired[4] > unpaired[2], "unpaired, the load flips the ranking"
+    # paired: micro_size 4 at 90 x 1.2 against the baseline at 100 x 1.0 and 1.4 (median
+    # of both probes' steps: 120 ms); micro_size 2 at 85 x 1.6 against 140 and 180 ms
+    assert first.ratios == [pytest.approx(120 / 108, rel=0.01)]
+    assert second.ratios == [pytest.approx(160 / 136, rel=0.01)]
+    assert base.ratios == [1.0] and first.sides[1] == pytest.approx(64 * 1000 / 120, rel=0.01)
+    assert 0.0 < first.spreads[0] < 0.2
+    standing, _, rounds = halve(load, profiles, Budget([], None), 9,
+                                lambda ran, dropped: None)
+    assert standing[:2] == [second, first], "paired, the faster ranks first"
+    assert rounds >= 1 and len(second.ratios) == rounds + 1
+    assert second.ratios[-1] == pytest.approx(100 / 85, rel=0.03)
+    assert first.ratios[-1] == pytest.approx(100 / 90, rel=0.03)
+    halving = [j.name for j in load.jobs[5:]]
+    for round_ in range(1, rounds + 1):  # each round: baseline, one, baseline, other, ...
+        names = [name for name in halving if name.startswith(f"halve{round_}-")]
+        assert [("baseline" in name) for name in names] == [i % 2 == 0
+                                                            for i in range(len(names))]
+        assert len(names) == 5, "two candidates between three baseline probes"
+    assert halving[:3] == ["halve1-baseline1-micro_size1", "halve1-micro_size2",
+                           "halve1-baseline2-micro_size1"]
 
 
 def test_the_next_to_confirm_are_the_next_k_in_the_ranking_faster_than_the_baseline() -> None:
@@ -124,7 +254,8 @@ def test_the_next_to_confirm_are_the_next_k_in_the_ranking_faster_than_the_basel
 
 def test_confirm_trains_the_next_k_only_when_none_of_the_top_k_keeps_the_objective() -> None:
     from msexp.tune.candidates import Candidate
-    from msexp.tune.phases import Budget, Profile, confirm
+    from msexp.tune.measure import Budget, Profile
+    from msexp.tune.phases import confirm
     from msexp.tune.runner import Ran
 
     class Table:
@@ -142,7 +273,7 @@ def test_confirm_trains_the_next_k_only_when_none_of_the_top_k_keeps_the_objecti
 
     def profile(micro: int, rate: float) -> Profile:
         return Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),
-                       rates=[rate])
+                       ratios=[rate / 500.0])
 
     base = profile(1, 500.0)
     standing = [profile(8, 900.0), profile(4, 800.0), profile(2, 700.0), profile(16, 650.0),
@@ -158,11 +289,11 @@ def test_confirm_trains_the_next_k_only_when_none_of_the_top_k_keeps_the_objecti
     trained, verdicts = run(good)  # the first kept: no second group
     assert trained == [[1, 4, 8]] and verdicts[0].rejected is None
     trained, verdicts = run({**good, 8: 0.5, 4: 0.5})  # the top 2 lose accuracy
-    assert trained == [[1, 4, 8], [2, 16]]
+    assert trained == [[1, 4, 8], [1, 2, 16]], "the baseline trains beside each group"
     assert [v.profile.candidate.point["micro_size"] for v in verdicts] == [8, 4, 2, 16]
     assert [v.rejected is None for v in verdicts] == [False, False, True, True]
     trained, verdicts = run({**good, 8: 0.5, 4: 0.5, 2: 0.5, 16: 0.5})  # one more group only
-    assert trained == [[1, 4, 8], [2, 16]] and all(v.rejected for v in verdicts)
+    assert trained == [[1, 4, 8], [1, 2, 16]] and all(v.rejected for v in verdicts)
     standing[1:] = [base, profile(4, 800.0)]  # the baseline ranks second: it is confirmed
     trained, verdicts = run({**good, 8: 0.5})
     assert trained == [[1, 8]] and [v.profile for v in verdicts] == standing[:2]
@@ -171,20 +302,21 @@ def test_confirm_trains_the_next_k_only_when_none_of_the_top_k_keeps_the_objecti
 
 def test_the_pick_is_what_trained_fastest_of_the_kept_and_the_baseline() -> None:
     from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Profile
     from msexp.tune.outcome import choose
-    from msexp.tune.phases import Profile
 
-    def verdict(rate: float, rejected: str | None = None, fits: bool = True) -> Verdict:
-        profile = Profile(Candidate({"lr": rate}, {"lr": rate}))
-        return Verdict(profile, [0.9], rate, 1.0, rejected, fits)
+    def verdict(ratio: float, rejected: str | None = None, fits: bool = True) -> Verdict:
+        profile = Profile(Candidate({"lr": ratio}, {"lr": ratio}))
+        # samples/s unpaired, measured under another load: never what picks
+        return Verdict(profile, [0.9], 1000.0 / ratio, 1.0, rejected, fits, ratio=ratio)
 
-    base = verdict(500.0)
-    first, second = verdict(450.0), verdict(520.0)  # ranked first by its profile, slower
+    base = verdict(1.0)
+    first, second = verdict(0.9), verdict(1.04)  # ranked first by its profile, slower
     assert choose([first, second], base) is second
     assert choose([first], base) is base  # nothing kept trained faster
-    assert choose([verdict(900.0, "worse")], base) is base
-    assert choose([first], verdict(500.0, fits=False)) is first
-    assert choose([verdict(900.0, "worse")], verdict(500.0, fits=False)) is None
+    assert choose([verdict(1.8, "worse")], base) is base
+    assert choose([first], verdict(1.0, fits=False)) is first
+    assert choose([verdict(1.8, "worse")], verdict(1.0, fits=False)) is None
     assert choose([verdict(math.nan), first], None) is first  # no samples/s: never ahead
     assert choose([base, first], base) is base  # the baseline ranked among the top
 
@@ -198,7 +330,8 @@ def test_confirm_trains_the_seeds_the_file_sweeps_or_its_repeats(tmp_path: Path)
 
     assert seeds(load_spec(write(tmp_path / "r.yaml", DIGITS))) == [0, 1]  # repeats: 2
     assert seeds_of("      seed: [3, 5, 8]\n") == [3, 5, 8]  # listed: each a replicate
-    assert seeds_of("") == [0]
+    assert seeds_of("") == [0, 1], "one seed: the next too, to measure the noise"
+    assert seeds_of("      seed: [4]\n") == [4, 5]
     assert seeds(load_spec(write(tmp_path / "f.yaml", DIGITS.replace(
         "epochs: 1,", "epochs: 1, seed: 7,")))) == [7, 8]
 
@@ -289,9 +422,16 @@ def test_a_tune_run_drops_what_breaks_the_budget_and_picks_the_fastest_kept(
 
     sweep = write(workdir / "digits.yaml", DIGITS + "    constraints:\n"
                   "      - {metric: train_mem_mb, max: 10}\n")
-    result = cli("tune", str(sweep), "--tolerance", "1", "--updates", "6", "--json")
-    assert result.exit_code == 0, result.output
-    found = json.loads(result.output)
+    result = CliRunner().invoke(
+        app, ["tune", str(sweep), "--tolerance", "1", "--updates", "6", "--json"])
+    assert result.exit_code == 0, result.output + result.stderr
+    found = json.loads(result.stdout)
+    said = result.stderr.splitlines()  # a line per probe and per phase, off a terminal
+    assert said[0].startswith("profile: 4 candidates, 6 updates each")
+    assert any(line.startswith("halve: ") for line in said)
+    assert said[-1].startswith("confirm: the pick is ")
+    probes = [line for line in said if re.match(r" +\d+ (profile|halve\d)-", line)]
+    assert len(probes) >= 2 * 3 + 1 - 1, "3 profiled (one skipped), between baseline probes"
     by_config = {(c["config"]["micro_size"], c["config"]["batch_size"]): c
                  for c in found["candidates"]}
     # micro-batch 256 (LeNet5 about 15 MB) breaks the 10 MB budget; micro-batch 64 fits
@@ -307,18 +447,21 @@ def test_a_tune_run_drops_what_breaks_the_budget_and_picks_the_fastest_kept(
         assert probe["overflow_rate"] == 0.0
     pick = found["pick"]
     assert pick is not None, result.output
-    rounds = max(len(c["samples_per_s"]) for c in found["candidates"])
-    fastest = max((c for c in found["candidates"] if len(c["samples_per_s"]) == rounds),
-                  key=lambda c: c["samples_per_s"][-1])
+    for candidate in found["candidates"]:  # its ratio: its probe over the baseline's beside
+        if candidate["throughput_ratio"] and len(candidate["throughput_ratio"]) == 1:
+            assert candidate["throughput_ratio"][0] == pytest.approx(
+                candidate["samples_per_s"] / candidate["baseline_samples_per_s"])
+    rounds = max(len(c["throughput_ratio"]) for c in found["candidates"])
+    fastest = max((c for c in found["candidates"] if len(c["throughput_ratio"]) == rounds
+                   and c["config"] != {"micro_size": 1, "batch_size": 64}),
+                  key=lambda c: c["throughput_ratio"][-1])
     assert found["confirmed"][0]["config"] == fastest["config"]
     base = found["baseline"]  # --tolerance 1 keeps every candidate: the fastest trained wins
-    trained = max(found["confirmed"] + [base], key=lambda v: v["samples_per_s"])
+    assert base["throughput_ratio"] == 1.0
+    trained = max(found["confirmed"] + [base], key=lambda v: v["throughput_ratio"])
     assert pick["config"] == trained["config"]
     assert base["config"] == {"micro_size": 1, "batch_size": 64}
     assert len(base["objective"]) == 2  # budget.repeats seeds
-    assert pick["throughput_ratio"] == pytest.approx(
-        next(v["samples_per_s"] for v in found["confirmed"] if v["config"] == pick["config"])
-        / base["samples_per_s"])
     tuned = load_spec(found["sweep_file"])  # ready to run: it validates
     assert tuned.space.resolve({})["micro_size"] == pick["config"]["micro_size"]
     assert Path(found["plot"]).stat().st_size > 10_000
@@ -328,7 +471,10 @@ def test_a_tune_run_drops_what_breaks_the_budget_and_picks_the_fastest_kept(
             [tracker.experiment_id("tuned")], f"tags.`mlflow.parentRunId` = '{parent}'")
         assert children and all(c.data.tags["msexp.tune.phase"] == phase for c in children)
     confirm = tracker.client.list_artifacts(found["mlflow_runs"]["confirm"])
-    assert {"tuned-tune.png", "tuned-tuned.yaml"} <= {a.path for a in confirm}
+    stamp = next(Path("mlruns/tune/tuned").iterdir()).name  # the run's folder names its files
+    assert Path(found["plot"]).name == f"tuned-tune-{stamp}.png"
+    assert Path(found["sweep_file"]).name == f"tuned-tuned-{stamp}.yaml"
+    assert {f"tuned-tune-{stamp}.png", f"tuned-tuned-{stamp}.yaml"} <= {a.path for a in confirm}
 
 
 @pytest.mark.slow
@@ -368,7 +514,7 @@ def test_lr_find_grows_the_lr_exponentially_and_suggests_one_inside_the_range(
     result = cli("tune", str(sweep), "--lr-find", "--lr-updates", "60", "--lr-low", "1e-5",
                  "--lr-high", "1", "--json")
     assert result.exit_code == 0, result.output
-    found = json.loads(result.output)
+    found = json.loads(result.stdout)
     rates, losses = found["lr"], found["train_loss"]
     assert rates[0] == pytest.approx(1e-5) and len(losses) == len(rates) <= 60
     step = (1 / 1e-5) ** (1 / 59)  # the same factor from each update to the next
@@ -381,8 +527,8 @@ def test_lr_find_grows_the_lr_exponentially_and_suggests_one_inside_the_range(
 def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> None:
     from msexp.cli.tune import lines, summary
     from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Profile
     from msexp.tune.outcome import Outcome
-    from msexp.tune.phases import Profile
 
     def profile(micro: int, dropped: str) -> Profile:
         return Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),
@@ -391,10 +537,10 @@ def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> 
     profiles = [profile(1, "train_mem_mb 15 > 10 (the budget)"),
                 profile(2, "failed: batch_size 4096 is larger than the training set"),
                 profile(4, "passed the trial timeout (600 s)")]
-    profiles[0].rates, profiles[0].spreads = [250.0], [0.04]  # measured, then dropped
+    profiles[0].ratios, profiles[0].spreads = [1.25], [0.04]  # measured, then dropped
     outcome = Outcome(profiles, [], 0.04, 0, None, [], None, tmp_path / "p.png", None, {}, "0")
     shown = lines(summary(outcome))
-    assert any("250.0 samples/s ± 4.0%" in line for line in shown)
+    assert any("1.25x ± 4.0% (probes)" in line for line in shown)
     assert any(line.startswith("halving: 0 round(s);") and line.endswith(": 4.0%")
                for line in shown)
     for p in profiles:
@@ -406,33 +552,39 @@ def test_without_a_pick_each_candidate_has_a_line_saying_why(tmp_path: Path) -> 
 def test_the_plot_numbers_candidates_in_tunes_ranking_and_its_key_says_each_fate(
         tmp_path: Path) -> None:
     from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Profile
     from msexp.tune.outcome import Outcome
     from msexp.tune.output import plot_key, throughput_plot
-    from msexp.tune.phases import Profile, Verdict
 
-    def profile(micro: int, rates: list[float], memory: float | None,
+    def profile(micro: int, ratios: list[float], memory: float | None,
                 dropped: str | None = None) -> Profile:
         made = Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),
-                       rates=rates, dropped=dropped)
+                       ratios=ratios, spreads=[0.02 * micro] * len(ratios), dropped=dropped)
         made.metrics = {} if memory is None else {"train_mem_mb": memory}
         return made
 
-    base, slow = profile(1, [300.0], 5.0), profile(2, [200.0], 3.0)
-    fast = profile(4, [250.0, 410.0], 2.0)  # a halving round: its latest rate counts
-    over = profile(8, [500.0], 12.0, "train_mem_mb 12 > 10 (the budget)")
+    base, slow = profile(1, [1.0], 5.0), profile(2, [0.67], 3.0)
+    fast = profile(4, [0.83, 1.37], 2.0)  # a halving round: its latest ratio counts
+    over = profile(8, [1.67], 12.0, "train_mem_mb 12 > 10 (the budget)")
     broken = profile(16, [], None, "failed: exit 1")
-    verdicts = [Verdict(fast, [0.9], 400.0, 2.0), Verdict(slow, [0.5], 190.0, 3.0, "worse")]
+    verdicts = [Verdict(fast, [0.9], 400.0, 2.0, ratio=1.33, ratio_spread=0.015),
+                Verdict(slow, [0.5], 190.0, 3.0, "worse", ratio=0.66, ratio_spread=math.inf)]
     outcome = Outcome([base, slow, fast, over, broken], [fast, slow, base], 0.02, 1,
-                      Verdict(base, [0.9], 290.0, 5.0), verdicts, verdicts[0])
+                      Verdict(base, [0.9], 290.0, 5.0, ratio=1.0, ratio_spread=0.0), verdicts,
+                      verdicts[0])
     rows = plot_key(outcome).splitlines()
-    assert rows[0].split() == ["#", "micro_size", "samples/s", "MB", "rounds"]
-    assert [row.split()[:5] for row in rows[1:5]] == [  # tune's ranking, then the dropped
-        ["1", "4", "410.0", "2.00", "1"], ["2", "2", "200.0", "3.00", "0"],
-        ["3", "1", "300.0", "5.00", "0"], ["4", "8", "500.0", "12.00", "0"]]
+    assert rows[0].split() == ["#", "micro_size", "probes/base", "trained/base", "MB",
+                               "rounds"]
+    assert [row.split()[:10] for row in rows[1:5]] == [  # tune's ranking, then the dropped
+        ["1", "4", "1.37x", "±", "8.0%", "1.33x", "±", "1.5%", "2.00", "1"],
+        ["2", "2", "0.67x", "±", "4.0%", "0.66x", "±", "?", "3.00", "0"],
+        ["3", "1", "1.00x", "±", "2.0%", "1.00x", "±", "0.0%", "5.00", "0"],
+        ["4", "8", "1.67x", "±", "16.0%", "-", "12.00", "0", "dropped:", "train_mem_mb"]]
     assert rows[1].endswith("the pick") and rows[2].endswith("not kept: worse")
     assert rows[3].endswith("the baseline: trained as the reference")
     assert rows[4].endswith("dropped: train_mem_mb 12 > 10 (the budget)")
-    assert rows[5].split()[:4] == ["5", "16", "-", "-"] and rows[5].endswith("failed: exit 1")
+    assert rows[5].split()[:5] == ["5", "16", "-", "-", "-"]
+    assert rows[5].endswith("failed: exit 1")
     plot = throughput_plot(tmp_path / "t.png", outcome, 10.0, "title")
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -470,7 +622,7 @@ def test_a_failing_an_exiting_and_a_hanging_candidate_are_dropped_with_their_rea
     """)
     result = cli("tune", str(sweep), "--updates", "4", "--json")
     assert result.exit_code == 0, result.output
-    found = json.loads(result.output[result.output.index("{"):])  # after build()'s print
+    found = json.loads(result.stdout[result.stdout.index("{"):])  # after build()'s print
     dropped = {c["config"]["mode"]: c["dropped"] for c in found["candidates"]}
     assert dropped["works"] is None
     assert dropped["raises"] == ("failed: RuntimeError: the experiment is broken on purpose")
@@ -495,14 +647,42 @@ def test_a_script_reporting_through_the_callback_is_tuned(workdir: Path) -> None
     """)
     result = cli("tune", str(sweep), "--tolerance", "1", "--json")
     assert result.exit_code == 0, result.output
-    found = json.loads(result.output)
-    for candidate in found["candidates"]:  # each profile is one epoch of the script
-        assert candidate["dropped"] is None and candidate["samples_per_s"][0] > 0
-        assert candidate["spread"][0] is None  # a script reports no per-update step times
-    assert found["rounds"] >= 1, "the spread of a script is measured between rounds"
-    assert found["spread"] is not None and found["spread"] >= 0
-    rates = {c["config"]["batch_size"]: c["samples_per_s"][-1] for c in found["candidates"]}
-    assert found["confirmed"][0]["config"]["batch_size"] == max(rates, key=rates.get)
-    assert found["pick"] is not None and found["baseline"]["config"] == {"batch_size": 32}
-    for trained in (*found["confirmed"], found["baseline"]):  # the callback's eval, 1 seed
+    found = json.loads(result.stdout)
+    for candidate in found["candidates"]:  # capped probes: per-update step times
+        assert candidate["dropped"] is None and candidate["throughput_ratio"][0] > 0
+        assert candidate["spread"][0] is not None
+    probes = _profiles(Path("mlruns/tune/script-tune"))
+    assert len(probes) >= 3, "a probe of each candidate and the baseline's beside it"
+    for name, probe in probes.items():  # 10 updates of the 43 (or 21) an epoch holds,
+        round_ = int(name[5]) if name.startswith("halve") else 0  # 20 in halving round 1
+        assert probe["updates"] == 10 * 2 ** max(round_ - 1, 0), name
+        assert "eval_accuracy" not in probe, name
+    base = found["baseline"]
+    assert found["pick"] is not None and base["config"] == {"batch_size": 32}
+    ratio = next(c["throughput_ratio"][-1] for c in found["candidates"]
+                 if c["config"] == {"batch_size": 64})
+    assert found["confirmed"][0]["config"] == ({"batch_size": 64} if ratio > 1
+                                               else {"batch_size": 32})
+    for trained in (*found["confirmed"], base):  # the callback's eval, 1 run (no seed knob)
         assert len(trained["objective"]) == 1 and 0 < trained["objective"][0] <= 1
+
+
+def test_the_exit_status_tells_a_pick_no_pick_and_failed_apart(tmp_path: Path,
+                                                               capsys) -> None:
+    from msexp.cli.tune import NO_PICK, _show_tune
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Profile
+    from msexp.tune.outcome import Outcome
+
+    shown = " ".join(cli("tune", "--help").output.split())
+    assert ("Exit status: 0 a pick (or what --max-batch or --lr-find looked for), 3 no pick "
+            "(none fits or keeps the objective; no micro-batch fits; no lr suggestion), 2 "
+            "bad input, 1 failed.") in shown.replace("│", "").replace("  ", " ")
+    assert NO_PICK == 3
+    base = Profile(Candidate({"micro_size": 1}, {"batch_size": 64, "micro_size": 1}), [1.0],
+                   [0.01])
+    trained = Verdict(base, [0.9, 0.91], 100.0, 5.0, ratio=1.0, ratio_spread=0.0)
+    for pick, found in ((trained, True), (None, False)):
+        outcome = Outcome([base], [base], None, 0, trained, [], pick, tmp_path / "p.png")
+        assert _show_tune(outcome, None, json_output=True) is found
+        assert (json.loads(capsys.readouterr().out)["pick"] is None) is not found
