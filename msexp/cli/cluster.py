@@ -10,8 +10,10 @@ from typing import Annotated, Optional
 import typer
 
 from msexp.cli.options import StudyOpt, SweepFileArg, console
-from msexp.cluster import schedule as sched
-from msexp.cluster import services
+from msexp.cluster import kubernetes, services
+from msexp.cluster.cron import cron_line, cron_marker, install_cron, uninstall_cron
+from msexp.cluster.schedule import Resources, Target
+from msexp.cluster.slurm import SlurmJob, slurm_script, write_slurm
 from msexp.errors import SpecError
 from msexp.paths import SLURM_DIR, STORE_DIR
 from msexp.spec import load_spec
@@ -100,12 +102,12 @@ def slurm(
     --storage postgresql://msexp@db/optuna --tracking-uri http://mlflow:5000
     """
     name = _sweep_name(file)
-    job = sched.SlurmJob(array, time_limit, partition, account, qos, tuple(sbatch or ()),
+    job = SlurmJob(array, time_limit, partition, account, qos, tuple(sbatch or ()),
                          tuple(setup or ()))
     path = SLURM_DIR / f"{name}.sbatch"
-    script = sched.slurm_script(_target(file, storage, tracking_uri, study), job,
-                                sched.Resources(cpus_per_task, gpus_per_task, mem), name)
-    answer = sched.write_slurm(script, path, submit)
+    script = slurm_script(_target(file, storage, tracking_uri, study), job,
+                                Resources(cpus_per_task, gpus_per_task, mem), name)
+    answer = write_slurm(script, path, submit)
     console.print(f"wrote {path}" + (f"; {answer}" if answer else
                                       f"; submit with: sbatch {path}"), highlight=False)
 
@@ -128,17 +130,17 @@ def cron(
     --storage postgresql://msexp@db/optuna --tracking-uri http://mlflow:5000
     """
     name = _sweep_name(file)
-    marker = sched.cron_marker(file, study or name)
+    marker = cron_marker(file, study or name)
     if uninstall:
-        removed = sched.uninstall_cron(marker)
+        removed = uninstall_cron(marker)
         console.print(f"removed: {marker}" if removed else f"no crontab entry has: {marker}",
                       highlight=False, markup=False)
         return
     target = _target(file, storage, tracking_uri, study)
     STORE_DIR.mkdir(parents=True, exist_ok=True)  # the entry's lock and log live there
-    line = sched.cron_line(target, when, fresh_study, name, os.environ)
+    line = cron_line(target, when, fresh_study, name, os.environ)
     if install:
-        sched.install_cron(line, marker)
+        install_cron(line, marker)
         console.print("installed:", highlight=False)
     typer.echo(line)
 
@@ -164,10 +166,10 @@ def k8s_cronjob(
     Example: msexp schedule k8s-cronjob sweeps/accum.yaml --pods 4 | kubectl apply -f -
     """
     name = _sweep_name(file)
-    typer.echo(sched.k8s_cronjob(
+    typer.echo(kubernetes.k8s_cronjob(
         _target(file, storage, tracking_uri, study), when,
-        sched.Pods(image, pods, backoff_limit, secret, gpu_resource),
-        sched.Resources(cpus_per_task, gpus_per_task, mem), fresh_study, name), nl=False)
+        kubernetes.Pods(image, pods, backoff_limit, secret, gpu_resource),
+        Resources(cpus_per_task, gpus_per_task, mem), fresh_study, name), nl=False)
 
 
 def k8s_job(
@@ -189,10 +191,10 @@ def k8s_job(
     Example: msexp schedule k8s-job sweeps/accum.yaml --pods 8 | kubectl apply -f -
     """
     name = _sweep_name(file)
-    typer.echo(sched.k8s_job(
+    typer.echo(kubernetes.k8s_job(
         _target(file, storage, tracking_uri, study),
-        sched.Pods(image, pods, backoff_limit, secret, gpu_resource),
-        sched.Resources(cpus_per_task, gpus_per_task, mem), name), nl=False)
+        kubernetes.Pods(image, pods, backoff_limit, secret, gpu_resource),
+        Resources(cpus_per_task, gpus_per_task, mem), name), nl=False)
 
 
 def _sweep_name(file: Path) -> str:
@@ -201,8 +203,8 @@ def _sweep_name(file: Path) -> str:
 
 
 def _target(file: Path, storage: str | None, tracking_uri: str | None, study: str | None
-            ) -> sched.Target:
-    return sched.Target(file, _required(storage, "--storage"),
+            ) -> Target:
+    return Target(file, _required(storage, "--storage"),
                         _required(tracking_uri, "--tracking-uri"), study)
 
 
