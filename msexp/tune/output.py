@@ -15,6 +15,7 @@ from msexp.paths import write_atomic
 from msexp.spec.yaml_text import load_yaml
 from msexp.tune.measure import Profile
 from msexp.tune.outcome import Outcome, fate
+from msexp.tune.phases import Verdict
 
 
 def _pyplot() -> Any:
@@ -60,15 +61,7 @@ def throughput_plot(path: Path, outcome: Outcome, memory_mb: float | None, title
         named.add(name)
         axes.annotate(str(number), (x, y), fontsize=8, xytext=(5, 4),
                       textcoords="offset points")
-        trained = outcome.verdict(profile)
-        if trained is not None and math.isfinite(trained.ratio):
-            label = "trained (confirm)"
-            axes.errorbar([x], [trained.ratio], yerr=[_error(trained.ratio,
-                                                             trained.ratio_spread)],
-                          fmt="o", mfc="none", color=color, zorder=3,
-                          label=None if label in named else label)
-            axes.plot([x, x], [y, trained.ratio], color=color, linestyle=":", zorder=1)
-            named.add(label)
+        _trained_point(axes, outcome.verdict(profile), x, y, color, named)
     if memory_mb is not None:
         axes.axvline(memory_mb, color="tab:red", linestyle="--",
                      label=f"memory budget {memory_mb:g} MB")
@@ -87,6 +80,19 @@ def throughput_plot(path: Path, outcome: Outcome, memory_mb: float | None, title
     figure.savefig(path, dpi=120, bbox_inches="tight")  # the key's long rows stay in
     plt.close(figure)
     return path
+
+
+def _trained_point(axes: Any, trained: Verdict | None, x: float, y: float, color: str,
+                   named: set[str]) -> None:
+    """A hollow circle at a trained configuration's ratio, joined to its probes' (x, y)."""
+    if trained is None or not math.isfinite(trained.ratio):
+        return
+    label = "trained (confirm)"
+    axes.errorbar([x], [trained.ratio], yerr=[_error(trained.ratio, trained.ratio_spread)],
+                  fmt="o", mfc="none", color=color, zorder=3,
+                  label=None if label in named else label)
+    axes.plot([x, x], [y, trained.ratio], color=color, linestyle=":", zorder=1)
+    named.add(label)
 
 
 def ratio_text(ratio: float, spread: float) -> str:

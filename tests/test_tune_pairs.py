@@ -1,0 +1,157 @@
+"""`msexp tune`'s measurements and verdicts against a table-answering runner: candidates
+ranked by their ratio to the baseline probed beside them (a drifting load flips unpaired
+figures, not paired ratios), the keep rule with one seed, and the exit status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from msexp.errors import SpecError
+from msexp.execution.result import Status, TrialResult
+from msexp.spec import load_spec
+from msexp.tune import rules
+from msexp.tune.phases import Verdict
+from tests.conftest import write
+from tests.test_tune import DIGITS, cli
+
+
+def test_with_one_seed_the_keep_rule_is_never_a_coin_flip(tmp_path: Path) -> None:
+    from msexp.tune.candidates import check_noise, seeds
+
+    # one seed each: the spread is unknown, not 0; the rule refuses to judge without a
+    # tolerance instead of dropping any candidate that is worse at all
+    with pytest.raises(ValueError, match="noise is unknown"):
+        rules.keeps([0.09375], [0.125], maximize=True)
+    assert rules.keeps([0.09375], [0.125], maximize=True, tolerance=0.05)
+    assert rules.allowance([0.09375], [0.125], 0.05) == (0.05, "--tolerance")
+    one_seed = load_spec(write(tmp_path / "one.yaml", DIGITS.replace("repeats: 2",
+                                                                     "repeats: 1")))
+    assert seeds(one_seed) == [0, 1], "a file with one seed is confirmed with two"
+    check_noise(one_seed, 0.0)  # two seeds measure the noise: accepted
+    write(tmp_path / "train.py", "print('eval_accuracy: 0.5')\n")
+    seedless = load_spec(write(tmp_path / "cmd.yaml", """
+        name: cmd
+        experiment: {command: python train.py}
+        objective: [{metric: eval_accuracy, direction: maximize}]
+        params: {lr: [0.1, 0.01]}
+    """))
+    assert seeds(seedless) == [None]
+    check_noise(seedless, 0.01)
+    with pytest.raises(SpecError, match="params.seed: .*set --tolerance, got no seed"):
+        check_noise(seedless, 0.0)
+
+
+def test_a_rejection_names_the_allowance_and_what_measured_it() -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Profile
+    from msexp.tune.phases import _judge
+
+    def verdict(values: list[float]) -> Verdict:
+        return Verdict(Profile(Candidate({}, {})), values, 1.0, 1.0)
+
+    base = verdict([0.125, 0.15625])  # spread 0.0221
+    worse, close = verdict([0.0625, 0.09375]), verdict([0.125, 0.125])
+    _judge(worse, base, "acc", True, 0.0)
+    _judge(close, base, "acc", True, 0.0)
+    assert worse.rejected == ("acc 0.07812 is worse than the baseline's 0.1406 by more than "
+                              "0.0221 (the baseline's seed spread over 2 seeds)")
+    assert close.rejected is None
+    assert close.judged == ("within 0.0221 of the baseline's 0.1406 (the baseline's seed "
+                            "spread over 2 seeds)")
+    tolerated = verdict([0.0625, 0.09375])
+    _judge(tolerated, base, "acc", True, 0.1)
+    assert tolerated.rejected is None and tolerated.judged.endswith("(--tolerance)")
+
+
+class DriftingLoad:
+    """Answers each probe from a table of true step times (ms, by micro_size), slowed by a
+    load that grows by 20% with every probe: what is under test is how tune ranks, not the
+    training. Each probe's steps vary by +-5% around its time (a notch to measure)."""
+
+    def __init__(self, true_ms: dict[int, float]):
+        self.true_ms, self.jobs = true_ms, []
+
+    def run(self, jobs, hosts=None):
+        from msexp.training.records import Epoch
+        from msexp.tune.runner import Ran
+
+        ran = []
+        for job in jobs:
+            load = 1 + 0.2 * len(self.jobs)
+            self.jobs.append(job)
+            steps = [self.true_ms[job.params["micro_size"]] * load * (1 + 0.05 * (i % 3 - 1))
+                     for i in range(job.probe.updates)]
+            result = TrialResult(Status.COMPLETE, {
+                "samples_per_s": job.params["batch_size"] * 1000 / steps[-1],
+                "train_mem_mb": 1.0, "overflow_rate": 0.0},
+                epochs=[Epoch(1, job.probe.updates, 0.0, {}, {"step_ms": steps})])
+            ran.append(Ran(job, result, 0.0))
+        return ran
+
+
+def test_candidates_rank_by_their_ratio_to_the_baseline_beside_them_under_drifting_load(
+        ) -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Budget
+    from msexp.tune.phases import halve, profile_all
+
+    def candidate(micro: int) -> Candidate:
+        return Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro})
+
+    # true speeds against the baseline (100 ms): micro_size 4 1.111x, micro_size 2 1.176x;
+    # micro_size 4 (micro-batch 16) is probed first, under less load
+    load = DriftingLoad({1: 100.0, 2: 85.0, 4: 90.0})
+    recorded: list = []
+    profiles = profile_all(load, [candidate(1), candidate(2), candidate(4)], Budget([], None),
+                           9, lambda ran, dropped: recorded.extend(ran))
+    assert [j.name for j in load.jobs] == [
+        "profile-baseline1-micro_size1", "profile-micro_size4", "profile-baseline2-micro_size1",
+        "profile-micro_size2", "profile-baseline3-micro_size1"]
+    assert len(recorded) == 5, "every probe, the baseline's too, is an MLflow child"
+    base, second, first = profiles
+    unpaired = {p.candidate.point["micro_size"]: p.metrics["samples_per_s"] for p in profiles}
+    assert unpaired[4] > unpaired[2], "unpaired, the load flips the ranking"
+    # paired: micro_size 4 at 90 x 1.2 against the baseline at 100 x 1.0 and 1.4 (median
+    # of both probes' steps: 120 ms); micro_size 2 at 85 x 1.6 against 140 and 180 ms
+    assert first.ratios == [pytest.approx(120 / 108, rel=0.01)]
+    assert second.ratios == [pytest.approx(160 / 136, rel=0.01)]
+    assert base.ratios == [1.0] and first.sides[1] == pytest.approx(64 * 1000 / 120, rel=0.01)
+    assert 0.0 < first.spreads[0] < 0.2
+    standing, _, rounds = halve(load, profiles, Budget([], None), 9,
+                                lambda ran, dropped: None)
+    assert standing[:2] == [second, first], "paired, the faster ranks first"
+    assert rounds >= 1 and len(second.ratios) == rounds + 1
+    assert second.ratios[-1] == pytest.approx(100 / 85, rel=0.03)
+    assert first.ratios[-1] == pytest.approx(100 / 90, rel=0.03)
+    halving = [j.name for j in load.jobs[5:]]
+    for round_ in range(1, rounds + 1):  # each round: baseline, one, baseline, other, ...
+        names = [name for name in halving if name.startswith(f"halve{round_}-")]
+        assert [("baseline" in name) for name in names] == [i % 2 == 0
+                                                            for i in range(len(names))]
+        assert len(names) == 5, "two candidates between three baseline probes"
+    assert halving[:3] == ["halve1-baseline1-micro_size1", "halve1-micro_size2",
+                           "halve1-baseline2-micro_size1"]
+
+
+def test_the_exit_status_tells_a_pick_no_pick_and_failed_apart(tmp_path: Path,
+                                                               capsys) -> None:
+    from msexp.cli.tune import NO_PICK, _show_tune
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Profile
+    from msexp.tune.outcome import Outcome
+
+    shown = " ".join(cli("tune", "--help").output.split())
+    assert ("Exit status: 0 a pick (or what --max-batch or --lr-find looked for), 3 no pick "
+            "(none fits or keeps the objective; no micro-batch fits; no lr suggestion), 2 "
+            "bad input, 1 failed.") in shown.replace("│", "").replace("  ", " ")
+    assert NO_PICK == 3
+    base = Profile(Candidate({"micro_size": 1}, {"batch_size": 64, "micro_size": 1}), [1.0],
+                   [0.01])
+    trained = Verdict(base, [0.9, 0.91], 100.0, 5.0, ratio=1.0, ratio_spread=0.0)
+    for pick, found in ((trained, True), (None, False)):
+        outcome = Outcome([base], [base], None, 0, trained, [], pick, tmp_path / "p.png")
+        assert _show_tune(outcome, None, json_output=True) is found
+        assert (json.loads(capsys.readouterr().out)["pick"] is None) is not found
