@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
 
+from msexp.cli import app
+from msexp.execution.log_lines import LINE_CHARS
 from msexp.execution.log_metrics import COUNTER, PARAM, STATUS, MetricReader, read_log
 from tests.conftest import ASSETS
 
@@ -131,3 +134,37 @@ def test_a_name_on_lines_of_two_kinds_is_left_out_and_one_kind_keeps_its_last_va
     assert reader.last == {"loss": 2.3389, "lr": 0.1, "Top_1_Accuracy": pytest.approx(0.1),
                            "Top_5_Accuracy": 0.5, "per_step_time": 535.0, "epoch_time": 3.21,
                            "train_loss": 0.5, "val_loss": 0.6}
+
+
+def test_msexp_metrics_says_what_it_leaves_out_and_why() -> None:
+    log = LOGS / "mindcv_train_with_func.log"
+    shown = CliRunner().invoke(app, ["metrics", str(log), "--param", "lr"],
+                               env={"COLUMNS": "300"})
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert f"not recorded ({STATUS}): New_best_val_acc" in lines
+    assert f"not recorded ({PARAM}): lr" in lines
+    assert ("not recorded (printed on 2 kinds of line, so which one it means is ambiguous: "
+            "a training line; an evaluation line): time; to record one, name it with "
+            "experiment.metrics") in lines
+    as_json = json.loads(CliRunner().invoke(app, ["metrics", str(log), "--json"]).output)
+    assert as_json["metrics"] == {**EXPECTED[log.name]["recorded"], "lr": 0.001464}
+    assert as_json["ambiguous"] == {"time": ["a training line", "an evaluation line"]}
+    assert as_json["left_out"] == {"New_best_val_acc": STATUS} and as_json["cut"] == {}
+
+
+def test_msexp_metrics_says_a_long_line_was_read_in_part(tmp_path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("x" * (LINE_CHARS + 5) + " acc: 0.5\nloss: 0.25\n", encoding="utf-8")
+    shown = CliRunner().invoke(app, ["metrics", str(log), "--json"])
+    assert json.loads(shown.output)["cut"] == {"line": 1, "length": LINE_CHARS + 14}
+    assert json.loads(shown.output)["metrics"] == {"loss": 0.25}, "acc is past the cut"
+
+
+def test_msexp_metrics_refuses_a_pattern_the_linear_engine_cannot_run() -> None:
+    shown = CliRunner().invoke(app, ["metrics", str(LOGS / "mindspore_fit.log"),
+                                     "--pattern", r"acc=(?P<a>\d)(?=x)"])
+    assert shown.exit_code == 2
+    assert shown.output.strip().splitlines() == [
+        "--pattern: 0: not a regular expression that runs in linear time (invalid perl "
+        "operator: (?=; RE2 syntax: no backreferences or lookarounds), got acc=(?P<a>\\d)(?=x)"]

@@ -23,11 +23,20 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from msexp.cli.options import RedactingConsole
 from msexp.cluster import services
+from msexp.execution.log_lines import PIECE_CHARS
+from msexp.execution.output import copy_redacted
 from msexp.execution.result import Status, TrialResult
 from msexp.search.storage import open_storage
 from msexp.spec.load import load_spec
 from msexp.tracking.spool import Spool
-from msexp.urls import known_secrets, redact, redact_known, redact_logs, redact_value
+from msexp.urls import (
+    HOLD_CHARS,
+    known_secrets,
+    redact,
+    redact_known,
+    redact_logs,
+    redact_value,
+)
 from tests.conftest import msexp_cmd, rdb_storage, write
 
 SECRET = "S3CRET"
@@ -265,3 +274,20 @@ def test_a_spooled_result_keeps_no_secret_param(tmp_path: Path) -> None:
     assert b"S3CRET" not in path.read_bytes()
     ((_, record),) = spool.pending("sqlite:///x.db")
     assert record.params == {"api_token": "***", "db": "mysql://u:***@h/x", "lr": 0.1}
+
+
+@pytest.mark.parametrize("form", ["postgresql://u:S3CRET-url@db:5432/optuna",
+                                  "host=db password=S3CRET-kw user=x", "S3CRET-known",
+                                  "password=" + "S3CRET" * 30_000 + " (a value longer than "
+                                  "the part of a line held back)"])
+def test_a_secret_inside_a_long_line_is_hidden_wherever_the_line_is_split(form: str) -> None:
+    """A long line is read and redacted in pieces: a secret across the end of a piece, or
+    across where the redactor cuts what it holds back, is hidden as in the whole line."""
+    for boundary in (PIECE_CHARS, 2 * PIECE_CHARS - HOLD_CHARS, 2 * PIECE_CHARS):
+        for shift in (-len(form) + 1, -len(form) // 2, -3):
+            at = boundary + shift
+            line = "0123456789abcdef" * (at // 16) + " " * (at % 16 + 1) + form + "f" * 200_000
+            copied = io.StringIO()
+            copy_redacted(io.StringIO(line + "\neval: 1\n"), copied, ["S3CRET-known"])
+            assert "S3CRET" not in copied.getvalue(), (boundary, shift)
+            assert copied.getvalue() == redact_known(line, ["S3CRET-known"]) + "\neval: 1\n"

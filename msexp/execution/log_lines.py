@@ -19,11 +19,11 @@ PIECE_CHARS = 1 << 20  # output is read in pieces of at most this many character
 _NUMBER = r"[-+]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+|[-+]?+(?:nan|inf)"
 _LOSS_MONITOR = re.compile(rf"epoch:\s*+\d++\s++step:\s*+\d++,?+\s*+loss is\s*+\[?+({_NUMBER})",
                            re.I)
-_TIME_MONITOR = re.compile(
-    rf"(Eval )?epoch time:\s*+({_NUMBER})\s*+ms,\s*+per step time:\s*+({_NUMBER})")
+_TIME_MONITOR = re.compile(  # from its literal start: a fast search
+    rf"epoch time:\s*+({_NUMBER})\s*+ms,\s*+per step time:\s*+({_NUMBER})")
 _PROGRESS = re.compile(r"\[\s*+\d++\s*+/\s*+\d++\s*+\]")
 _TRAINING = re.compile(r"\b(?:epoch|step|iter|iteration|batch)\b\s*+(?:[:=#\[(]\s*+)?+\d"
-                       r"|\bepoch time\s*+:", re.I)
+                       r"|\bepoch time\s*+:")  # searched in the line in lower case
 ECHO_START = re.compile(r"\bNamespace\(|\{")
 _DICT = re.compile(r"\{[^{}]*+\}")
 _SEPARATOR = re.compile(r":(?=[\s\[])|=")  # `: ` (never `10:30`) or `=`
@@ -59,7 +59,7 @@ class Value(NamedTuple):
 
 def is_training(text: str) -> bool:
     """Whether a line is a training line: an epoch, step or progress line."""
-    return bool(_PROGRESS.search(text) or _TRAINING.search(text))
+    return bool(_PROGRESS.search(text) or _TRAINING.search(text.lower()))
 
 
 def balance(text: str) -> int:
@@ -74,8 +74,9 @@ def monitor(text: str) -> list[Value] | None:
         return [Value("train_loss", float(loss.group(1)), "a LossMonitor line")]
     timing = _TIME_MONITOR.search(text)
     if timing:
-        return [] if timing.group(1) else [Value("step_ms", float(timing.group(3)),
-                                                 "a TimeMonitor line")]
+        evaluation = text.endswith("Eval ", 0, timing.start())
+        return [] if evaluation else [Value("step_ms", float(timing.group(2)),
+                                            "a TimeMonitor line")]
     return None
 
 

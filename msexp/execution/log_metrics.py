@@ -189,6 +189,7 @@ class LineHead:
     def __init__(self) -> None:
         self.parts: list[str] = []
         self.length = 0
+        self.lines = 0  # lines ended so far
 
     def add(self, piece: str) -> tuple[str, int] | None:
         """Take a piece; at the line's end (a newline), the line's start and its length,
@@ -205,6 +206,7 @@ class LineHead:
         """The line so far (its start and its length), and begin the next line."""
         line = "".join(self.parts), self.length
         self.parts, self.length = [], 0
+        self.lines += 1
         return line
 
 
