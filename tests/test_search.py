@@ -181,11 +181,12 @@ def test_only_a_pruner_gets_each_epochs_finite_objective_and_may_stop_the_trial(
     first = TrialInfo(0, "#0", {}, {}, 0.0, handle=source.claim())
     for epoch in (Epoch(1, 5, 0.1, {"eval_accuracy": 0.9}),
                   Epoch(2, 10, 0.2, {"train_loss": 0.5}),  # no objective: no report
-                  Epoch(3, 15, 0.3, {"eval_accuracy": float("nan")})):
+                  Epoch(3, 15, 0.3, {"eval_accuracy": float("nan")}),
+                  Epoch(4, 20, 0.4, {"eval_accuracy": 0.7, "train_loss": 0.3})):
         bridge.on_trial_epoch(first, epoch)
         assert not bridge.should_stop(first)
     reported = study.trials[0].intermediate_values
-    assert reported == ({} if pruner == "none" else {1: 0.9})
+    assert reported == ({} if pruner == "none" else {1: 0.9, 4: 0.7})  # the first and last
     if pruner == "median":
         study.tell(first.handle, 0.9)
         second = TrialInfo(1, "#1", {}, {}, 0.0, handle=source.claim())
