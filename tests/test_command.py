@@ -45,8 +45,7 @@ def test_metrics_are_read_from_every_common_form_of_output() -> None:
     assert reader.feed("{'Accuracy': 0.9375}") == {"Accuracy": 0.9375, "eval_accuracy": 0.9375}
     assert reader.feed('{"eval_loss": 0.25, "note": "x"}') == {"eval_loss": 0.25}
     assert reader.feed("val_acc: 0.5") == {"val_acc": 0.5}
-    assert reader.feed("step=10 loss=2.5e-1, acc=.75") == {"step": 10.0, "loss": 0.25,
-                                                            "acc": 0.75}
+    assert reader.feed("step=10 loss=2.5e-1, acc=.75") == {"loss": 0.25, "acc": 0.75}
     assert reader.feed("epoch: 2 step: 5 loss is  0.5") == {"train_loss": 0.5}  # seed 001
     assert reader.feed("version 2.10.0 at 10:30") == {}
     assert reader.last["train_loss"] == 0.5 and reader.last["eval_accuracy"] == 0.9375
@@ -496,7 +495,7 @@ parser.add_argument("--ckpt_path", default=".")
 parser.add_argument("--data", default="")
 args = parser.parse_args()
 open(os.path.join(args.ckpt_path, "net.ckpt"), "w").write("x")
-print(json.dumps({"amp": float(args.amp), "run_eval": float(args.run_eval),
+print(json.dumps({"amp_seen": float(args.amp), "run_eval_seen": float(args.run_eval),
                   "data_is_absolute": float(os.path.isabs(args.data)),
                   "cwd_is_outputs": float(os.getcwd() == os.environ["MSEXP_OUTPUT_DIR"])}))
 """
@@ -517,13 +516,13 @@ def test_a_trial_runs_in_its_own_folder_with_booleans_as_its_parser_takes_them(
     command = Command([sys.executable, "train.py"], str(sweep_folder))
     metrics, checkpoint = run_command(TrialRequest("train.py", params, folder, command=command),
                                       lambda event: None, lambda: False)
-    assert metrics == {"amp": 1.0, "run_eval": 0.0, "data_is_absolute": 1.0,
+    assert metrics == {"amp_seen": 1.0, "run_eval_seen": 0.0, "data_is_absolute": 1.0,
                        "cwd_is_outputs": 1.0}
     assert checkpoint == folder / "outputs" / "ckpt-3" / "net.ckpt"
     assert [p.name for p in (workdir / "trials").glob("help-*.txt")], "--help read once"
     off, _ = run_command(TrialRequest("train.py", {**params, "amp": False}, folder,
                                       command=command), lambda event: None, lambda: False)
-    assert off["amp"] == 0.0, "a switch that is false is left out"
+    assert off["amp_seen"] == 0.0, "a switch that is false is left out"
     forced = Command([sys.executable, "train.py"], str(sweep_folder), switches=[])
     failed = None
     try:

@@ -141,7 +141,7 @@ def test_metrics_shows_what_a_log_yields_and_the_echo_it_leaves_out() -> None:
     log = LOGS / "mindcv_resnet18.log"
     shown = invoke("metrics", str(log))
     assert shown.exit_code == 0, shown.output
-    assert "│ Top_1_Accuracy   │" in shown.output and "MixUp" not in shown.output.split(
+    assert "│ Top_1_Accuracy │" in shown.output and "MixUp" not in shown.output.split(
         "not recorded")[0]
     assert "not recorded (printed before the first training line): " in shown.output
     as_json = json.loads(invoke("metrics", str(log), "--json").output)
