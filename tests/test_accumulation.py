@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from msexp.experiment import load_experiment
-from msexp.spec.space import parse_params
+from msexp.spec.params import parse_params
 from msexp.training import data
 from msexp.training.amp import apply_amp
 from msexp.training.loss_scale import make_scaler

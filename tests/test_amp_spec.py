@@ -14,7 +14,7 @@ from msexp.errors import SpecError
 from msexp.experiment import load_experiment
 from msexp.spec import parse_spec
 from msexp.spec import precision as device
-from msexp.spec.space import parse_params
+from msexp.spec.params import parse_params
 from tests.conftest import ROOT, write
 
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))

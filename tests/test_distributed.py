@@ -22,7 +22,8 @@ from msexp.execution.protocol import TrialRequest, read_events
 from msexp.execution.result import Status, TrialResult
 from msexp.experiment import load_experiment
 from msexp.spec import parse_spec
-from msexp.spec.space import derived, parse_params
+from msexp.spec.params import parse_params
+from msexp.spec.space import derived
 
 pytestmark = pytest.mark.slow  # trials in worker processes (tests/README.md: tiers)
 

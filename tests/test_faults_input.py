@@ -272,7 +272,7 @@ def test_a_capped_grid_of_ten_million_points_validates_and_plans_in_seconds(
 
 def test_the_grid_size_is_counted_with_conditions() -> None:
     from msexp.experiment import load_experiment
-    from msexp.spec.space import parse_params
+    from msexp.spec.params import parse_params
 
     space = parse_params("s.yaml", load_experiment("mlp_digits", "s.yaml").knobs, {}, {
         "loss_scale": ["none", "fixed", "dynamic"],

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from msexp.experiment import load_experiment
-from msexp.spec.space import parse_params
+from msexp.spec.params import parse_params
 from msexp.training import memory
 from msexp.training.loop import train
 from msexp.training.optim import make_optimizer

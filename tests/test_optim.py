@@ -7,7 +7,7 @@ import math
 import pytest
 
 from msexp.experiment import load_experiment
-from msexp.spec.space import parse_params
+from msexp.spec.params import parse_params
 from msexp.training.optim import learning_rates
 
 

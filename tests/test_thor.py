@@ -14,7 +14,7 @@ from msexp.execution import trial
 from msexp.execution.protocol import Start, TrialRequest
 from msexp.experiment import load_experiment
 from msexp.spec import parse_spec
-from msexp.spec.space import parse_params
+from msexp.spec.params import parse_params
 from msexp.training.optim import thor_learning_rates
 from msexp.training.step import TrainStep
 from msexp.training.thor import Thor, resolve_impl, thor_damping, thor_lr

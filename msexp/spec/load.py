@@ -36,8 +36,9 @@ from msexp.spec.file import (
     validate,
 )
 from msexp.spec.model import sweep_model, values_model
+from msexp.spec.params import parse_params
 from msexp.spec.precision import check_precision
-from msexp.spec.space import Space, parse_params
+from msexp.spec.space import Space
 from msexp.training.records import Target
 
 MAX_SWEEP_FILE_BYTES = 1 << 20
