@@ -3,6 +3,7 @@ fits (`--max-batch`), and an lr range test (`--lr-find`)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,6 +56,7 @@ LrHighOpt = Annotated[float, typer.Option("--lr-high", min=1e-12,
                                           help="Last lr of the range test.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 NO_PICK = 3  # the exit status of a run that found no pick (1: it failed, 2: bad input)
+_log = logging.getLogger("msexp")
 
 
 def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
@@ -89,6 +91,9 @@ def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
         check_noise(spec, tolerance)
     with _runner(spec, 1 if (max_batch_only or lr_only) else spec.budget.workers) as runner:
         runs = PhaseRuns(Tracker(tracking_uri), spec.name, f"{spec.name}-tune", spec.path)
+        if ended := runs.end_left():
+            _log.warning(f"ended {len(ended)} MLflow run(s) that a killed msexp tune left "
+                         "RUNNING, as KILLED")
         if max_batch_only:
             found = _show_batch(max_batch(spec, runner, runs, budget, updates, 1 << 16),
                                 json_output)
