@@ -164,11 +164,12 @@ def status(
     from msexp.search.study import finished_count  # lazy: as above
     from msexp.tracking.report import state_counts  # lazy: as above
 
+    sweep = read_name(file) if file is not None and study is None else None  # a FIFO: once
     try:
-        loaded = _existing_study(file, study, storage)
+        loaded = _existing_study(file, study, storage, sweep)
     except MsexpError:
-        if file is not None:  # a file only tuned has no study: its runs still show
-            show_mlflow_running(mlflow_running(read_name(file), tracking_uri), file)
+        if sweep is not None:  # a file only tuned has no study: its runs still show
+            show_mlflow_running(mlflow_running(sweep, tracking_uri), file)
         raise
     running = [{"number": t.number, "owner": t.user_attrs.get(TrialKey.OWNER),
                 "heartbeat_age_s": _age(t.user_attrs.get(TrialKey.HEARTBEAT)),
@@ -306,7 +307,10 @@ def _export_from(spec: Any, loaded: Any, chosen: Any, folder: Path, checkpoint: 
     return {"written": [str(path) for path in written], "no_mindir": no_mindir or None}
 
 
-def _existing_study(file: Path | None, study: str | None, storage: str | None) -> Any:
+def _existing_study(file: Path | None, study: str | None, storage: str | None,
+                    sweep: str | None = None) -> Any:
+    """The study `--study` names, else the newest version of the sweep's (named `sweep`,
+    else read from `file`)."""
     import optuna  # lazy: Optuna takes a second to import
 
     from msexp.search.storage import (  # lazy: as above
@@ -319,7 +323,7 @@ def _existing_study(file: Path | None, study: str | None, storage: str | None) -
     optuna_to_log()
     if file is None and study is None:
         raise SpecError("msexp", "", "give a sweep file or --study NAME", show_value=False)
-    name = study or read_name(file)
+    name = study or sweep or read_name(file)
     try:
         with storage_errors(storage):
             opened = open_storage(storage)
