@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -291,3 +292,23 @@ def test_a_secret_inside_a_long_line_is_hidden_wherever_the_line_is_split(form: 
             copy_redacted(io.StringIO(line + "\neval: 1\n"), copied, ["S3CRET-known"])
             assert "S3CRET" not in copied.getvalue(), (boundary, shift)
             assert copied.getvalue() == redact_known(line, ["S3CRET-known"]) + "\neval: 1\n"
+
+
+REDACTED_OUTPUT = """
+import sys
+from msexp.execution.output import redacted_output
+with open(sys.argv[1], "w", encoding="utf-8") as log, redacted_output(log, ["S3CRET-value"]):
+    sys.stdout.write("a" * 10 + "S3CRET-value" + "b" * int(sys.argv[2]))  # no newline
+with open(sys.argv[1], "a", encoding="utf-8") as log:
+    log.write("|after")
+"""
+
+
+@pytest.mark.parametrize("size", [20, PIECE_CHARS - 27, 3_000_000])
+def test_a_process_output_is_in_its_log_redacted_when_its_redaction_ends(
+        tmp_path: Path, size: int) -> None:
+    """What a trial process wrote, a long last line without a newline included (and the
+    end mark across two pieces), is in its log, redacted, before the log is closed."""
+    log = tmp_path / "trial.log"
+    subprocess.run([sys.executable, "-c", REDACTED_OUTPUT, str(log), str(size)], check=True)
+    assert log.read_text(encoding="utf-8") == "a" * 10 + "***" + "b" * size + "|after"

@@ -23,17 +23,33 @@ def copy_redacted(output: IO[str], log: IO[str], secrets: list[str],
     `on_line` gets each line's first `LINE_CHARS` characters and its length; the first
     longer line is noted once in the log. What the log cannot take (a full disk) is
     dropped: the process never blocks on it."""
-    redactor, head, noted = LineRedactor(secrets), LineHead(), False
+    copy = _Copy(log, secrets, on_line)
     for piece in iter(lambda: output.readline(PIECE_CHARS), ""):
-        _write(log, redactor.feed(piece))
-        line = head.add(piece) if on_line else None
-        if line and on_line:
-            on_line(*line)
-            if line[1] > LINE_CHARS and not noted:
-                noted = _write(log, f"msexp: {cut_note(head.lines, line[1])}\n")
-    _write(log, redactor.flush())
-    if on_line and head.length:
-        on_line(*head.end())
+        copy.add(piece)
+    copy.end()
+
+
+class _Copy:
+    """One output's copy into a log, piece by piece."""
+
+    def __init__(self, log: IO[str], secrets: list[str],
+                 on_line: Callable[[str, int], object] | None):
+        self.log, self.on_line = log, on_line
+        self.redactor, self.head, self.noted = LineRedactor(secrets), LineHead(), False
+
+    def add(self, piece: str) -> None:
+        _write(self.log, self.redactor.feed(piece))
+        line = self.head.add(piece) if self.on_line else None
+        if line and self.on_line:
+            self.on_line(*line)
+            if line[1] > LINE_CHARS and not self.noted:
+                self.noted = _write(self.log, f"msexp: {cut_note(self.head.lines, line[1])}\n")
+
+    def end(self) -> None:
+        """Write what the redactor holds of a line that has no newline (yet)."""
+        _write(self.log, self.redactor.flush())
+        if self.on_line and self.head.length:
+            self.on_line(*self.head.end())
 
 
 def _write(log: IO[str], text: str) -> bool:
@@ -57,9 +73,9 @@ def redacted_output(log: IO[str], secrets: list[str]) -> Iterator[None]:
     os.dup2(write_end, 2)
     os.close(write_end)
     mark, drained = f"msexp-drained-{os.urandom(8).hex()}\n", threading.Event()
-    output = _UntilMark(os.fdopen(read_end, encoding="utf-8", errors="replace"), mark,
-                        drained)
-    threading.Thread(target=copy_redacted, args=(output, log, secrets), daemon=True).start()
+    output = os.fdopen(read_end, encoding="utf-8", errors="replace")
+    threading.Thread(target=_copy_until_mark, args=(output, log, secrets, mark, drained),
+                     daemon=True).start()
     try:
         yield
     finally:
@@ -73,28 +89,25 @@ def redacted_output(log: IO[str], secrets: list[str]) -> Iterator[None]:
         drained.wait(DRAIN_S)
 
 
-class _UntilMark:
-    """A pipe's text without `mark`, by `readline(limit)`; `seen` is set when the mark
-    comes or the pipe closes. A piece's end that may begin the mark waits for the next."""
-
-    def __init__(self, stream: IO[str], mark: str, seen: threading.Event):
-        self.stream, self.mark, self.seen = stream, mark, seen
-        self.held, self.ended = "", False
-
-    def readline(self, limit: int) -> str:
-        while not self.ended:
-            read = self.stream.readline(limit)
-            piece, self.held = self.held + read, ""
-            if self.mark in piece:
-                piece = piece.replace(self.mark, "")
-                self.seen.set()
-            elif read and not piece.endswith("\n"):
-                cut = max(0, len(piece) + 1 - len(self.mark))
-                piece, self.held = piece[:cut], piece[cut:]
-            if not read:  # the pipe closed
-                self.ended = True
-                self.seen.set()
-                self.stream.close()
-            if piece:
-                return piece
-        return ""
+def _copy_until_mark(output: IO[str], log: IO[str], secrets: list[str], mark: str,
+                     drained: threading.Event) -> None:
+    """`copy_redacted` of a pipe, without `mark`: `drained` is set once all written before
+    the mark is in the log (or the pipe closed); what comes after is copied on. A piece's
+    end that may begin the mark waits for the next piece."""
+    copy, held = _Copy(log, secrets, None), ""
+    with output:
+        for read in iter(lambda: output.readline(PIECE_CHARS), ""):
+            piece, held = held + read, ""
+            if mark in piece:
+                before, _, after = piece.partition(mark)
+                copy.add(before)
+                copy.end()
+                drained.set()
+                piece = after
+            elif not piece.endswith("\n"):
+                cut = max(0, len(piece) + 1 - len(mark))
+                piece, held = piece[:cut], piece[cut:]
+            copy.add(piece)
+    copy.add(held)
+    copy.end()
+    drained.set()
