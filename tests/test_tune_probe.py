@@ -40,6 +40,16 @@ def test_a_script_probe_stops_after_its_updates_and_skips_every_eval(workdir: Pa
     assert not any(name.startswith("eval_") for name in metrics), "the callback's eval"
     assert len((workdir / "probe" / "reports.jsonl").read_text().splitlines()) == 1
     assert "'Accuracy'" not in output.getvalue(), "the script's own eval after Model.train"
+    # a probe longer than the training: what the training ran, still without an eval
+    longer: list = []
+    output = io.StringIO()
+    metrics, _ = run_command(TrialRequest("train.py", {"epochs": 1, "batch_size": 32},
+                                          workdir / "longer", command=command,
+                                          probe=Probe(100)), longer.append, lambda: False,
+                             output)
+    assert [(e.epoch, e.step) for e in longer if isinstance(e, Epoch)] == [(1, 43)]
+    assert metrics["updates"] == 43 and "eval_accuracy" not in metrics
+    assert "'Accuracy'" not in output.getvalue()
     # the same script without a probe trains its 2 epochs and evaluates each
     full = TrialRequest("train.py", {"epochs": 2, "batch_size": 32}, workdir / "full",
                         command=command)

@@ -261,5 +261,6 @@ def _config(point: dict[str, Any]) -> str:
 def _spread(values: list[float]) -> str:
     if not values:
         return "none"
-    return f"{sum(values) / len(values):.4g} ± {seed_spread(values):.2g}"
+    spread = f"{seed_spread(values):.2g}" if len(values) > 1 else "? (one run)"
+    return f"{sum(values) / len(values):.4g} ± {spread}"
 

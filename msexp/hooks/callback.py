@@ -83,7 +83,7 @@ class MsexpCallback(Callback):
             run_context.request_stop()
 
     def on_train_epoch_end(self, run_context: Any) -> None:
-        if not self.enabled:
+        if not self.enabled or self._probe_updates:  # a probe reports once, at its end
             return
         args = run_context.original_args()
         metrics = {**self._epoch.metrics(), **self._timing(args), **self._counts(run_context)}
@@ -96,6 +96,10 @@ class MsexpCallback(Callback):
         if should_stop():
             run_context.request_stop()
 
+    def on_train_end(self, run_context: Any) -> None:
+        if self.enabled and self._probe_updates:  # a training shorter than the probe
+            self._end_probe(run_context)
+
     def _end_probe(self, run_context: Any) -> None:
         """Report the probe as msexp's own probe does (each update's step_ms, updates,
         overflow_rate), then end the script with exit status 0."""
@@ -105,7 +109,7 @@ class MsexpCallback(Callback):
         series = {**self._epoch.series(), "step_ms": [1000 * s for s in self._update_s]}
         report(args.cur_epoch_num, args.cur_step_num, series=series, **self._epoch.metrics(),
                **self._timing(args), **counts, updates=updates,
-               overflow_rate=counts["overflow_steps"] / updates)
+               overflow_rate=counts["overflow_steps"] / max(updates, 1))
         raise SystemExit(0)
 
     def _timing(self, args: Any) -> dict[str, float]:

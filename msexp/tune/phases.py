@@ -170,6 +170,7 @@ def _train(runner: Runner, baseline: Profile, group: list[Profile], seeds: list[
     verdicts = [_verdict(p, runs[i], objective, budget if i else Budget([], None))
                 for i, p in enumerate(members)]
     base = verdicts[0]
+    base.judged = "the baseline: the reference"
     base.fits = baseline.dropped is None and not any(
         budget.violation(r.result.metrics, None) for r in runs[0])
     reference = _rates(runs[0])
