@@ -41,7 +41,7 @@ class Secrets:
     text: str
     spans: list[Span] = field(default_factory=list)
     constructs: list[Span] = field(default_factory=list)
-    open_from: int = 0
+    open_from: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.open_from = len(self.text)
@@ -60,7 +60,7 @@ class Secrets:
         than that is passed whole)."""
         text, floor = self.text, max(0, len(self.text) - 2 * hold)
         cut = max(floor, min(len(text) - hold, self.open_from))
-        forms = _Forms(sorted(self.constructs))
+        forms = _Forms(self.constructs)
         back = forms.back(cut, floor)
         cut = forms.past(cut) if back is None else back
         if 0 < cut < len(text) and text[cut] in "pP" and _NAME_CHAR.match(text, cut - 1):
