@@ -11,6 +11,7 @@ before the update.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -110,81 +111,19 @@ class TrainStep:
         self.scaler = scaler
         self.thor = optimizer if isinstance(optimizer, Thor) else None
         weights = optimizer.parameters
-        hyper_map = ops.HyperMap()
-
-        def forward(x, y):
-            loss = loss_fn(ops.cast(call(network, x), ms.float32), y)
-            scaled = loss / micro_size
-            if scaler is not None:
-                scaled = scaler.scale(scaled)
-            return scaled, loss
-
+        forward = _forward(network, loss_fn, micro_size, scaler)
         grad_fn = ms.value_and_grad(forward, None, weights, has_aux=True)
-
-        def apply(grads):
-            finite = ops.ones((), ms.bool_)
-            if scaler is not None:
-                grads = scaler.unscale(grads)
-                finite = amp.all_finite(grads)
-            if clip_grad_norm > 0:
-                grads = ops.clip_by_global_norm(grads, clip_grad_norm)
-            if scaler is not None:
-                if drop_overflow_update:
-                    if finite:
-                        optimizer(grads)
-                else:
-                    optimizer(grads)
-                scaler.adjust(finite)
-            else:
-                optimizer(grads)
-            return finite
-
+        apply = _applier(optimizer, scaler, drop_overflow_update, clip_grad_norm)
         fused = fused and micro_size == 1 and reducer is None and self.thor is None
         buffers = ParameterTuple(()) if fused else weights.clone(prefix="accumulated",
                                                                  init="zeros")
         self.buffers = tuple(buffers)
-
-        @graph
-        def accumulate(x, y):
-            (_, loss), grads = grad_fn(x, y)
-            hyper_map(ops.partial(ops.assign_add), buffers, grads)
-            return loss
-
-        @graph
-        def update():
-            finite = apply(buffers)
-            hyper_map(ops.partial(ops.assign), buffers, hyper_map(ops.zeros_like, buffers))
-            return finite
-
-        @graph
-        def update_reduced(loss):
-            grads, loss = reducer(buffers, loss)
-            finite = apply(grads)
-            hyper_map(ops.partial(ops.assign), buffers, hyper_map(ops.zeros_like, buffers))
-            return finite, loss
-
-        def accumulate_with_factors(probes: list) -> Callable:
-            n = len(weights)
-            grad_with_probes = ms.value_and_grad(forward, None,
-                                                 ParameterTuple([*weights, *probes]), has_aux=True)
-
-            @graph
-            def accumulate_capturing(x, y):
-                (_, loss), grads = grad_with_probes(x, y)
-                hyper_map(ops.partial(ops.assign_add), buffers, grads[:n])
-                return loss, grads[n:]
-
-            return accumulate_capturing
-
-        @graph
-        def grad_and_apply(x, y):
-            (_, loss), grads = grad_fn(x, y)
-            return loss, apply(grads)
-
-        self._fused = grad_and_apply if fused else None
-        self._accumulate, self._update = accumulate, update
-        self._update_reduced = None if reducer is None else update_reduced
-        self._make_capturing = accumulate_with_factors
+        self._fused = _fused_graph(grad_fn, apply) if fused else None
+        self._accumulate = _accumulate_graph(grad_fn, buffers)
+        self._update = _update_graph(apply, buffers)
+        self._update_reduced = (None if reducer is None
+                                else _reduced_update_graph(reducer, apply, buffers))
+        self._make_capturing = functools.partial(_capturing_graph, forward, weights, buffers)
         self._capturing: Callable | None = None
 
     def __call__(self, micro_batches: list[tuple[Any, Any]]) -> tuple[float, bool]:
@@ -226,3 +165,109 @@ class TrainStep:
     def loss_scale(self) -> float | None:
         """The current scale, or None without loss scaling."""
         return None if self.scaler is None else float(self.scaler.scale_value.asnumpy())
+
+
+def _forward(network: nn.Cell, loss_fn: Callable, micro_size: int,
+             scaler: amp.LossScaler | None) -> Callable:
+    """(x, y) -> (the loss / micro_size, scaled for backward; the loss in float32)."""
+    def forward(x, y):
+        loss = loss_fn(ops.cast(call(network, x), ms.float32), y)
+        scaled = loss / micro_size
+        if scaler is not None:
+            scaled = scaler.scale(scaled)
+        return scaled, loss
+
+    return forward
+
+
+def _applier(optimizer: nn.Optimizer, scaler: amp.LossScaler | None,
+             drop_overflow_update: bool, clip_grad_norm: float) -> Callable:
+    """grads -> finite: unscale, check, clip, step (or skip on overflow), adjust the scale."""
+    def apply(grads):
+        finite = ops.ones((), ms.bool_)
+        if scaler is not None:
+            grads = scaler.unscale(grads)
+            finite = amp.all_finite(grads)
+        if clip_grad_norm > 0:
+            grads = ops.clip_by_global_norm(grads, clip_grad_norm)
+        if scaler is not None:
+            if drop_overflow_update:
+                if finite:
+                    optimizer(grads)
+            else:
+                optimizer(grads)
+            scaler.adjust(finite)
+        else:
+            optimizer(grads)
+        return finite
+
+    return apply
+
+
+def _accumulate_graph(grad_fn: Callable, buffers: ParameterTuple) -> Callable:
+    """(x, y) -> loss: one micro-batch's gradients added into the buffers."""
+    hyper_map = ops.HyperMap()
+
+    @graph
+    def accumulate(x, y):
+        (_, loss), grads = grad_fn(x, y)
+        hyper_map(ops.partial(ops.assign_add), buffers, grads)
+        return loss
+
+    return accumulate
+
+
+def _update_graph(apply: Callable, buffers: ParameterTuple) -> Callable:
+    """() -> finite: the buffers applied, then zeroed."""
+    hyper_map = ops.HyperMap()
+
+    @graph
+    def update():
+        finite = apply(buffers)
+        hyper_map(ops.partial(ops.assign), buffers, hyper_map(ops.zeros_like, buffers))
+        return finite
+
+    return update
+
+
+def _reduced_update_graph(reducer: Callable, apply: Callable, buffers: ParameterTuple
+                          ) -> Callable:
+    """loss -> (finite, mean loss): the buffers averaged over the ranks, applied, zeroed."""
+    hyper_map = ops.HyperMap()
+
+    @graph
+    def update_reduced(loss):
+        grads, loss = reducer(buffers, loss)
+        finite = apply(grads)
+        hyper_map(ops.partial(ops.assign), buffers, hyper_map(ops.zeros_like, buffers))
+        return finite, loss
+
+    return update_reduced
+
+
+def _capturing_graph(forward: Callable, weights: ParameterTuple, buffers: ParameterTuple,
+                     probes: list) -> Callable:
+    """(x, y) -> (loss, the probes' gradients): `accumulate` that also captures THOR's
+    layer-output gradients through its zero probes."""
+    n = len(weights)
+    grad_with_probes = ms.value_and_grad(forward, None, ParameterTuple([*weights, *probes]),
+                                         has_aux=True)
+    hyper_map = ops.HyperMap()
+
+    @graph
+    def accumulate_capturing(x, y):
+        (_, loss), grads = grad_with_probes(x, y)
+        hyper_map(ops.partial(ops.assign_add), buffers, grads[:n])
+        return loss, grads[n:]
+
+    return accumulate_capturing
+
+
+def _fused_graph(grad_fn: Callable, apply: Callable) -> Callable:
+    """(x, y) -> (loss, finite): gradients computed and applied in one graph, no buffers."""
+    @graph
+    def grad_and_apply(x, y):
+        (_, loss), grads = grad_fn(x, y)
+        return loss, apply(grads)
+
+    return grad_and_apply
