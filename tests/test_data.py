@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from msexp.datasets import CIFAR_RECORD, CIFAR_RECORDS_PER_FILE, CIFAR_STATS, MNIST_STATS, load
 from msexp.errors import SpecError
-from msexp.execution import trial
+from msexp.execution.host import running
 from msexp.execution.protocol import Start, TrialRequest
 from msexp.spec import parse_spec
 
@@ -174,8 +174,8 @@ def test_builtin_workloads_train_on_the_data_section(tmp_path: Path, experiment:
     spec = parse_spec(sweep_text(experiment, fmt, folder,
                                  f"fixed: {{epochs: 2, batch_size: 4, {knobs}}}\n"), "s.yaml")
     events: list[Any] = []
-    metrics = trial.run(TrialRequest(experiment, spec.space.resolve({}), data=spec.data_section()),
-                        events.append)
+    request = TrialRequest(experiment, spec.space.resolve({}), data=spec.data_section())
+    metrics = running.run(request, events.append)
     start = next(e for e in events if isinstance(e, Start))
     assert str(folder) in start.data_source
     assert ("MNIST" if fmt == "mnist" else "image folder") in start.data_source

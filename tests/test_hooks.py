@@ -209,8 +209,8 @@ def test_hooks_do_nothing_outside_msexp(monkeypatch, tmp_path) -> None:
 
 @pytest.mark.slow  # two trainings of LeNet5 on digits
 def test_train_mem_mb_is_the_built_in_loops_figure(trial: Path) -> None:
+    from msexp.execution.host.running import run
     from msexp.execution.protocol import TrialRequest
-    from msexp.execution.trial import run
     from msexp.spec import trial_params
     from msexp.workloads.lenet_digits import build, lenet5
 

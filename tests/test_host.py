@@ -1,5 +1,5 @@
 """The host, its channel and its slots, driven in this process: the sweep's side of a
-real host process (`Host`), the socket pair (`link`) and the slot threads (`Slots`).
+real host process (`Host`), the socket pair (`link`) and the pool of hosts (`HostPool`).
 
 These are what a trial's results pass through; the mutation profile "hosts"
 (tests/README.md) judges them with this file, so each test is quick and asserts what a
@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from msexp.execution.host import Host, start_hosts
-from msexp.execution.link import KILL, RUN, STOP, HostEnd, socket_pair
+from msexp.execution.host import Host, HostPool
+from msexp.execution.host.link import KILL, RUN, STOP, HostEnd, socket_pair
 from msexp.execution.protocol import (
     Checkpointing,
     Command,
@@ -35,7 +35,6 @@ from msexp.execution.protocol import (
     read_events,
 )
 from msexp.execution.result import Status
-from msexp.execution.slots import Slots
 from msexp.fence import TOKEN_FILE, Fence
 from msexp.keys import TrialEnv
 from msexp.spec import trial_params
@@ -427,11 +426,11 @@ def test_what_a_workload_trial_orphans_without_its_marker_is_killed_at_its_end(h
 
 
 # mutations: the hosts keep two warm children by default; a host reads the sweep's stdin
-def test_start_hosts_share_the_cores_and_number_the_slots(tmp_path):
+def test_a_pools_hosts_share_the_cores_and_number_the_slots(tmp_path):
     kept, (terminal, _writer) = os.dup(0), os.pipe()  # a stdin that is not /dev/null
     os.dup2(terminal, 0)
     try:
-        hosts = start_hosts(2, tmp_path)
+        hosts = HostPool(2, tmp_path).hosts
     finally:
         os.dup2(kept, 0)
         for fd in (kept, terminal, _writer):
@@ -453,22 +452,29 @@ def test_start_hosts_share_the_cores_and_number_the_slots(tmp_path):
     assert all(h.pid is None for h in hosts)
 
 
-# -- Slots: one host and one thread per concurrent trial -------------------------------
+# -- HostPool: one host and one thread per concurrent trial ----------------------------
 
 @SLOW
-def test_slots_keep_only_the_hosts_they_need_and_close_them_after_the_work():
-    hosts = [Host(cwd=ROOT) for _ in range(3)]
-    for h in hosts:
-        h.prewarm()
+def test_a_pool_keeps_only_the_hosts_it_needs_and_closes_them_after_the_work():
+    pool = HostPool(3, ROOT)
+    hosts = list(pool.hosts)
     pids = [h.pid for h in hosts]
-    slots = Slots(hosts)
-    slots.keep(2)
-    assert slots.hosts == hosts[:2] and hosts[2].pid is None and gone(pids[2])
+    pool.keep(2)
+    assert pool.hosts == hosts[:2] and hosts[2].pid is None and gone(pids[2])
     worked: queue.Queue[Host] = queue.Queue()
     waited = threading.Event()
-    slots.run(worked.put, waited.set)
+    pool.each(worked.put, waited.set)
     assert waited.is_set() and {worked.get_nowait(), worked.get_nowait()} == set(hosts[:2])
+    pool.close()
     assert all(h.pid is None for h in hosts[:2]) and all(gone(p) for p in pids)
+
+
+def test_a_pool_runs_work_on_its_first_slots_only_when_asked():
+    with HostPool(2, ROOT) as pool:
+        worked: queue.Queue[Host] = queue.Queue()
+        pool.each(worked.put, slots=1)
+        assert [worked.get_nowait()] == pool.hosts[:1] and worked.empty()
+    assert all(h.pid is None for h in pool.hosts)
 
 
 @SLOW
@@ -485,10 +491,8 @@ def test_killing_a_host_leaves_the_sweeps_other_hosts(tmp_path):
             h.kill()
 
 
-def test_stopping_slots_kills_every_host():
-    hosts = [Host(cwd=ROOT), Host(cwd=ROOT)]
-    for h in hosts:
-        h.prewarm()
-    pids = [h.pid for h in hosts]
-    Slots(hosts).stop()
-    assert all(h.pid is None for h in hosts) and all(gone(p) for p in pids)
+def test_stopping_a_pool_kills_every_host():
+    pool = HostPool(2, ROOT)
+    pids = [h.pid for h in pool.hosts]
+    pool.stop()
+    assert all(h.pid is None for h in pool.hosts) and all(gone(p) for p in pids)

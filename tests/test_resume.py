@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.execution import trial as trial_process
+from msexp.execution.host import running
 from msexp.execution.protocol import TrialRequest
 from msexp.search.storage import open_storage
 from tests.conftest import ASSETS, child_runs, mlflow_client, msexp_cmd, write
@@ -169,7 +169,7 @@ def test_best_export_then_evaluate_the_exported_checkpoint(workdir: Path) -> Non
     assert parent.data.tags["best_checkpoint"].startswith(
         f"runs:/{best.user_attrs['mlflow_run_id']}/checkpoint/")
     params = {**record["params"], "epochs": 0}
-    metrics = trial_process.run(TrialRequest("mlp_digits", params,
+    metrics = running.run(TrialRequest("mlp_digits", params,
                                              init_from=str(Path("out/model.ckpt").resolve())),
                                 lambda event: None)
     kept = json.loads(Path(best.user_attrs["checkpoint"]).with_name("state.json").read_text())

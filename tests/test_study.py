@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.execution.host import start_hosts
+from msexp.execution.host import HostPool
 from msexp.execution.protocol import Start, read_events
 from msexp.execution.subscribers import Subscriber
 from msexp.search.optuna_private import pop_waiting
@@ -287,7 +287,7 @@ def dashboard_trials(storage: str, study: str) -> list[tuple[int, str]]:
 
 
 def test_workers_split_the_cores_and_get_a_device_slot_each(workdir: Path) -> None:
-    workers = start_hosts(2)
+    workers = HostPool(2).hosts
     try:
         assert [w.threads for w in workers] == [max(1, (os.cpu_count() or 1) // 2)] * 2
         environs = [psutil.Process(w._proc.pid).environ() for w in workers]
@@ -303,7 +303,7 @@ def test_a_worker_on_a_device_takes_the_device_of_its_slot(monkeypatch) -> None:
     Mutation (issue 18): the `ms.set_device` line removed."""
     import mindspore as ms
 
-    from msexp.execution import trial
+    from msexp.execution.host import server
 
     chosen: list[tuple[str, int]] = []
     context = ms.get_context
@@ -313,7 +313,7 @@ def test_a_worker_on_a_device_takes_the_device_of_its_slot(monkeypatch) -> None:
     monkeypatch.setattr(ms, "set_device", lambda target, index: chosen.append((target, index)))
     monkeypatch.setenv("MSEXP_SLOT", "3")
     monkeypatch.delenv("MSEXP_THREADS", raising=False)
-    assert trial._preload() is False, "device runtimes do not survive a fork"
+    assert server._preload() is False, "device runtimes do not survive a fork"
     assert chosen == [("GPU", 1)]
 
 
@@ -434,11 +434,12 @@ def test_more_workers_than_trials_start_only_as_many_as_trials(
     """)
     started: list[int] = []
 
-    def counted(count: int, cwd: Path | None = None) -> list:
-        started.append(count)
-        return start_hosts(count, cwd)
+    class Counted(HostPool):
+        def __init__(self, count: int, cwd: Path | None = None, warm: int = 1):
+            started.append(count)
+            super().__init__(count, cwd, warm)
 
-    monkeypatch.setattr("msexp.cli.sweeps.start_hosts", counted)
+    monkeypatch.setattr("msexp.cli.sweeps.HostPool", Counted)
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     result = CliRunner().invoke(app, ["sweep", str(sweep), "--workers", "8"],
                                 env={"COLUMNS": "300"})
@@ -458,7 +459,8 @@ def test_a_resumed_sweep_stops_the_workers_it_has_no_trials_for(workdir: Path) -
     """))
     study, _ = open_study(spec, None)
     study.tell(pop_waiting(study), [0.5])
-    processes = start_hosts(2)
+    pool = HostPool(2)
+    processes = pool.hosts
     events: list[str] = []
 
     def spy(process: Any, name: str, label: str) -> None:
@@ -473,7 +475,7 @@ def test_a_resumed_sweep_stops_the_workers_it_has_no_trials_for(workdir: Path) -
     for i, process in enumerate(processes):
         spy(process, "run", f"run {i}")
         spy(process, "kill", f"kill {i}")
-    run_sweep(spec, Quiet(), processes)
+    run_sweep(spec, Quiet(), pool)
     assert events.index("kill 1") < events.index("run 0"), events
     assert "run 1" not in events
 

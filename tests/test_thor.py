@@ -10,7 +10,7 @@ import pytest
 from mindspore import amp, nn
 
 from msexp.errors import SpecError
-from msexp.execution import trial
+from msexp.execution.host import running
 from msexp.execution.protocol import Start, TrialRequest
 from msexp.experiment import load_experiment
 from msexp.spec import parse_spec
@@ -286,7 +286,7 @@ def test_lenet_trains_with_thor_end_to_end() -> None:
     exp = load_experiment("lenet_digits")
     params = parse_params("--set", exp.knobs, {"optimizer": "thor", "epochs": 1}, {}).resolve({})
     events: list = []
-    metrics = trial.run(TrialRequest("lenet_digits", params), events.append)
+    metrics = running.run(TrialRequest("lenet_digits", params), events.append)
     assert metrics["eval_accuracy"] > 0.5  # chance is 0.1
     assert metrics["thor_inverse_s"] > 0
     start = next(e for e in events if isinstance(e, Start))

@@ -1,5 +1,5 @@
 """The trial process's own code, run in this process: the zygote and its forked trial
-children (`trial.Zygote`, `serve`, `_child_main`), a trial's events and log
+children (`zygote.Zygote`, `serve`, `_child_main`), a trial's events and log
 (`_run_logged`), and training in this process with warm graphs and checkpoints
 (`local.train_request`).
 
@@ -24,9 +24,11 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from msexp.execution import trial
 from msexp.execution.command import CommandFailed
-from msexp.execution.link import RUN, socket_pair
+from msexp.execution.host import running as trial_running
+from msexp.execution.host import server
+from msexp.execution.host import zygote as forking
+from msexp.execution.host.link import RUN, socket_pair
 from msexp.execution.local import WarmGraphs, train_request
 from msexp.execution.protocol import (
     Checkpointing,
@@ -78,7 +80,7 @@ def events_of(made: TrialRequest, kind: type) -> list:
 @pytest.fixture
 def zygote():
     sweep, theirs = socket_pair()
-    made = trial.Zygote(theirs.fileno())
+    made = forking.Zygote(theirs.fileno())
     yield made
     made.close()
     sweep.close()
@@ -110,7 +112,7 @@ def real_output():
 # runs a graph itself, so its children are safe; the warm child that a host keeps for a
 # trial of the same signature is test_host's.
 
-def run_in(zygote: trial.Zygote, made: TrialRequest) -> None:
+def run_in(zygote: forking.Zygote, made: TrialRequest) -> None:
     """One trial in a child forked with this process's own stdout and stderr objects
     (pytest's, or a runner's that another thread may hold at the fork, would hang it)."""
     with real_output():
@@ -187,7 +189,7 @@ def test_a_child_that_says_idle_runs_the_next_trial_of_its_signature(zygote, tmp
         made.log_path.write_text(str(os.getpid()))
         warm.keep(made.graph_signature, _Reusable())
 
-    monkeypatch.setattr(trial, "_run_logged", keep_graphs)
+    monkeypatch.setattr(forking, "run_logged", keep_graphs)
     first, second = request(tmp_path, "a", lr=0.05), request(tmp_path, "b", lr=0.02)
     run_in(zygote, first)
     [child] = zygote.idle
@@ -205,11 +207,11 @@ def test_a_child_that_says_idle_runs_the_next_trial_of_its_signature(zygote, tmp
 
 def test_a_child_gone_before_its_request_is_reported_by_its_wait_status(tmp_path,
                                                                       monkeypatch):
-    monkeypatch.setattr(trial, "_run_logged", lambda made, stop, warm: None)
+    monkeypatch.setattr(forking, "run_logged", lambda made, stop, warm: None)
     sweep, theirs = socket_pair()
     try:
         with real_output():
-            child = trial._Child("sig", theirs.fileno())
+            child = forking._Child("sig", theirs.fileno())
         os.kill(child.pid, signal.SIGKILL)
         wait_for("the child's death", lambda: gone(child.pid), deadline_s=TIMEOUT_S)
         assert child.run(request(tmp_path, "a").to_json()) is False, "a broken pipe"
@@ -249,7 +251,7 @@ def test_serve_runs_what_the_sweep_sends_until_it_finishes(tmp_path):
 
     def serve() -> None:
         with real_output():  # see run_in
-            trial.serve(theirs.detach())
+            server.serve(theirs.detach())
 
     served = threading.Thread(target=serve)
     served.start()
@@ -276,7 +278,7 @@ def test_a_trial_child_says_idle_after_each_trial_that_leaves_graphs(tmp_path):
                         request(tmp_path, "b", lr=0.02).to_json() + "\n")
     replies = io.StringIO()
     with real_output():
-        assert trial._child_main(lines, replies) == 0
+        assert forking._child_main(lines, replies) == 0
     assert replies.getvalue() == "idle\nidle\n"
     assert events_of(request_path(tmp_path, "b"), Start)[0].warm
 
@@ -290,7 +292,7 @@ def test_a_trial_child_exits_after_a_trial_without_graphs(tmp_path):
     replies = io.StringIO()
     then = request(tmp_path, "never")
     with real_output():
-        assert trial._child_main(io.StringIO(made.to_json() + "\n" + then.to_json() + "\n"),
+        assert forking._child_main(io.StringIO(made.to_json() + "\n" + then.to_json() + "\n"),
                                  replies) == 0
     assert replies.getvalue() == ""
     assert events_of(made, Result)[0].metrics == {"score": 0.25}
@@ -300,16 +302,16 @@ def test_a_trial_child_exits_after_a_trial_without_graphs(tmp_path):
 def test_a_trial_child_exits_with_the_trials_exit_code(tmp_path):
     made = request(tmp_path, "exits", BROKEN, mode="exits")
     with real_output():
-        assert trial._child_main(io.StringIO(made.to_json() + "\n"), io.StringIO()) == 3
+        assert forking._child_main(io.StringIO(made.to_json() + "\n"), io.StringIO()) == 3
     assert "mode exits" in made.log_path.read_text()
 
 
 def test_a_trial_logged_in_this_process_ends_its_events(tmp_path):
     made = request(tmp_path, "raises", BROKEN, mode="raises")
-    stop = trial.StopFlag()
+    stop = trial_running.StopFlag()
     stop.set = True  # a stop meant for the trial before
     with real_output():
-        trial._run_logged(made, stop, WarmGraphs())
+        trial_running.run_logged(made, stop, WarmGraphs())
     assert not stop.set
     kinds = [type(e).__name__ for e in read_events(made.events_path)]
     assert kinds == ["Error", "End"]
@@ -318,14 +320,14 @@ def test_a_trial_logged_in_this_process_ends_its_events(tmp_path):
 
 
 def test_failures_become_error_events_of_their_kind():
-    assert trial.failure(CommandFailed("exited 3")) == Error("exit", "exited 3")
-    assert trial.failure(Diverged("nan")) == Error("diverged", "Diverged: nan")
-    assert trial.failure(Stopped("pruned")) == Error("stopped", "Stopped: pruned")
-    assert trial.failure(KeyError("x")) == Error("exception", "KeyError: 'x'")
+    assert trial_running.failure(CommandFailed("exited 3")) == Error("exit", "exited 3")
+    assert trial_running.failure(Diverged("nan")) == Error("diverged", "Diverged: nan")
+    assert trial_running.failure(Stopped("pruned")) == Error("stopped", "Stopped: pruned")
+    assert trial_running.failure(KeyError("x")) == Error("exception", "KeyError: 'x'")
 
 
 def test_a_stop_flag_is_set_by_sigusr1():
-    flag = trial.StopFlag().listen()
+    flag = trial_running.StopFlag().listen()
     try:
         assert flag() is False
         os.kill(os.getpid(), signal.SIGUSR1)
@@ -336,21 +338,21 @@ def test_a_stop_flag_is_set_by_sigusr1():
 
 
 def test_trials_fork_on_cpu_unless_told_not_to(monkeypatch):
-    assert trial._preload() is True
+    assert server._preload() is True
     threads = ms.get_context("runtime_num_threads")
     monkeypatch.setenv("MSEXP_THREADS", str(threads + 1))
     try:
-        assert trial._preload() is True
+        assert server._preload() is True
         assert ms.get_context("runtime_num_threads") == threads + 1, "the host's share"
     finally:
         ms.set_context(runtime_num_threads=threads)
     monkeypatch.setenv("MSEXP_FORK", "0")
-    assert trial._preload() is False
+    assert server._preload() is False
 
 
 def report_exit(made: TrialRequest, status: int) -> None:
     with made.events_path.open("a+", encoding="utf-8") as events:
-        trial._report_exit(events, made, status)
+        trial_running.report_exit(events, made, status)
 
 
 def test_the_zygote_ends_a_trial_only_when_its_child_did_not(tmp_path):
@@ -389,7 +391,7 @@ def test_a_zygote_ends_its_attempt_in_its_own_events_file_not_a_later_attempts(z
 def test_a_command_trial_returns_its_metrics(tmp_path):
     made = command(tmp_path, "c", 'print("score: 0.75")\n')
     emitted = []
-    assert trial.run(made, emitted.append) == {"score": 0.75}
+    assert trial_running.run(made, emitted.append) == {"score": 0.75}
     assert emitted[-1] == Result({"score": 0.75}, None)
 
 
@@ -504,7 +506,7 @@ def test_thor_does_not_run_data_parallel(tmp_path):
     made = request(tmp_path, "t", optimizer="thor", devices=2)
     with pytest.raises(ValueError, match="optimizer thor does not run data parallel yet.*"
                                          "use devices 1, got 2"):
-        trial.run(made, lambda event: None)  # devices 2: msrun's launch, which refuses
+        trial_running.run(made, lambda event: None)  # devices 2: msrun's launch, which refuses
 
 
 def cluster(tmp_path: Path, source: str, devices: int = 1):
@@ -737,7 +739,7 @@ def test_a_trial_without_devices_runs_in_this_process(tmp_path):
     alone = dataclasses.replace(made, params={k: v for k, v in made.params.items()
                                               if k != "devices"})
     with pytest.raises(RuntimeError, match="the experiment is broken on purpose"):
-        trial.run(alone, lambda event: None)
+        trial_running.run(alone, lambda event: None)
 
 
 def test_a_trials_log_is_created_readable_by_all(tmp_path):
@@ -746,7 +748,7 @@ def test_a_trials_log_is_created_readable_by_all(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     with real_output():
-        trial._run_logged(made, trial.StopFlag(), WarmGraphs())
+        trial_running.run_logged(made, trial_running.StopFlag(), WarmGraphs())
     assert made.log_path.stat().st_mode & 0o777 == 0o644 & ~umask
 
 
@@ -757,7 +759,7 @@ def test_without_fork_serve_runs_trials_itself_and_keeps_their_graphs(tmp_path, 
 
     def serve() -> None:
         with real_output():  # the trials redirect this process's output to their logs
-            trial.serve(theirs.detach())
+            server.serve(theirs.detach())
 
     served = threading.Thread(target=serve)
     served.start()
@@ -798,7 +800,7 @@ def test_an_experiment_that_exits_at_import_does_not_end_the_host(tmp_path):
     module = tmp_path / "exits.py"
     module.write_text("import argparse\nargparse.ArgumentParser().parse_args(['--bad'])\n")
     with contextlib.redirect_stderr(io.StringIO()):
-        trial._import_once(f"{module}:build")  # argparse's sys.exit(2), kept in the zygote
+        trial_running.import_once(f"{module}:build")  # argparse's sys.exit(2), kept in the zygote
 
 
 # mutations: the device index by the wrong rule; a host without a slot given a device
@@ -819,7 +821,7 @@ def test_a_gpu_host_takes_its_slots_device_round_robin(monkeypatch, slot, count,
         monkeypatch.delenv("MSEXP_SLOT", raising=False)
     else:
         monkeypatch.setenv("MSEXP_SLOT", slot)
-    assert trial._preload() is False, "device runtimes do not survive a fork"
+    assert server._preload() is False, "device runtimes do not survive a fork"
     assert chosen == ([] if device is None else [("GPU", device)])
 
 
@@ -898,6 +900,6 @@ def test_a_trials_log_hides_the_passwords_in_its_params(tmp_path):
     made = request(tmp_path, "secret", BROKEN, mode="postgresql://u:S3CRET@h/db",
                    hidden=-1)  # printed, then the network cannot be built: a quick failure
     with real_output():
-        trial._run_logged(made, trial.StopFlag(), WarmGraphs())
+        trial_running.run_logged(made, trial_running.StopFlag(), WarmGraphs())
     log = made.log_path.read_text()
     assert "mode postgresql://u:" in log and "S3CRET" not in log

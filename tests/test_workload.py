@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.execution import trial
+from msexp.execution.host import running
 from msexp.execution.protocol import TrialRequest
 from msexp.search.storage import open_storage
 from msexp.spec import load_spec, trial_params
@@ -33,7 +33,7 @@ HEADER = """
 
 def run_file(path: Path, **fixed) -> dict[str, float]:
     ref = f"{path}:build"
-    return trial.run(TrialRequest(ref, trial_params(ref, fixed)), lambda event: None)
+    return running.run(TrialRequest(ref, trial_params(ref, fixed)), lambda event: None)
 
 
 @pytest.mark.parametrize("dataset", [
@@ -54,7 +54,7 @@ def test_mindspore_datasets_train_for_several_epochs(workdir: Path, dataset: str
     """)
     epochs: list = []
     ref = f"{path}:build"
-    metrics = trial.run(TrialRequest(ref, trial_params(ref, {"epochs": 3})), epochs.append)
+    metrics = running.run(TrialRequest(ref, trial_params(ref, {"epochs": 3})), epochs.append)
     assert [e.epoch for e in epochs if hasattr(e, "epoch")] == [1, 2, 3]
     assert metrics["eval_accuracy"] > 0.7  # chance is 0.5
 

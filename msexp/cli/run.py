@@ -65,7 +65,7 @@ def _foreground_request(experiment: str, fixed: dict[str, Any], from_checkpoint:
 
 
 def _run_trial(request: TrialRequest) -> None:
-    from msexp.execution.trial import run  # lazy: the trial imports MindSpore
+    from msexp.execution.host.running import run  # lazy: the trial imports MindSpore
 
     def show(event: Any) -> None:
         if isinstance(event, Epoch):

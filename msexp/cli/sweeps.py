@@ -33,7 +33,7 @@ from msexp.cli.render import (
 )
 from msexp.cli.scripts import check_command_experiment, preflight
 from msexp.errors import SpecError
-from msexp.execution.host import start_hosts
+from msexp.execution.host import HostPool
 from msexp.execution.protocol import TrialRequest
 from msexp.spec import Method, SweepSpec, load_spec
 from msexp.spec.checks import batch_statistics_warning
@@ -277,7 +277,7 @@ def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
     if workers > cores:
         err_console.print(f"warning: {workers} workers on {cores} CPU cores: trials compete "
                           "for the cores and each gets one thread", highlight=False)
-    hosts = start_hosts(workers)  # MindSpore imports there
+    hosts = HostPool(workers)  # MindSpore imports there
     from msexp.search.sweep import run_sweep  # lazy: Optuna and MLflow import meanwhile
 
     optuna_to_log()

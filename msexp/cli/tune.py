@@ -14,7 +14,7 @@ import typer
 from msexp.cli.options import SweepFileArg, TrackingOpt, console, err_console
 from msexp.cli.render import print_json
 from msexp.errors import SpecError
-from msexp.execution.host import start_hosts
+from msexp.execution.host import HostPool
 from msexp.spec import SweepSpec, load_spec
 from msexp.tracking.runs import Tracker
 from msexp.tune.candidates import check_noise, check_tunable
@@ -114,12 +114,8 @@ def _say(line: str) -> None:
 
 @contextmanager
 def _runner(spec: SweepSpec, hosts: int) -> Iterator[Runner]:
-    started = start_hosts(hosts, warm=warm_children(spec))
-    try:
-        yield Runner(spec, started, run_folder(spec).resolve(), _say)
-    finally:
-        for host in started:
-            host.kill()
+    with HostPool(hosts, warm=warm_children(spec)) as pool:
+        yield Runner(spec, pool, run_folder(spec).resolve(), _say)
 
 
 def _show_batch(found: BatchSearch, json_output: bool) -> bool:

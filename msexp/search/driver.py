@@ -2,7 +2,7 @@
 
 As in Optuna's `_run_trial` (ask, run, tell, callbacks) and Ray Tune's controller with
 its callbacks: the driver only asks and tells; where trials come from is the
-`TrialSource`, where they run is the `Slots`, and who watches is the subscribers.
+`TrialSource`, where they run is a `HostPool` (a host per slot), and who watches is the subscribers.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import optuna
 
 from msexp.errors import MsexpError, describe
 from msexp.execution import Epoch, Status, Subscriber, TrialInfo, TrialResult
+from msexp.execution.host import Host, HostPool
 from msexp.interrupts import handled
 from msexp.search.failfast import FailFast
 from msexp.search.prepare import prepare_trial, stale, unprepared
@@ -41,17 +42,17 @@ class SweepOutcome:
 class Sweep:
     """Runs a study's remaining trials, one per slot at a time."""
 
-    def __init__(self, spec: Any, study: optuna.Study, source: TrialSource, slots: Any,
+    def __init__(self, spec: Any, study: optuna.Study, source: TrialSource, hosts: HostPool,
                  recorder: Any, watchers: list[Subscriber]):
-        """`slots`: execution.slots.Slots; `recorder`: tracking.recorder.MlflowRecorder."""
-        self.spec, self.study, self.source, self.slots = spec, study, source, slots
+        """`hosts`: one per slot; `recorder`: tracking.recorder.MlflowRecorder."""
+        self.spec, self.study, self.source, self.hosts = spec, study, source, hosts
         self.recorder = recorder
         self.pruning, self.fail_fast = PruningBridge(spec), FailFast(spec)
         # told after Optuna; the recorder before
         self.watchers = [self.pruning, self.fail_fast, *watchers]
         self.stopping = threading.Event()
         self.results: dict[int, TrialResult] = {}
-        self.running: dict[int, Any] = {}  # trial number: the host running it
+        self.running: dict[int, Host] = {}  # trial number: the host running it
         source.on_lost, source.on_fail = self._lost, self._record_failed
         self.interrupted = 0
         self.error: Exception | None = None  # what stopped the sweep outside any trial
@@ -64,13 +65,16 @@ class Sweep:
             MsexpError: MLflow cannot be reached (the trials that ran meanwhile are queued
                 again), or an error outside any trial stopped the sweep.
         """
-        self.slots.keep(self.source.pending())
+        self.hosts.keep(self.source.pending())
         for watcher in self.watchers:
             watcher.on_sweep_start(self.spec.n_trials(), self.source.finished())
         stopped_early = None
         try:
             with handled(STOP_SIGNALS, self._interrupt):
-                self.slots.run(self._work, self._stop_if_unrecordable)
+                try:
+                    self.hosts.each(self._work, self._stop_if_unrecordable)
+                finally:
+                    self.hosts.close()  # a stop has killed them already
             if self.fail_fast.stopped is not None and self.error is None:
                 stopped_early = self.fail_fast.line(self.source.pending())
         finally:
@@ -109,9 +113,9 @@ class Sweep:
 
     def _stop(self) -> None:
         self.stopping.set()
-        self.slots.stop()
+        self.hosts.stop()
 
-    def _work(self, host: Any) -> None:
+    def _work(self, host: Host) -> None:
         """Run trials in `host` until none are left; an error outside any trial stops
         the sweep."""
         try:
@@ -122,7 +126,7 @@ class Sweep:
             self.error = self.error or exc
             self._stop()
 
-    def _run_trial(self, handle: optuna.Trial, host: Any) -> None:
+    def _run_trial(self, handle: optuna.Trial, host: Host) -> None:
         try:
             trial, request = prepare_trial(self.spec, self.study, handle)
         except Exception as exc:  # params that cannot be sampled fail the trial, not the sweep

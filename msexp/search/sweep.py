@@ -4,8 +4,7 @@ the MLflow recorder and the watchers, driven by `Sweep`."""
 from __future__ import annotations
 
 from msexp import hints
-from msexp.execution.host import Host, start_hosts
-from msexp.execution.slots import Slots
+from msexp.execution.host import HostPool
 from msexp.execution.subscribers import Subscriber
 from msexp.search.driver import Sweep, SweepOutcome
 from msexp.search.source import TrialSource
@@ -15,7 +14,7 @@ from msexp.spec import Method, SweepSpec
 from msexp.tracking.recorder import MlflowRecorder
 
 
-def run_sweep(spec: SweepSpec, progress: Subscriber, hosts: list[Host] | None = None,
+def run_sweep(spec: SweepSpec, progress: Subscriber, hosts: HostPool | None = None,
               tracking_uri: str | None = None, storage_url: str | None = None,
               study_name: str | None = None, retry: bool = False, restart: bool = False
               ) -> SweepOutcome:
@@ -23,21 +22,23 @@ def run_sweep(spec: SweepSpec, progress: Subscriber, hosts: list[Host] | None = 
     queue the FAILED and TIMEOUT trials of a resumed study again; with `restart`, start a
     new version of a study created from another sweep file (`search.study.open_study`).
 
-    `hosts` (see `execution.host.start_hosts`, default: `budget.workers` of them) run the
-    trials and are killed when this returns.
+    `hosts` (default: `budget.workers` of them) run the trials and are killed when this
+    returns.
     """
-    hosts = hosts or start_hosts(spec.budget.workers)
-    try:
-        study, created = open_study(spec, storage_url, study_name, restart)
-        if retry:
-            retry_failed(study, storage_url)
-    except BaseException:
-        for host in hosts:
-            host.kill()
-        raise
+    with hosts or HostPool(spec.budget.workers) as pool:
+        return _run(spec, progress, pool, tracking_uri, storage_url, study_name, retry,
+                    restart)
+
+
+def _run(spec: SweepSpec, progress: Subscriber, hosts: HostPool, tracking_uri: str | None,
+         storage_url: str | None, study_name: str | None, retry: bool, restart: bool
+         ) -> SweepOutcome:
+    study, created = open_study(spec, storage_url, study_name, restart)
+    if retry:
+        retry_failed(study, storage_url)
     report = hints.command("report", spec.path, study=study.study_name, storage=storage_url,
                            tracking_uri=tracking_uri)
     recorder = MlflowRecorder(spec, study, created, tracking_uri, storage_label(storage_url),
                               report)
     source = TrialSource(study, storage_url, spec.n_trials(), spec.method is not Method.grid)
-    return Sweep(spec, study, source, Slots(hosts), recorder, [progress]).run()
+    return Sweep(spec, study, source, hosts, recorder, [progress]).run()

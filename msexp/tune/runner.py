@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from msexp.execution.host import Host
+from msexp.execution.host import Host, HostPool
 from msexp.execution.protocol import TrialRequest
 from msexp.execution.result import Status, TrialResult
 from msexp.search.requests import trial_request
@@ -43,7 +43,7 @@ class Runner:
     """Runs jobs of one sweep file on its hosts, a job per host at a time, and says one line
     as each ends (`say`: the phases say theirs through it too)."""
 
-    def __init__(self, spec: SweepSpec, hosts: list[Host], folder: Path,
+    def __init__(self, spec: SweepSpec, hosts: HostPool, folder: Path,
                  say: Callable[[str], None] = lambda line: None):
         self.spec, self.hosts, self.folder, self.say = spec, hosts, folder, say
         self.ended, self.counting = 0, threading.Lock()
@@ -78,12 +78,7 @@ class Runner:
                 done[id(job)] = Ran(job, result, started)
                 self._said(done[id(job)])
 
-        threads = [threading.Thread(target=work, args=(host,), daemon=True)
-                   for host in self.hosts[:hosts or len(self.hosts)]]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        self.hosts.each(work, slots=hosts)
         return [done[id(job)] for job in jobs]
 
 

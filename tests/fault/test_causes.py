@@ -41,12 +41,12 @@ def test_a_seed_out_of_range_is_one_line_before_anything_runs(workdir: Path, sec
 
 def test_the_largest_seed_runs(workdir: Path) -> None:
     """The bound is the libraries' own: their largest seed is a valid one."""
-    from msexp.execution import trial as trial_process
+    from msexp.execution.host import running
     from msexp.execution.protocol import TrialRequest
     from msexp.spec.load import trial_params
 
     params = trial_params("mlp_digits", {"epochs": 1, "hidden": 8, "seed": 2**32 - 1})
-    assert "eval_accuracy" in trial_process.run(TrialRequest("mlp_digits", params),
+    assert "eval_accuracy" in running.run(TrialRequest("mlp_digits", params),
                                                 lambda event: None)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from msexp.execution import trial as trial_process
+from msexp.execution.host import running
 from msexp.execution.protocol import Checkpointing, Start, TrialRequest
 from msexp.keys import RunTag
 from msexp.search.storage import open_storage
@@ -43,7 +43,7 @@ class Attempt:
         stop = (lambda: False) if stop_after is None else (
             lambda: len(self.epochs) >= stop_after)
         try:
-            trial_process.run(request, self.events.append, stop)
+            running.run(request, self.events.append, stop)
         except Stopped:
             assert stop_after is not None
 

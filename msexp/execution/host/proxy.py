@@ -1,4 +1,4 @@
-"""The host of a slot: a process that imports MindSpore once and runs one trial at a
+"""The sweep's handle on a host: a process that imports MindSpore once and runs one trial at a
 time in a child, with timeouts and stops.
 
 A failed trial is data, not an exception: `Host.run` always returns a `TrialResult`
@@ -17,16 +17,12 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-import psutil
-
-from msexp.execution.link import KILL, RUN, STOP, SweepEnd, socket_pair
+from msexp.execution.host.family import Family
+from msexp.execution.host.link import KILL, RUN, STOP, SweepEnd, socket_pair
 from msexp.execution.process import (
-    descendants,
     die_with_parent,
     exit_reason,
     kill_group,
-    kill_processes,
-    marked,
     owner,
 )
 from msexp.execution.protocol import End, Epoch, EventReader, TrialRequest
@@ -47,7 +43,7 @@ OnEpoch = Callable[[Epoch], bool]
 
 
 class Host:
-    """A host process (`python -m msexp.execution.trial`) that runs one trial at a time.
+    """A host process (`python -m msexp.execution.host.server`) that runs one trial at a time.
 
     The host imports MindSpore once; on CPU it forks a trial child per trial, so trials
     stay independent without paying the import each time, and keeps that child for the
@@ -69,13 +65,12 @@ class Host:
     def __init__(self, threads: int | None = None, cwd: Path | None = None,
                  slot: int | None = None, warm: int = 1):
         self.threads, self.cwd, self.slot, self.warm = threads, cwd, slot, warm
-        self._kept: list[int] = []  # the last `warm` trial children, which may be kept warm
         self.marker = f"{owner()}/{uuid.uuid4().hex[:12]}"
+        self._family = Family(self.marker, warm)  # the processes its trials started
         self._proc: subprocess.Popen | None = None
         self._link: SweepEnd | None = None
         self._ready = False
-        self._adopts = False  # the host adopts its trials' orphans (see `_kill_leftovers`)
-        self._family: dict[int, psutil.Process] = {}  # noted while trials ran
+        self._adopts = False  # the host adopts its trials' orphans (see `Family`)
         self._killing = threading.Lock()  # the slot's thread and the beat's may both kill
 
     def _spawn(self) -> tuple[subprocess.Popen, SweepEnd]:
@@ -91,7 +86,7 @@ class Host:
         link, theirs = socket_pair()
         with theirs:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "msexp.execution.trial", str(theirs.fileno())],
+                [sys.executable, "-m", "msexp.execution.host.server", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),), cwd=self.cwd, env=env, start_new_session=True,
                 preexec_fn=die_with_parent)
@@ -119,7 +114,8 @@ class Host:
         link.send(RUN, request.to_json())  # a host that died is found by its exit code
         ended, stop_sent_at = self._follow(proc, link, result, on_epoch, started + timeout)
         if ended:
-            self._kill_leftovers(result.pid)  # what the trial started and left running
+            self._family.kill_leftovers(self._proc.pid if self._proc else None, self._adopts,
+                                        result.pid)  # what the trial started, left running
         else:
             self.kill()  # whatever is left of this trial goes; the next trial gets a new host
         now = time.monotonic()
@@ -152,7 +148,7 @@ class Host:
         stop it ignored; returns (whether it ended, when a stop was sent)."""
         reader = EventReader(result.events_path)
         stop_sent_at: float | None = None
-        noted = time.monotonic()  # a trial's end finds its tree anew (`_kill_leftovers`)
+        noted = time.monotonic()  # a trial's end finds its tree anew (`Family`)
         while True:
             for event in reader.read():
                 if self._absorb(event, result, on_epoch):
@@ -174,7 +170,7 @@ class Host:
                 return self._end_child(link, reader), stop_sent_at
             if now - noted > FAMILY_S:
                 noted = now
-                self._note_family(proc.pid)
+                self._family.note(proc.pid)
             time.sleep(POLL_S)
 
     @staticmethod
@@ -198,36 +194,6 @@ class Host:
             time.sleep(POLL_S)
         return False
 
-    def _note_family(self, pid: int) -> None:
-        """Remember the host's descendants now: one that leaves the host's session and
-        clears its environment is still killed with the trial."""
-        for child in descendants(pid):
-            self._family.setdefault(child.pid, child)
-
-    def _kill_leftovers(self, trial_pid: int) -> None:
-        """Kill what the finished trial started, but not the host, nor the child that
-        ran the trial, nor the host's children that ran the `warm` - 1 trials before: all
-        stay warm for the next trials.
-
-        A host that adopts its trials' orphans has all of them in its tree; otherwise a
-        double-forked helper has left it, and only its marker finds it: a look at every
-        process on the machine.
-        """
-        host = self._proc.pid if self._proc else None
-        now = descendants(host) if host and self._adopts else marked(self.marker)
-        found = {p.pid: p for p in [*self._family.values(), *now]}
-        found.pop(host, None)
-        found.pop(trial_pid, None)
-        earlier = [p for p in self._kept if p != trial_pid]
-        earlier = earlier[max(0, len(earlier) - (self.warm - 1)):] if self.warm > 1 else []
-        self._kept = [*earlier, trial_pid]
-        for pid in earlier:
-            with contextlib.suppress(psutil.Error, KeyError):
-                if found[pid].ppid() == host:
-                    del found[pid]
-        self._family.clear()
-        kill_processes(found.values())
-
     def close(self) -> None:
         """End the host after its last trial: told by the end of its channel, it ends the
         trial child it kept warm and exits; killed if it has not within CLOSE_S."""
@@ -246,24 +212,11 @@ class Host:
         with self._killing:  # one at a time: never the trial child while its host lives
             proc, self._proc = self._proc, None
             link, self._link = self._link, None
-            self._kept = []
             if proc is not None and proc.poll() is None:  # not reaped: the pid is its own
-                self._note_family(proc.pid)
+                self._family.note(proc.pid)
                 kill_group(proc.pid)
             if link is not None:
                 link.close()
-            family, self._family = list(self._family.values()), {}
-            kill_processes([*family, *marked(self.marker)])
+            self._family.kill_all()
             if proc is not None:
                 proc.wait()
-
-
-def start_hosts(count: int, cwd: Path | None = None, warm: int = 1) -> list[Host]:
-    """`count` hosts, started now so that they import MindSpore while the caller opens
-    its stores. Host i gets cores / count CPU threads and, on GPU or Ascend, device i
-    modulo the device count; each keeps the graphs of its last `warm` signatures."""
-    threads = max(1, (os.cpu_count() or 1) // count)
-    hosts = [Host(threads, cwd or Path.cwd(), slot, warm) for slot in range(count)]
-    for host in hosts:
-        host.prewarm()
-    return hosts
