@@ -85,8 +85,8 @@ def test_a_claim_whose_write_lost_to_another_process_takes_the_next_trial(
 def test_a_storage_msexp_cannot_lock_is_refused_in_one_line(workdir: Path, url: str) -> None:
     shown = url.replace("S3CRET", "***")
     expected = (f"cannot use the Optuna storage {shown} (msexp locks a study across "
-                "processes in a journal file, SQLite (sqlite:///FILE) or PostgreSQL only; "
-                "use one of them)")
+                "processes in a journal file, SQLite (sqlite:///FILE), PostgreSQL or "
+                "msexp's gRPC proxy of PostgreSQL only; use one of them)")
     with pytest.raises(MsexpError) as refused:
         open_storage(url)
     assert str(refused.value) == expected

@@ -17,13 +17,14 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from msexp import interrupts, private
+from msexp import interrupts
 from msexp.cli import cluster, run, scaffold, scripts, studies, sweeps, tune
 from msexp.cli.options import debug_command, err_console, state
 from msexp.errors import MsexpError
 from msexp.execution.process import space_note
 from msexp.paths import LOG_FILE, STORE_DIR
-from msexp.urls import redact, redact_logs
+from msexp.secrets import files as private
+from msexp.secrets.redaction import redact, redact_logs
 
 
 class OneLineErrors(TyperGroup):
@@ -134,6 +135,7 @@ app.command("tune")(tune.tune_command)
 services_app = _typer("A local PostgreSQL and MLflow server for trying shared studies.")
 services_app.command("up")(cluster.services_up)
 services_app.command("down")(cluster.services_down)
+services_app.command("proxy")(cluster.services_proxy)
 app.add_typer(services_app, name="services")
 
 schedule_app = _typer("Schedule workers of a sweep on a cluster against shared stores: "

@@ -24,6 +24,11 @@ def services_up(
                                                    show_default="a free port")] = None,
     mlflow_port: Annotated[Optional[int], typer.Option(
         help="MLflow server port.", show_default="a free port")] = None,
+    proxy: Annotated[bool, typer.Option(
+        "--proxy", help="Also start msexp's gRPC proxy of the Optuna database "
+                        "(workers then give --storage grpc://HOST:PORT).")] = False,
+    proxy_port: Annotated[Optional[int], typer.Option(
+        help="gRPC proxy port.", show_default="a free port")] = None,
 ) -> None:
     """Start PostgreSQL and an MLflow server (backed by it) under mlruns/services.
 
@@ -32,12 +37,38 @@ def services_up(
 
     Example: msexp services up && msexp services down
     """
-    s = services.up(pg_port=pg_port, mlflow_port=mlflow_port)
+    s = services.up(pg_port=pg_port, mlflow_port=mlflow_port, proxy=proxy,
+                    proxy_port=proxy_port)
+    storage = s.proxy_url if proxy else s.storage_url
     console.print(f"PostgreSQL:    127.0.0.1:{s.pg_port} (databases optuna, mlflow)\n"
-                  f"MLflow server: {s.tracking_uri}\n\n"
-                  f"export PGPASSFILE={s.pgpass}\n"
-                  f"msexp sweep FILE --storage {s.storage_url} --tracking-uri {s.tracking_uri}",
+                  f"MLflow server: {s.tracking_uri}\n"
+                  + (f"gRPC proxy:    {s.proxy_url} (of database optuna)\n" if proxy else "")
+                  + f"\nexport PGPASSFILE={s.pgpass}\n"
+                  f"msexp sweep FILE --storage {storage} --tracking-uri {s.tracking_uri}",
                   highlight=False, soft_wrap=True)
+
+
+def services_proxy(
+    storage: Annotated[str, typer.Option(
+        "--storage", envvar="MSEXP_STORAGE", help="The PostgreSQL database to serve "
+                                                  "(postgresql://...).", show_default=False)],
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 13000,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    threads: Annotated[int, typer.Option(
+        min=64, help="Calls served at once; keep above the number of workers + 32.")] = 256,
+) -> None:
+    """Serve a PostgreSQL study database to workers through Optuna's gRPC proxy, with
+    msexp's study lock, in the foreground (until stopped).
+
+    Workers give --storage grpc://HOST:PORT and hold no database connection of their own.
+
+    Example: msexp services proxy --storage postgresql://msexp@db/optuna --port 13000
+    """
+    from msexp.search.proxy import serve  # lazy: grpcio is imported only here
+
+    console.print(f"serving {storage} as grpc://{host}:{port}", highlight=False,
+                  soft_wrap=True)
+    serve(storage, host, port, threads)
 
 
 def services_down() -> None:

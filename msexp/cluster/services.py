@@ -15,6 +15,7 @@ import pwd
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -66,6 +67,12 @@ class Services:
     def tracking_uri(self) -> str:
         return f"http://127.0.0.1:{self.mlflow_port}"
 
+    @property
+    def proxy_url(self) -> str:
+        """msexp's gRPC proxy of the Optuna database, if `up(proxy=True)` started it."""
+        port = (self.root / "proxy.port").read_text().strip()
+        return f"grpc://127.0.0.1:{port}"
+
     def env(self) -> dict[str, str]:
         """Environment for clients: PGPASSFILE points libpq at the password file."""
         return {**os.environ, "PGPASSFILE": str(self.pgpass.resolve())}
@@ -98,8 +105,10 @@ def _db_user_for_root() -> str:
 
 
 def up(root: Path = SERVICES_DIR, pg_port: int | None = None,
-       mlflow_port: int | None = None, mlflow: bool = True) -> Services:
-    """Start PostgreSQL (Optuna + MLflow databases) and an MLflow server; idempotent."""
+       mlflow_port: int | None = None, mlflow: bool = True, proxy: bool = False,
+       proxy_port: int | None = None) -> Services:
+    """Start PostgreSQL (Optuna + MLflow databases), an MLflow server and, with `proxy`,
+    msexp's gRPC proxy of the Optuna database; idempotent."""
     root.mkdir(parents=True, exist_ok=True)
     ports = root / "ports"
     if ports.exists():
@@ -109,6 +118,8 @@ def up(root: Path = SERVICES_DIR, pg_port: int | None = None,
     _start_postgres(services)
     if mlflow:
         _start_mlflow(services)
+    if proxy:
+        _start_proxy(services, proxy_port)
     return services
 
 
@@ -162,10 +173,41 @@ def _start_mlflow(s: Services) -> None:
         time.sleep(0.5)
 
 
+def _start_proxy(s: Services, port: int | None) -> None:
+    """msexp's gRPC proxy of the Optuna database (`msexp.search.proxy`), in the background."""
+    port_file, pid_file = s.root / "proxy.port", s.root / "proxy.pid"
+    if recorded_process(pid_file) is not None:
+        return
+    port = port or (int(port_file.read_text()) if port_file.exists() else free_port())
+    port_file.write_text(f"{port}\n")
+    log = (s.root / "proxy.log").open("a")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "msexp.search.proxy", s.storage_url, "127.0.0.1", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, env=s.env(), start_new_session=True)
+    record_process(pid_file, proc.pid)
+    deadline = time.monotonic() + 60
+    while not _listening(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise MsexpError(f"the gRPC proxy did not start; see {s.root / 'proxy.log'}")
+        time.sleep(0.2)
+
+
+def _listening(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+        return True
+    return False
+
+
 def down(root: Path = SERVICES_DIR) -> list[str]:
-    """Stop the MLflow server and PostgreSQL started by `up`; returns what was stopped."""
+    """Stop the gRPC proxy, the MLflow server and PostgreSQL started by `up`; returns what
+    was stopped."""
     root = root.resolve()
     stopped = []
+    proxy = root / "proxy.pid"
+    if proxy.exists():
+        if (server := recorded_process(proxy)) is not None and _stop_group(server):
+            stopped.append("grpc proxy")
+        proxy.unlink()
     pid_file = root / "mlflow.pid"
     if pid_file.exists():
         server = recorded_process(pid_file) or _old_record(pid_file, root)

@@ -5,24 +5,29 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import random
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from msexp.errors import MsexpError
 from msexp.paths import JOURNAL
-from msexp.urls import redact
+from msexp.secrets.redaction import redact
 
 _ADVISORY_KEY = 0x6D736578  # "msex": msexp's study lock in a shared PostgreSQL
 _IN_MEMORY = ("sqlite://", "sqlite:///", "sqlite:///:memory:")
 _PROCESS_LOCK = threading.Lock()  # the study lock of an in-memory SQLite database
+HOLD_METHOD = "/msexp.StudyLock/Hold"  # served by msexp's gRPC proxy (`search.proxy`)
+GRANTED = b"held"
 
 
 @contextlib.contextmanager
 def study_lock(url: str | None) -> Iterator[None]:
     """Hold every other process that shares the storage, on this machine or another: a
-    file lock beside a journal or SQLite file, an advisory lock in PostgreSQL, a lock of
-    this process for an in-memory SQLite database (no other process can share it).
+    file lock beside a journal or SQLite file, an advisory lock in PostgreSQL (taken by
+    msexp's gRPC proxy for a `grpc://` storage), a lock of this process for an in-memory
+    SQLite database (no other process can share it).
 
     What must not interleave across processes holds it: setting up a new study, and
     taking a trial (stale check, budget check, claim) or putting one back.
@@ -39,8 +44,11 @@ def study_lock(url: str | None) -> Iterator[None]:
     elif url in _IN_MEMORY:
         with _PROCESS_LOCK:
             yield
+    elif str(url).startswith("grpc://"):
+        with _proxy_lock(str(url)):
+            yield
     else:
-        with _advisory_lock(url):  # PostgreSQL
+        with advisory_lock(str(url)):  # PostgreSQL
             yield
 
 
@@ -52,10 +60,11 @@ def check_lockable(url: str | None) -> None:
         MsexpError: one line naming the storage.
     """
     if _storage_file(url) is None and url not in _IN_MEMORY and \
-            not str(url).startswith("postgresql"):
+            not str(url).startswith(("postgresql", "grpc://")):
         raise MsexpError(f"cannot use the Optuna storage {redact(url)} (msexp locks a study "
-                         "across processes in a journal file, SQLite (sqlite:///FILE) or "
-                         "PostgreSQL only; use one of them)")
+                         "across processes in a journal file, SQLite (sqlite:///FILE), "
+                         "PostgreSQL or msexp's gRPC proxy of PostgreSQL only; use one of "
+                         "them)")
 
 
 def _storage_file(url: str | None) -> Path | None:
@@ -66,7 +75,8 @@ def _storage_file(url: str | None) -> Path | None:
 
 
 @contextlib.contextmanager
-def _advisory_lock(url: str) -> Iterator[None]:
+def advisory_lock(url: str) -> Iterator[None]:
+    """The study lock of a PostgreSQL database: an advisory lock, held by one session."""
     import sqlalchemy  # lazy: only RDB storages need it
 
     engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
@@ -81,6 +91,46 @@ def _advisory_lock(url: str) -> Iterator[None]:
                                    {"key": _ADVISORY_KEY})
     finally:
         engine.dispose()
+
+
+def grpc_address(url: str) -> tuple[str, int]:
+    """(host, port) of `grpc://HOST:PORT`.
+
+    Raises:
+        MsexpError: the URL has no host or no port number.
+    """
+    host, _, port = url[len("grpc://"):].rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise MsexpError(f"cannot use the Optuna storage {redact(url)} (a gRPC proxy is "
+                         "given as grpc://HOST:PORT)")
+    return host.strip("[]"), int(port)
+
+
+@contextlib.contextmanager
+def _proxy_lock(url: str) -> Iterator[None]:
+    """Hold the study lock of the PostgreSQL behind msexp's proxy at `url` while the call
+    stays open: the proxy releases it when the call ends, or when this process dies and
+    its connection closes."""
+    import grpc  # lazy: only a gRPC storage needs it
+
+    host, port = grpc_address(url)
+    with grpc.insecure_channel(f"{host}:{port}") as channel:
+        hold = channel.unary_stream(HOLD_METHOD)
+        while True:
+            call = hold(b"")
+            try:
+                if next(call) == GRANTED:
+                    break
+            except grpc.RpcError as exc:
+                if exc.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise MsexpError(f"cannot take the study lock through {redact(url)} "
+                                     f"({exc.code().name}: {exc.details()}); is it msexp's "
+                                     "proxy (msexp services proxy)?") from None
+            time.sleep(random.uniform(0.05, 0.5))  # every lock thread of the proxy waits
+        try:
+            yield
+        finally:
+            call.cancel()
 
 
 def sqlite_folder(url: str) -> Path | None:

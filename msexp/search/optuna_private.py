@@ -6,6 +6,9 @@
 from __future__ import annotations
 
 import optuna
+from optuna.storages._grpc.server import (  # noqa: F401  (re-exported)
+    make_server as make_grpc_server,  # the proxy's server, not started: msexp adds its lock
+)
 from optuna.storages._heartbeat import (  # noqa: F401  (re-exported)
     BaseHeartbeat,  # the heartbeat contract: not exported under a public name
 )

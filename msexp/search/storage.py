@@ -20,9 +20,9 @@ from msexp.errors import MsexpError
 from msexp.paths import JOURNAL, not_regular
 from msexp.quiet import warnings_to_log
 from msexp.search.heartbeat import HEARTBEAT_S, STALE_AFTER_S
-from msexp.search.lock import check_lockable, sqlite_folder
+from msexp.search.lock import check_lockable, grpc_address, sqlite_folder
 from msexp.search.optuna_private import BaseJournalFileLock
-from msexp.urls import redact
+from msexp.secrets.redaction import redact
 
 _log = logging.getLogger("msexp")
 _OPTUNA_TABLES = {"studies", "version_info", "trials", "study_directions"}
@@ -30,7 +30,8 @@ _TAIL_CHUNK = 1 << 16
 
 
 def open_storage(url: str | None) -> optuna.storages.BaseStorage:
-    """A journal file (`*.journal`, default `mlruns/optuna.journal`) or any RDB URL.
+    """A journal file (`*.journal`, default `mlruns/optuna.journal`), an RDB URL, or
+    msexp's gRPC proxy of a PostgreSQL database (`grpc://HOST:PORT`, `search.proxy`).
 
     Raises:
         MsexpError: the storage cannot be opened, is not Optuna's, or is corrupt (one
@@ -40,6 +41,8 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
         if url is None or url.endswith(".journal"):
             return _open_journal(Path(url or JOURNAL).resolve())
         check_lockable(url)
+        if url.startswith("grpc://"):
+            return _open_proxy(url)
         _probe(url)
         for attempt in range(4):
             try:
@@ -58,6 +61,24 @@ def _rdb_storage(url: str) -> optuna.storages.RDBStorage:
     with warnings_to_log():
         return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S,
                                           grace_period=STALE_AFTER_S)
+
+
+def _open_proxy(url: str, timeout_s: float = 10.0) -> optuna.storages.BaseStorage:
+    """Optuna's client of the proxy at `grpc://HOST:PORT`, once the proxy answers."""
+    host, port = grpc_address(url)
+    try:
+        import grpc  # noqa: F401  (lazy: only a gRPC storage needs it)
+    except ImportError:
+        raise MsexpError("a grpc:// storage needs grpcio: pip install grpcio") from None
+    with warnings_to_log():  # Optuna's proxy is experimental
+        proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
+    try:
+        proxy.wait_server_ready(timeout=timeout_s)
+    except ConnectionError:
+        proxy.close()
+        raise MsexpError(f"cannot open the Optuna storage {url} (no gRPC proxy answered "
+                         f"within {timeout_s:.0f} s)") from None
+    return proxy
 
 
 @contextlib.contextmanager

@@ -1,0 +1,192 @@
+"""msexp at scale: N one-second command trials against a shell loop, side by side.
+
+For each N (100 and 1,000; 10,000 with --slow), in one fresh folder:
+  shell  `seq N | xargs -P 2` running `python job.py` (sleeps 1 s, prints `score: 1`);
+  msexp  `msexp sweep` of the same script, random search, `budget.workers: 2`.
+Prints both walls and msexp / shell. From the sweep's own study it then prints:
+  - the per-trial cost of trials 1-100 against trials N-100..N: seconds per completed
+    trial (the span of their completions x workers / 100) and the median time from a
+    trial's claim to its tell, beyond the script's own 1 s;
+  - `status`, `best`, `report` and `plan` wall times on that study (a real one);
+  - the size of `mlruns/` per trial.
+`--synthetic N` also builds a study of N finished trials directly (Optuna's API with the
+user attributes `tell` writes, and MLflow child runs as msexp records them: see
+benchmarks/_study.py) and times the four commands on it.
+
+Usage: python benchmarks/scale.py [--sizes 100 1000] [--slow] [--synthetic 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import optuna  # noqa: E402
+
+WORKERS = 2
+SLEEP_S = 1.0
+JOB = """import argparse, time
+parser = argparse.ArgumentParser()
+parser.add_argument("--x", type=float, default=0.0)
+parser.parse_args()
+time.sleep(1)
+print("score: 1")
+"""
+SWEEP = """name: scale
+method: {method}
+experiment:
+  command: python job.py
+objective: {{metric: score, direction: maximize}}
+budget: {{trials: {trials}, workers: {workers}}}
+params:
+  x: {space}
+"""
+COMMANDS = (("status", []), ("best", []), ("report", []), ("plan", []))
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+
+
+def write_sweep(folder: Path, trials: int, method: str = "random") -> Path:
+    (folder / "job.py").write_text(JOB)
+    space = "{low: 0.0, high: 1.0}" if method == "random" else \
+        "[" + ", ".join(str(i) for i in range(trials)) + "]"
+    path = folder / "sweep.yaml"
+    path.write_text(SWEEP.format(method=method, trials=trials, workers=WORKERS, space=space))
+    return path
+
+
+def shell_loop(folder: Path, trials: int) -> float:
+    """The same runs through `xargs -P WORKERS`, each one's output to a file of its own."""
+    logs = folder / "shell-logs"
+    logs.mkdir()
+    line = (f"seq 0 {trials - 1} | xargs -P {WORKERS} -I{{}} sh -c "
+            f"'{sys.executable} job.py --x=0.{{}} > {logs}/{{}}.log'")
+    began = time.perf_counter()
+    subprocess.run(["bash", "-c", line], cwd=folder, check=True)
+    return time.perf_counter() - began
+
+
+def msexp(folder: Path, *args: str, check: bool = True) -> float:
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "msexp", *args], cwd=folder, env=ENV,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - began
+    if check and done.returncode:
+        raise SystemExit(f"msexp {' '.join(args)} exited {done.returncode}:\n"
+                         f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return wall
+
+
+def window_costs(trials: list[optuna.trial.FrozenTrial], first: bool) -> tuple[float, float]:
+    """(seconds per completed trial, median claim-to-tell beyond SLEEP_S) over 100 trials
+    in the order they completed: the first 100 or the last 100."""
+    done = sorted((t for t in trials if t.datetime_complete), key=lambda t: t.datetime_complete)
+    part = done[:100] if first else done[-100:]
+    ends = [t.datetime_complete.timestamp() for t in part]
+    previous = done[len(done) - 101].datetime_complete.timestamp() if not first and \
+        len(done) > 100 else part[0].datetime_start.timestamp()
+    per_trial = (ends[-1] - previous) * WORKERS / len(part)
+    latency = statistics.median((t.datetime_complete - t.datetime_start).total_seconds()
+                                for t in part) - SLEEP_S
+    return per_trial, latency
+
+
+def study_trials(folder: Path) -> list[optuna.trial.FrozenTrial]:
+    from msexp.search.storage import open_storage  # after the sweep: its own journal
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        storage = open_storage(None)
+        name = optuna.get_all_study_names(storage)[-1]
+        return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+    finally:
+        os.chdir(cwd)
+
+
+def command_walls(folder: Path, sweep: Path) -> dict[str, float]:
+    return {name: msexp(folder, name, str(sweep), *extra) for name, extra in COMMANDS}
+
+
+def size_per_trial(folder: Path, trials: int) -> float:
+    total = sum(p.stat().st_size for p in (folder / "mlruns").rglob("*") if p.is_file())
+    return total / trials / 1024
+
+
+def one_size(trials: int, method: str) -> None:
+    with tempfile.TemporaryDirectory(prefix=f"scale{trials}-") as tmp:
+        folder = Path(tmp)
+        sweep = write_sweep(folder, trials, method)
+        shell = shell_loop(folder, trials)
+        print(f"N={trials}: shell loop {shell:.1f} s (load {load()})", flush=True)
+        swept = msexp(folder, "sweep", str(sweep))
+        print(f"N={trials}: msexp sweep {swept:.1f} s (load {load()}); msexp / shell "
+              f"**{swept / shell:.3f}** (target <= 1.10 at N=1,000)", flush=True)
+        report_study(folder, sweep, trials)
+
+
+def report_study(folder: Path, sweep: Path, trials: int) -> None:
+    found = study_trials(folder)
+    complete = sum(t.state.name == "COMPLETE" for t in found)
+    print(f"N={trials}: {complete} of {len(found)} trials COMPLETE")
+    if trials >= 200:
+        first, first_latency = window_costs(found, first=True)
+        last, last_latency = window_costs(found, first=False)
+        print(f"N={trials}: s per trial, trials 1-100 {first:.3f}, trials "
+              f"{trials - 100}-{trials} {last:.3f}: last / first **{last / first:.3f}**; "
+              f"claim-to-tell beyond the script's {SLEEP_S:.0f} s: {first_latency:.3f} "
+              f"against {last_latency:.3f}")
+    walls = command_walls(folder, sweep)
+    print(f"N={trials} (real study): " + ", ".join(f"{k} {v:.2f} s" for k, v in walls.items()))
+    print(f"N={trials}: mlruns/ {size_per_trial(folder, trials):.1f} KiB per trial",
+          flush=True)
+
+
+def synthetic(trials: int) -> None:
+    from _study import build_study  # benchmarks/_study.py
+
+    with tempfile.TemporaryDirectory(prefix=f"synthetic{trials}-") as tmp:
+        folder = Path(tmp)
+        sweep = write_sweep(folder, trials)
+        began = time.perf_counter()
+        build_study(folder, sweep, trials)
+        print(f"synthetic N={trials}: built in {time.perf_counter() - began:.0f} s "
+              "(Optuna trials added directly, MLflow runs as msexp records them; no "
+              "trial ran)", flush=True)
+        walls = command_walls(folder, sweep)
+        print(f"N={trials} (synthetic study): "
+              + ", ".join(f"{k} {v:.2f} s" for k, v in walls.items()))
+        print(f"N={trials}: mlruns/ {size_per_trial(folder, trials):.1f} KiB per trial "
+              "(no trial folders: logs and events not counted)", flush=True)
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--slow", action="store_true", help="also N=10,000")
+    parser.add_argument("--method", choices=("random", "grid"), default="random")
+    parser.add_argument("--synthetic", type=int, nargs="*", default=[],
+                        help="also time the commands on built studies of these sizes")
+    args = parser.parse_args()
+    sizes = [*args.sizes, *([10_000] if args.slow else [])]
+    print(f"{os.cpu_count()} CPUs, {WORKERS} workers, load {load()}", flush=True)
+    for trials in sizes:
+        one_size(trials, args.method)
+    for trials in [*args.synthetic, *([10_000] if args.slow and not args.synthetic else [])]:
+        synthetic(trials)
+
+
+if __name__ == "__main__":
+    main()
