@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from msexp.urls import redact
+from msexp.secrets.redaction import redact
 
 _SHOWN = 80
 

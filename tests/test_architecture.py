@@ -11,8 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "msexp"
 
 # Each folder may import its own layer and the layers before it; spec and execution are
 # peers that never import each other.
-LAYERS = [{"nouns"}, {"training", "workloads"}, {"spec", "execution"}, {"hooks"}, {"tracking"},
-          {"search"}, {"tune"}, {"cluster"}, {"cli"}]
+LAYERS = [{"nouns", "secrets"}, {"training", "workloads"}, {"spec", "execution"}, {"hooks"},
+          {"tracking"}, {"search"}, {"tune"}, {"cluster"}, {"cli"}]
 
 
 def modules() -> dict[str, Path]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from msexp.fence import TOKEN_FILE, Fence, Superseded
 from msexp.training.checkpoint import STATE, CheckpointPlan, Checkpoints, latest
 from msexp.training.records import Epoch
+from msexp.trial_folder import TOKEN_FILE, Fence, Superseded
 from tests.test_checkpoint import mlp
 
 

@@ -35,9 +35,9 @@ from msexp.execution.protocol import (
     read_events,
 )
 from msexp.execution.result import Status
-from msexp.fence import TOKEN_FILE, Fence
 from msexp.keys import TrialEnv
 from msexp.spec import trial_params
+from msexp.trial_folder import TOKEN_FILE, Fence
 from tests.conftest import ROOT
 from tests.fault.conftest import wait_for
 
@@ -51,7 +51,7 @@ def mlp(folder: Path, name: str, **params) -> TrialRequest:
                         folder / name)
 
 
-def script(folder: Path, name: str, source: str, metrics=("score",)) -> TrialRequest:
+def script(folder: Path, name: str, source: str, metrics=()) -> TrialRequest:
     path = folder / f"{name}.py"
     path.write_text(source, encoding="utf-8")
     command = Command([sys.executable, str(path)], str(folder), metrics=list(metrics))

@@ -18,8 +18,8 @@ from msexp.execution.log_lines import LINE_CHARS, PIECE_CHARS
 from msexp.execution.log_metrics import MetricReader, cut_note
 from msexp.execution.output import copy_redacted
 from msexp.execution.protocol import Command, TrialRequest
+from msexp.secrets.redaction import redact
 from msexp.spec.load import load_spec
-from msexp.urls import redact
 from tests.conftest import write
 
 DOUBLED = 3.0  # a linear job's time at twice the size: about 2; a quadratic one's: 4

@@ -1,4 +1,4 @@
-"""msexp.private: the folder that holds secrets is this user's alone, and so is each file in it."""
+"""msexp.secrets.files: the folder that holds secrets is this user's alone, and each file in it."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from msexp import private
 from msexp.errors import MsexpError
+from msexp.secrets import files as private
 
 
 @pytest.fixture
 def tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temp folder msexp.private uses, under umask 0: only msexp's own modes count."""
+    """The temp folder msexp.secrets.files uses, under umask 0: only msexp's own modes count."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     old = os.umask(0)
     yield tmp_path

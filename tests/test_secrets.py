@@ -28,9 +28,7 @@ from msexp.execution.log_lines import PIECE_CHARS
 from msexp.execution.output import copy_redacted
 from msexp.execution.result import Status, TrialResult
 from msexp.search.storage import open_storage
-from msexp.spec.load import load_spec
-from msexp.tracking.spool import Spool
-from msexp.urls import (
+from msexp.secrets.redaction import (
     HOLD_CHARS,
     known_secrets,
     redact,
@@ -38,6 +36,8 @@ from msexp.urls import (
     redact_logs,
     redact_value,
 )
+from msexp.spec.load import load_spec
+from msexp.tracking.spool import Spool
 from tests.conftest import msexp_cmd, rdb_storage, write
 
 SECRET = "S3CRET"

@@ -673,8 +673,8 @@ def test_a_rank_whose_msrun_is_gone_exits_at_once(monkeypatch):
 
 def assert_request_kept_private(folder) -> None:
     """The ranks read the request (its params in clear) from a private file of this
-    process's (`msexp.private`), removed once msrun is done, never from the rank logs."""
-    from msexp import private
+    process's (`msexp.secrets.files`), removed once msrun is done, never from the rank logs."""
+    from msexp.secrets import files as private
 
     assert not (folder / "request.json").exists()
     assert not [p for p in private.folder().iterdir() if p.name.startswith(f"{os.getpid()}-")]
@@ -781,8 +781,8 @@ def test_without_fork_serve_runs_trials_itself_and_keeps_their_graphs(tmp_path, 
 # mutations: the plan without the request's fence, or its owner without the trial
 def test_a_requests_attempt_and_trial_reach_its_checkpoint_plan(tmp_path):
     from msexp.execution.local import _plan
-    from msexp.fence import Fence
     from msexp.training.checkpoint import owner
+    from msexp.trial_folder import Fence
 
     made = dataclasses.replace(request(tmp_path, "a"), trial="s/3", attempt="tok",
                                checkpoint=Checkpointing(2, "best", "eval_loss", False))

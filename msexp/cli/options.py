@@ -13,7 +13,7 @@ from rich.console import Console, ConsoleDimensions
 
 from msexp.errors import MsexpError, SpecError
 from msexp.paths import DEFAULT_TRACKING_URI, JOURNAL, NAME_PATTERN, NAME_RULE
-from msexp.urls import redact
+from msexp.secrets.redaction import redact
 
 UNBOUNDED_WIDTH = 1 << 16  # columns of a pipe or file: nothing wraps, no cell is cut
 

@@ -22,7 +22,7 @@ from msexp.cli.options import console
 from msexp.execution.subscribers import Subscriber, TrialInfo
 from msexp.keys import StudyKey, TrialKey
 from msexp.knobs import value_text as cell
-from msexp.urls import redact
+from msexp.secrets.redaction import redact
 
 
 def kv(values: dict[str, Any], exclude: Any = ()) -> str:
@@ -63,10 +63,12 @@ def finished_trials(study: Any) -> list[dict[str, Any]]:
 
 
 def trials_table(study: Any) -> None:
-    """Print the finished trials of a study: status, swept params and the main metrics."""
+    """Print the finished trials of a study: status, swept params, the objectives and
+    those of the main metrics that a trial reported (a script's own loop reports none)."""
     names = study.user_attrs.get(StudyKey.OBJECTIVES, [])
-    columns = [*names, *(m for m in SHOWN_METRICS if m not in names)]
     rows = finished_trials(study)
+    reported = {name for row in rows for name in row["metrics"]}
+    columns = [*names, *(m for m in SHOWN_METRICS if m not in names and m in reported)]
     swept = sorted({k for t in study.trials for k in t.params})
     constrained = any(row["feasible"] is not None for row in rows)
     table = Table(title=f"{study.study_name}: trials")

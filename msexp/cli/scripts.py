@@ -31,6 +31,7 @@ from msexp.spec import Method, SweepSpec
 from msexp.spec.checks import batch_statistics_warning
 from msexp.spec.command import needs_hooks, split_command
 from msexp.spec.file import CommandSection
+from msexp.trial_folder import trial_name
 
 CHECK_TIMEOUT_S = 600.0  # a check run without budget.trial_timeout
 
@@ -176,7 +177,7 @@ def _check_run(spec: SweepSpec, overrides: dict[str, Any], found_switches: list[
     source, section = str(spec.path), spec.command
     assert section is not None
     params = {**first_trial(spec), **overrides}
-    folder = Path(tempfile.mkdtemp(prefix="msexp-check-")) / "trial-0000"
+    folder = Path(tempfile.mkdtemp(prefix="msexp-check-")) / trial_name(0)
     command = Command(split_command(source, section.command), str(spec.folder), section.args,
                       list(section.metrics),
                       section.switches if section.switches is not None else found_switches)

@@ -31,9 +31,9 @@ from msexp.cli.render import (
 from msexp.errors import MsexpError, SpecError
 from msexp.keys import StudyKey, TrialKey
 from msexp.paths import REPORTS_DIR
+from msexp.secrets.redaction import redact, redact_params
 from msexp.spec import load_spec, read_name
 from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
-from msexp.urls import redact, redact_params
 
 JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print one JSON document instead of text, for scripts.")]

@@ -15,6 +15,7 @@ from msexp.cli.options import SweepFileArg, TrackingOpt, console, err_console
 from msexp.cli.render import print_json
 from msexp.errors import SpecError
 from msexp.execution.host import HostPool
+from msexp.secrets.redaction import redact
 from msexp.spec import SweepSpec, load_spec
 from msexp.tracking.runs import Tracker
 from msexp.tune.candidates import check_noise, check_tunable
@@ -26,7 +27,6 @@ from msexp.tune.rules import seed_spread
 from msexp.tune.runner import Runner
 from msexp.tune.search import BatchSearch, LrFind, lr_find, max_batch, require_budget
 from msexp.tune.tuner import Settings, memory_budget, run_folder, tune, warm_children
-from msexp.urls import redact
 
 MaxBatchOpt = Annotated[bool, typer.Option(
     "--max-batch", help="Only find the largest micro-batch (batch_size / micro_size) of the "

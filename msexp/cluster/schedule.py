@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msexp.errors import SpecError
-from msexp.urls import redact
+from msexp.secrets.redaction import redact
 
 WHERE = "msexp schedule"
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from msexp import private
 from msexp.execution.arguments import arguments, command_argv, trial_params
 from msexp.execution.log_metrics import MetricReader, read_log
 from msexp.execution.output import copy_redacted
@@ -39,8 +38,9 @@ from msexp.execution.protocol import Command, Epoch, EventReader, Start, TrialRe
 from msexp.execution.script_help import switches
 from msexp.keys import TrialEnv
 from msexp.paths import newest_checkpoint, search_path, write_atomic
+from msexp.secrets import files as private
+from msexp.secrets.redaction import known_secrets, redact, redact_params, secret_name
 from msexp.training.records import BatchStatistics, Stopped
-from msexp.urls import known_secrets, redact, redact_params, secret_name
 
 POLL_S = 0.05
 # What msrun runs as each rank of a data-parallel command: the script, with its output
@@ -50,7 +50,7 @@ script = sys.argv[1]
 sys.argv = sys.argv[1:]
 sys.path[0] = os.path.dirname(os.path.abspath(script))
 from msexp.execution.output import redacted_output
-from msexp.urls import known_secrets
+from msexp.secrets.redaction import known_secrets
 with open(os.environ["MSEXP_TRIAL"], encoding="utf-8") as given:
     secrets = known_secrets(json.load(given))
 with os.fdopen(os.dup(1), "w", encoding="utf-8") as log, redacted_output(log, secrets):
@@ -159,7 +159,7 @@ def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path
 
 def _params_file(folder: Path, params: dict[str, Any]) -> Path:
     """The params file the script reads (`msexp.hooks.params`): the trial folder's
-    params.json, or, where the params hold a secret, a private file (`msexp.private`,
+    params.json, or, where the params hold a secret, a private file (`msexp.secrets.files`,
     removed when the command ends) and params.json redacted."""
     text, shown = json.dumps(params, default=str), json.dumps(redact_params(params), default=str)
     (folder / "params.json").write_text(shown, encoding="utf-8")

@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from msexp.execution.protocol import Event, Result, Start, TrialRequest, reusable
 from msexp.experiment import Workload, load_experiment, workload_problem
-from msexp.fence import Fence
 from msexp.training.records import BatchStatistics, Diverged, Stopped
+from msexp.trial_folder import Fence
 
 Emit = Callable[[Event], None]
 

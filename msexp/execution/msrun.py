@@ -28,15 +28,15 @@ import mindspore as ms
 import psutil
 from mindspore.communication import get_group_size, get_rank, init
 
-from msexp import private
 from msexp.execution.local import Emit, train_request
 from msexp.execution.output import redacted_output
 from msexp.execution.process import die_with_parent, exit_reason, msrun_argv, tail
 from msexp.execution.protocol import EventWriter, Launch, Result, TrialRequest, read_events
 from msexp.paths import search_path, write_atomic
+from msexp.secrets import files as private
+from msexp.secrets.redaction import known_secrets, redact_known
 from msexp.training.parallel import mean_over_ranks
 from msexp.training.records import Diverged, Stopped
-from msexp.urls import known_secrets, redact_known
 
 POLL_S = 0.1
 EXIT_GRACE_S = 1.5  # msrun looks at its workers once a second before it logs an exit code

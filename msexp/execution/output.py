@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import IO, Callable
 
 from msexp.execution.log_metrics import LINE_CHARS, PIECE_CHARS, LineHead, cut_note
-from msexp.urls import LineRedactor
+from msexp.secrets.redaction import LineRedactor
 
 DRAIN_S = 5.0  # for a process's last output lines to reach its log
 

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import IO, Any, Union
 
 from msexp.knobs import graph_params
+from msexp.secrets.redaction import redact_known
 from msexp.training.records import BatchStatistics, Epoch, Probe, Target
-from msexp.urls import redact_known
+from msexp.trial_folder import CHECKPOINTS, EVENTS, LOG, OUTPUTS
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class TrialRequest:
     an earlier trial's graphs. `trial` names the trial in its study (stable across
     attempts, unique across studies): a checkpoint of another trial is never resumed.
     `probe`: a capped measuring run instead of the epochs (`msexp tune`). `attempt`: this
-    attempt's token on the folder (`msexp.fence`).
+    attempt's token on the folder (`msexp.trial_folder`).
     """
 
     experiment: str
@@ -91,17 +92,17 @@ class TrialRequest:
     def checkpoint_dir(self) -> Path:
         """Where the trial's checkpoints go (for a command: where its outputs go)."""
         assert self.folder is not None
-        return self.folder / ("outputs" if self.command else "checkpoints")
+        return self.folder / (OUTPUTS if self.command else CHECKPOINTS)
 
     @property
     def events_path(self) -> Path:
         assert self.folder is not None
-        return self.folder / "events.jsonl"
+        return self.folder / EVENTS
 
     @property
     def log_path(self) -> Path:
         assert self.folder is not None
-        return self.folder / "trial.log"
+        return self.folder / LOG
 
     def to_json(self) -> str:
         """One line of JSON."""

@@ -14,11 +14,11 @@ from msexp.execution.result import Status, TrialResult
 from msexp.execution.subscribers import TrialInfo
 from msexp.keys import StudyKey, TrialKey
 from msexp.knobs import value_text
-from msexp.paths import TRIALS_DIR
 from msexp.search.requests import trial_request
+from msexp.secrets.redaction import redact_value
 from msexp.spec import SweepSpec
 from msexp.spec.space import derived
-from msexp.urls import redact_value
+from msexp.trial_folder import EVENTS, LOG, trial_folder
 
 
 def prepare_trial(spec: SweepSpec, study: optuna.Study, handle: optuna.Trial
@@ -26,7 +26,7 @@ def prepare_trial(spec: SweepSpec, study: optuna.Study, handle: optuna.Trial
     """Sample the trial's params and say what it runs and where."""
     trial = _described(spec, handle.number, spec.space.suggest(handle), time.time(),
                        rerun=TrialKey.ATTEMPT in handle.user_attrs, handle=handle)
-    folder = (TRIALS_DIR / study.study_name / f"trial-{handle.number:04d}").resolve()
+    folder = trial_folder(study.study_name, handle.number).resolve()
     identity = f"{study.user_attrs.get(StudyKey.UID, study.study_name)}/{handle.number}"
     return trial, trial_request(spec, trial.params, folder, identity, uuid.uuid4().hex)
 
@@ -56,8 +56,8 @@ def stale(spec: SweepSpec, study: optuna.Study, frozen: optuna.trial.FrozenTrial
     started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
     trial = _described(spec, frozen.number, spec.space.assigned(frozen.params), started,
                        rerun=True)
-    folder = TRIALS_DIR / study.study_name / f"trial-{frozen.number:04d}"
-    result = TrialResult(Status.FAILED, error=error, log_path=folder / "trial.log",
-                         events_path=folder / "events.jsonl",
+    folder = trial_folder(study.study_name, frozen.number)
+    result = TrialResult(Status.FAILED, error=error, log_path=folder / LOG,
+                         events_path=folder / EVENTS,
                          wall_s=max(0.0, time.time() - started))
     return trial, result

@@ -19,8 +19,8 @@ from msexp.paths import TRIALS_DIR
 from msexp.search.lock import study_lock
 from msexp.search.storage import open_storage, storage_errors, storage_label
 from msexp.search.versions import newest, newest_name, next_version, ran_before, study_attrs
+from msexp.secrets.redaction import redact
 from msexp.spec import Method, SweepSpec
-from msexp.urls import redact
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 _log = logging.getLogger("msexp")

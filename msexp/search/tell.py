@@ -13,10 +13,10 @@ from msexp.execution.result import Status, TrialResult
 from msexp.execution.subscribers import TrialInfo
 from msexp.keys import TrialKey
 from msexp.search.unreported import listing
+from msexp.secrets.redaction import known_secrets, redact_known, redact_params
 from msexp.spec import Objective, SweepSpec
 from msexp.tracking.curves import epoch_table
 from msexp.tracking.report import best_trials
-from msexp.urls import known_secrets, redact_known, redact_params
 
 _OPTUNA_STATE = {Status.COMPLETE: TrialState.COMPLETE, Status.PRUNED: TrialState.PRUNED,
                  Status.FAILED: TrialState.FAIL, Status.TIMEOUT: TrialState.FAIL}

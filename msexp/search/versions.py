@@ -12,7 +12,7 @@ from typing import Any
 import optuna
 
 from msexp.keys import StudyKey
-from msexp.paths import TRIALS_DIR
+from msexp.trial_folder import has_trials
 
 
 def study_attrs(storage: optuna.storages.BaseStorage) -> dict[str, dict[str, Any]]:
@@ -50,7 +50,7 @@ def next_version(attrs: dict[str, dict[str, Any]], base: str, current: str
 
 def ran_before(name: str) -> bool:
     """Whether trial folders of a study `name` exist under `mlruns/trials/`."""
-    return any((TRIALS_DIR / name).glob("trial-*"))
+    return has_trials(name)
 
 
 def _version(name: str, base: str) -> int:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from msexp.errors import SpecError
 from msexp.knobs import Knob, condition_holds, graph_params
-from msexp.urls import redact_value
+from msexp.secrets.redaction import redact_value
 
 if TYPE_CHECKING:
     import optuna

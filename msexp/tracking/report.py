@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 from msexp.errors import MsexpError
 from msexp.keys import RunTag, StudyKey, TrialKey
 from msexp.quiet import warnings_to_log
+from msexp.secrets.redaction import redact
 from msexp.tracking.effects import KnobEffects, knob_effects, short
 from msexp.tracking.replicates import (
     SEED,
@@ -24,7 +25,6 @@ from msexp.tracking.replicates import (
     markdown,
 )
 from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
-from msexp.urls import redact
 
 UNRANKED = "will be equal"  # Optuna's warning when it cannot rank the params
 

@@ -20,9 +20,10 @@ from msexp.execution.result import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.knobs import RESOLVED
 from msexp.paths import DEFAULT_TRACKING_URI, STORE_DIR
+from msexp.secrets.redaction import known_secrets, redact, redact_known, redact_value
 from msexp.tracking.spool import Spool, SpooledTrial
 from msexp.tracking.store import create_sqlite_store
-from msexp.urls import known_secrets, redact, redact_known, redact_value
+from msexp.trial_folder import trial_name
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -266,7 +267,7 @@ class Tracker:
             if replace:
                 self.delete_trial_runs(experiment_id, parent_id, number)
             run = self.client.create_run(experiment_id, start_time=int(started * 1000),
-                                         run_name=redact(name or f"trial-{number:04d}"),
+                                         run_name=redact(name or trial_name(number)),
                                          tags=_redacted(tags))
             chosen = {k: v for k, v in params.items() if k not in RESOLVED}
             for part, _, _ in _batches(_params(chosen), [], []):
@@ -394,13 +395,16 @@ def _param_text(value: Any) -> str:
 
 def _metrics(result: TrialResult, started: float) -> list:
     """Per-update series, per-epoch values and final values, all on the update-step axis,
-    stamped by the trial's end (the same values each time: a store keeps one of each)."""
+    stamped by the trial's end (the same values each time: a store keeps one of each).
+    A step holds one point of a name: a series' last point stands for its final value (the
+    run's `train_loss` is the last update's, not the epoch's mean)."""
     from mlflow.entities import Metric  # lazy: as above
 
     metrics: list[Metric] = []
     start_ms = int((started + result.wall_s) * 1000) - len(result.epochs) - 2
     step = 0
     logged_last: dict[str, float] = {}
+    last_series: dict[str, list[float]] = {}
     for i, epoch in enumerate(result.epochs):
         ts, series = start_ms + i, epoch.series
         first = epoch.step - len(series.get("train_loss", [])) + 1
@@ -411,10 +415,11 @@ def _metrics(result: TrialResult, started: float) -> list:
         logged_last = {k: v for k, v in epoch.metrics.items() if k not in series}
         logged_last["epoch"] = epoch.epoch
         metrics += [Metric(k, float(v), ts, step) for k, v in logged_last.items() if _finite(v)]
+        last_series = series
     final = {**(result.metrics or result.last_epoch_metrics()), "wall_s": result.wall_s}
     end_ms = start_ms + len(result.epochs) + 1
     metrics += [Metric(k, float(v), end_ms, step) for k, v in final.items()
-                if _finite(v) and logged_last.get(k) != v]
+                if _finite(v) and logged_last.get(k) != v and k not in last_series]
     return metrics
 
 

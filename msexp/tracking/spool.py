@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from msexp.execution.result import TrialResult
 from msexp.paths import SPOOL_DIR, write_atomic
-from msexp.urls import known_secrets, redact_known, redact_params
+from msexp.secrets.redaction import known_secrets, redact_known, redact_params
 
 
 def store_key(uri: str) -> str:

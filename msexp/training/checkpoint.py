@@ -26,10 +26,10 @@ from typing import Any, Callable
 
 import mindspore as ms
 
-from msexp.fence import Fence
 from msexp.paths import write_atomic
+from msexp.secrets.redaction import redact_params
 from msexp.training.records import Epoch
-from msexp.urls import redact_params
+from msexp.trial_folder import Fence
 
 STATE = "state.json"
 
@@ -48,7 +48,7 @@ class CheckpointPlan:
         params: the trial's params in clear, to check a recorded digest of its secret
             ones (never written).
         fence: this attempt's hold on the trial folder: a checkpoint is published only
-            while it holds (`msexp.fence`).
+            while it holds (`msexp.trial_folder`).
     """
 
     folder: Path

@@ -15,10 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from msexp.fence import Fence
 from msexp.keys import TrialKey
 from msexp.search.heartbeat import STALE_AFTER_S
 from msexp.search.source import TrialSource
+from msexp.trial_folder import Fence
 from tests.conftest import msexp_cmd, write
 from tests.fault.conftest import DEADLINE_S, assert_invariants, load_study, wait_for
 

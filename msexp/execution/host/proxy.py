@@ -27,8 +27,8 @@ from msexp.execution.process import (
 )
 from msexp.execution.protocol import End, Epoch, EventReader, TrialRequest
 from msexp.execution.result import Status, TrialResult
-from msexp.fence import Fence
 from msexp.keys import TrialEnv
+from msexp.trial_folder import Fence
 
 POLL_S = 0.01  # how often a trial's events are read (a trial's end waits half of it)
 CLOSE_S = 10.0  # for a host to end its warm trial child and exit

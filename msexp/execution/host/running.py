@@ -22,8 +22,8 @@ from msexp.execution.protocol import (
     decode,
 )
 from msexp.experiment import load_experiment
+from msexp.secrets.redaction import known_secrets
 from msexp.training.records import Diverged, Stopped
-from msexp.urls import known_secrets
 
 
 def run(request: TrialRequest, emit: Emit, stop_requested: Callable[[], bool] = lambda: False,

@@ -1,6 +1,8 @@
-"""Which attempt of a trial owns its folder.
+"""A trial's folder: where it is (`mlruns/trials/STUDY/trial-NNNN`), what it holds, and
+which attempt of the trial owns it.
 
-Each attempt takes the trial folder with a token of its own before its trial starts. A
+The folder holds `trial.log`, `events.jsonl` and `checkpoints/` (a command's
+`outputs/`). Each attempt takes the trial folder with a token of its own before its trial starts. A
 checkpoint is published (renamed into place, recorded in `state.json`, the old ones
 pruned) only while the folder's token is the attempt's own, under a lock that taking
 the folder also holds. So an attempt whose claim was lost (its sweep frozen past its
@@ -16,9 +18,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msexp.errors import MsexpError
-from msexp.paths import write_atomic
+from msexp.paths import TRIALS_DIR, write_atomic
 
 TOKEN_FILE = "attempt"
+LOG, EVENTS, CHECKPOINTS, OUTPUTS = "trial.log", "events.jsonl", "checkpoints", "outputs"
+
+
+def trial_name(number: int) -> str:
+    """`trial-0003`: a trial's folder name, and its MLflow run's name by default."""
+    return f"trial-{number:04d}"
+
+
+def trial_folder(study: str, number: int) -> Path:
+    """Where trial `number` of `study` keeps its files, whatever its attempt."""
+    return TRIALS_DIR / study / trial_name(number)
+
+
+def has_trials(study: str) -> bool:
+    """Whether trial folders of `study` exist (it ran before, in this `mlruns/`)."""
+    return any((TRIALS_DIR / study).glob("trial-*"))
 
 
 class Superseded(MsexpError):

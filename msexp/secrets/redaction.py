@@ -1,6 +1,6 @@
 """Secrets: passwords in URLs and values under names that say they hold one. One
 redaction for every text and value that leaves msexp, linear in the text's length
-(`secret_spans`)."""
+(`spans`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from msexp.secret_spans import find, hide, url_passwords
+from msexp.secrets.spans import find, hide, url_passwords
 
 HOLD_CHARS = 1 << 16  # a piece of a long line holds back this much for the next piece
 _BARE_VALUE = re.compile(r"[^\s&'\"]+")
