@@ -142,3 +142,30 @@ def test_a_grpc_storage_without_host_or_port_is_refused_in_one_line(url: str) ->
 def test_a_grpc_address_is_its_host_and_port() -> None:
     assert grpc_address("grpc://10.0.0.7:13000") == ("10.0.0.7", 13000)
     assert grpc_address("grpc://[::1]:50051/") == ("::1", 50051)
+
+
+@pytest.mark.slow
+def test_optunas_bare_proxy_is_refused_in_one_line(shared_services) -> None:
+    """Optuna's own proxy serves no study lock: msexp cannot keep claims exactly once
+    through it, so the lock (taken before a study is made or a trial claimed) refuses."""
+    pytest.importorskip("grpc")
+    import optuna
+    from optuna.storages._grpc.server import make_server
+
+    from msexp.execution.process import free_port
+
+    os.environ["PGPASSFILE"] = str(shared_services.pgpass)
+    port = free_port()
+    server = make_server(optuna.storages.get_storage(shared_services.storage_url),
+                         "127.0.0.1", port)
+    server.start()
+    try:
+        url = f"grpc://127.0.0.1:{port}"
+        open_storage(url)  # the storage itself answers
+        with pytest.raises(MsexpError) as refused, study_lock(url):
+            pass
+    finally:
+        server.stop(0)
+    assert str(refused.value) == (
+        f"cannot take the study lock through {url} (UNIMPLEMENTED: Method not found!); "
+        "is it msexp's proxy (msexp services proxy)?")

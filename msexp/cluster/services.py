@@ -106,7 +106,7 @@ def _db_user_for_root() -> str:
 
 def up(root: Path = SERVICES_DIR, pg_port: int | None = None,
        mlflow_port: int | None = None, mlflow: bool = True, proxy: bool = False,
-       proxy_port: int | None = None) -> Services:
+       proxy_port: int | None = None, max_connections: int = MAX_CONNECTIONS) -> Services:
     """Start PostgreSQL (Optuna + MLflow databases), an MLflow server and, with `proxy`,
     msexp's gRPC proxy of the Optuna database; idempotent."""
     root.mkdir(parents=True, exist_ok=True)
@@ -115,7 +115,7 @@ def up(root: Path = SERVICES_DIR, pg_port: int | None = None,
         pg_port, mlflow_port = (int(p) for p in ports.read_text().split())
     services = Services(root.resolve(), pg_port or free_port(), mlflow_port or free_port())
     ports.write_text(f"{services.pg_port} {services.mlflow_port}\n")
-    _start_postgres(services)
+    _start_postgres(services, max_connections)
     if mlflow:
         _start_mlflow(services)
     if proxy:
@@ -123,7 +123,7 @@ def up(root: Path = SERVICES_DIR, pg_port: int | None = None,
     return services
 
 
-def _start_postgres(s: Services) -> None:
+def _start_postgres(s: Services, max_connections: int = MAX_CONNECTIONS) -> None:
     data = s.pg_data
     if not (data / "PG_VERSION").exists():
         data.mkdir(parents=True, exist_ok=True)
@@ -149,7 +149,7 @@ def _start_postgres(s: Services) -> None:
         return
     _run(_as_db_owner([pg_bin("pg_ctl"), "-D", str(data), "-l", str(data / "postgres.log"),
                        "-w", "-o", f"-p {s.pg_port} -k {data} -c listen_addresses=127.0.0.1 "
-                       f"-c max_connections={MAX_CONNECTIONS}",
+                       f"-c max_connections={max_connections}",
                        "start"], data), "pg_ctl start")
     for db in ("optuna", "mlflow"):
         _run_quiet([pg_bin("createdb"), "-w", "-h", "127.0.0.1", "-p", str(s.pg_port), "-U",

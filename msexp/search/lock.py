@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import random
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from msexp.errors import MsexpError
 from msexp.paths import JOURNAL
@@ -20,6 +22,8 @@ _IN_MEMORY = ("sqlite://", "sqlite:///", "sqlite:///:memory:")
 _PROCESS_LOCK = threading.Lock()  # the study lock of an in-memory SQLite database
 HOLD_METHOD = "/msexp.StudyLock/Hold"  # served by msexp's gRPC proxy (`search.proxy`)
 GRANTED = b"held"
+_ENGINES: dict[tuple[int, str], Any] = {}  # see `_lock_engine`
+_ENGINES_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -79,18 +83,31 @@ def advisory_lock(url: str) -> Iterator[None]:
     """The study lock of a PostgreSQL database: an advisory lock, held by one session."""
     import sqlalchemy  # lazy: only RDB storages need it
 
-    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-    try:
-        with engine.connect() as connection:  # the lock ends with the session at the latest
-            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"),
-                               {"key": _ADVISORY_KEY})
+    with _lock_engine(url).connect() as connection:  # the lock ends with the session at the latest
+        connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"),
+                           {"key": _ADVISORY_KEY})
+        try:
+            yield
+        finally:
             try:
-                yield
-            finally:
                 connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"),
                                    {"key": _ADVISORY_KEY})
-    finally:
-        engine.dispose()
+            except Exception:
+                connection.invalidate()  # closed, not pooled: its session's lock ends with it
+                raise
+
+
+def _lock_engine(url: str) -> Any:
+    """One engine per database and process, keeping one idle session for the lock: a new
+    session per claim costs a PostgreSQL backend's start and a login each time."""
+    import sqlalchemy  # lazy: only RDB storages need it
+
+    key = (os.getpid(), url)  # a forked child must not share its parent's sessions
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            _ENGINES[key] = sqlalchemy.create_engine(url, pool_size=1, max_overflow=8,
+                                                     pool_pre_ping=True)
+        return _ENGINES[key]
 
 
 def grpc_address(url: str) -> tuple[str, int]:

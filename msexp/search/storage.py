@@ -27,6 +27,9 @@ from msexp.secrets.redaction import redact
 _log = logging.getLogger("msexp")
 _OPTUNA_TABLES = {"studies", "version_info", "trials", "study_directions"}
 _TAIL_CHUNK = 1 << 16
+# one RDB storage (one pool of connections) per database and process: each open would
+# keep a pool of its own, and a worker's connections would grow with every open
+_OPENED: dict[tuple[int, str], optuna.storages.RDBStorage] = {}
 
 
 def open_storage(url: str | None) -> optuna.storages.BaseStorage:
@@ -43,10 +46,14 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
         check_lockable(url)
         if url.startswith("grpc://"):
             return _open_proxy(url)
+        opened = _OPENED.get((os.getpid(), url))
+        if opened is not None:
+            return opened
         _probe(url)
         for attempt in range(4):
             try:
-                return _rdb_storage(url)
+                _OPENED[(os.getpid(), url)] = _rdb_storage(url)
+                return _OPENED[(os.getpid(), url)]
             except Exception as exc:
                 if not _is_db_error(exc):  # e.g. a schema of another Optuna version
                     raise MsexpError(f"cannot open the Optuna storage {redact(url)} "
