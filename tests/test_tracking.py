@@ -16,6 +16,7 @@ import pytest
 from msexp.execution.result import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.paths import DEFAULT_TRACKING_URI
+from msexp.tracking.delivery import flush_spool, record_trial
 from msexp.tracking.runs import Tracker, tracking_uri
 from msexp.tracking.spool import Spool, store_key
 from msexp.training.records import Epoch
@@ -83,7 +84,7 @@ def test_a_trial_run_logs_series_epochs_and_final_metrics_on_the_update_axis(
     log = workdir / "trial.log"
     log.write_text(f"password={SECRET}\n")
     started = time.time() - 10
-    run_id = tracker.record_trial(experiment, parent, 3, {"lr": 0.1, "split": [0, 2]},
+    run_id = record_trial(tracker, experiment, parent, 3, {"lr": 0.1, "split": [0, 2]},
                                   finished(log_path=log, impl={"thor": "msexp"},
                                            data_source="digits", pid=7, warm=True,
                                            resumed_from=1), started,
@@ -113,7 +114,7 @@ def test_a_trial_past_mlflows_per_call_limits_logs_every_param_and_value(
     series = [float(i) for i in range(1200)]
     result = finished(epochs=[Epoch(1, 1200, 1.0, {"eval_accuracy": 0.75},
                                     {"train_loss": series})])
-    run_id = tracker.record_trial(experiment, parent, 0, params, result, time.time())
+    run_id = record_trial(tracker, experiment, parent, 0, params, result, time.time())
     run = tracker.client.get_run(run_id)
     assert run.data.params == {k: str(v) for k, v in params.items()}
     assert history(tracker, run_id, "train_loss") == [(i + 1, v) for i, v in enumerate(series)]
@@ -128,7 +129,7 @@ def test_an_unfinished_trial_keeps_its_error_and_last_epoch(
 ) -> None:
     parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
     result = finished(status=status, metrics={}, error=f"boom url=http://u:{SECRET}@h")
-    run_id = tracker.record_trial(experiment, parent, 0, {}, result, time.time())
+    run_id = record_trial(tracker, experiment, parent, 0, {}, result, time.time())
     run = tracker.client.get_run(run_id)
     assert run.info.status == run_status and run.info.run_name == "trial-0000"
     assert run.data.tags[RunTag.STATUS] == status.value
@@ -140,9 +141,9 @@ def test_an_unfinished_trial_keeps_its_error_and_last_epoch(
 def test_replace_leaves_one_run_per_trial(tracker: Tracker, experiment: str, workdir: Path
                                           ) -> None:
     parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
-    first = tracker.record_trial(experiment, parent, 0, {}, finished(), time.time())
-    other = tracker.record_trial(experiment, parent, 1, {}, finished(), time.time())
-    again = tracker.record_trial(experiment, parent, 0, {}, finished(), time.time(),
+    first = record_trial(tracker, experiment, parent, 0, {}, finished(), time.time())
+    other = record_trial(tracker, experiment, parent, 1, {}, finished(), time.time())
+    again = record_trial(tracker, experiment, parent, 0, {}, finished(), time.time(),
                                  replace=True)
     alive = {r.info.run_id for r in tracker.client.search_runs([experiment])}
     assert alive == {parent, other, again} and first not in alive
@@ -152,16 +153,16 @@ def test_a_refused_trial_waits_in_the_spool_and_is_delivered_first_next_time(
         tracker: Tracker, experiment: str, workdir: Path) -> None:
     parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
     tracker.client.delete_experiment(experiment)  # the store now refuses new runs in it
-    assert tracker.record_trial(experiment, parent, 0, {"lr": 0.1, "url": f"postgresql://u:{SECRET}@h/db"},
+    assert record_trial(tracker, experiment, parent, 0, {"lr": 0.1, "url": f"postgresql://u:{SECRET}@h/db"},
                                 finished(), time.time()) is None
-    assert tracker.record_trial(experiment, parent, 1, {"lr": 0.2}, finished(),
+    assert record_trial(tracker, experiment, parent, 1, {"lr": 0.2}, finished(),
                                 time.time()) is None
     files = tracker.spool.files()
     assert [f.name for f in files] == [f"{parent}-00000.json", f"{parent}-00001.json"]
     assert all(SECRET not in f.read_text() for f in files)
-    assert tracker.flush_spool() == 0 and len(tracker.spool.files()) == 2
+    assert flush_spool(tracker) == 0 and len(tracker.spool.files()) == 2
     tracker.client.restore_experiment(experiment)
-    run_id = tracker.record_trial(experiment, parent, 2, {"lr": 0.3}, finished(), time.time())
+    run_id = record_trial(tracker, experiment, parent, 2, {"lr": 0.3}, finished(), time.time())
     assert run_id is not None and tracker.spool.files() == []
     runs = tracker.client.search_runs([experiment], f"tags.`{RunTag.PARENT}` = '{parent}'")
     assert sorted(r.data.tags[RunTag.TRIAL] for r in runs) == ["0", "1", "2"]
@@ -206,7 +207,7 @@ def test_msexp_sync_delivers_what_waits_and_says_what_is_left(
     parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
     tracker.client.delete_experiment(experiment)
     for number in (0, 1):
-        assert tracker.record_trial(experiment, parent, number, {}, finished(),
+        assert record_trial(tracker, experiment, parent, number, {}, finished(),
                                     time.time()) is None
     tracker.spool.keep_ending(tracker.uri, parent, "FINISHED")  # as a sweep that ended
     waiting = CliRunner().invoke(app, ["sync"])
@@ -230,13 +231,13 @@ def test_a_trials_model_is_attached_only_when_asked(tracker: Tracker, experiment
     model = workdir / "model.ckpt"
     model.write_bytes(b"weights")
     kept = finished(checkpoint=model)
-    plain = tracker.record_trial(experiment, parent, 0, {}, kept, time.time())
-    attached = tracker.record_trial(experiment, parent, 1, {}, kept, time.time(),
+    plain = record_trial(tracker, experiment, parent, 0, {}, kept, time.time())
+    attached = record_trial(tracker, experiment, parent, 1, {}, kept, time.time(),
                                     log_checkpoint=True)
     assert tracker.client.list_artifacts(plain, "checkpoint") == []
     assert [a.path for a in tracker.client.list_artifacts(attached, "checkpoint")] == [
         "checkpoint/model.ckpt"]
-    gone = tracker.record_trial(experiment, parent, 2, {}, finished(checkpoint=workdir / "x"),
+    gone = record_trial(tracker, experiment, parent, 2, {}, finished(checkpoint=workdir / "x"),
                                 time.time(), log_checkpoint=True)
     assert tracker.client.list_artifacts(gone, "checkpoint") == []
 
@@ -252,7 +253,7 @@ def test_a_trial_run_names_its_data_as_a_dataset_input(tracker: Tracker, experim
     }
     inputs = {}
     for number, description in described.items():
-        run_id = tracker.record_trial(experiment, parent, number, {},
+        run_id = record_trial(tracker, experiment, parent, number, {},
                                       finished(data_source=description), time.time())
         inputs[number] = tracker.client.get_run(run_id).inputs.dataset_inputs
     (digits,), (pets,) = inputs[0], inputs[1]
@@ -303,7 +304,7 @@ def test_a_spooled_trial_finishes_the_run_it_started_or_else_gets_one_new_run(
     for number, run_id in ((0, began), (1, gone)):
         tracker.spool.keep(tracker.uri, experiment, parent, number, {"lr": 0.1 + number / 10},
                            finished(), time.time(), run_id=run_id, name=f"#{number}")
-    assert tracker.flush_spool() == 2 and tracker.spool.files() == []
+    assert flush_spool(tracker) == 2 and tracker.spool.files() == []
     runs = tracker.client.search_runs([experiment], f"tags.`{RunTag.PARENT}` = '{parent}'")
     by_trial = {r.data.tags[RunTag.TRIAL]: r for r in runs}
     assert len(runs) == 2 and by_trial["0"].info.run_id == began

@@ -19,7 +19,8 @@ from msexp.search.storage import open_storage
 from msexp.search.study import open_study
 from msexp.search.versions import newest, next_version, study_attrs
 from msexp.spec import load_spec
-from msexp.tracking.runs import Tracker, mark_superseded
+from msexp.tracking.recorder import mark_superseded
+from msexp.tracking.runs import Tracker
 from tests.conftest import write
 
 

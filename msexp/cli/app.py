@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from msexp import interrupts
-from msexp.cli import cluster, run, scaffold, scripts, studies, sweeps, tune
+from msexp.cli import cluster, reports, run, scaffold, scripts, studies, sweeps, tune
 from msexp.cli.options import debug_command, err_console, state
 from msexp.errors import MsexpError
 from msexp.execution.process import space_note
@@ -125,7 +125,7 @@ class Stderr(logging.Handler):
         print(self.format(record), file=sys.stderr)
 
 
-for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, studies.report,
+for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, reports.report,
                 studies.status, studies.best, studies.sync, scaffold.knobs, scaffold.schema,
                 scripts.metrics):
     app.command()(command)

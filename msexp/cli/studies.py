@@ -1,4 +1,5 @@
-"""Commands that look at a study and its records: report, status, best, sync."""
+"""Commands that look at a study and its records: status, best, sync (and the study
+they find: `existing_study`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.table import Table
 
 from msexp.cli.mlflow_running import mlflow_running, show_mlflow_running
 from msexp.cli.options import (
@@ -18,129 +18,22 @@ from msexp.cli.options import (
     TrackingOpt,
     console,
     optuna_to_log,
-    parse_baselines,
 )
 from msexp.cli.render import (
     cell,
-    finished_trials,
     kv,
     missing_objectives,
     print_json,
-    trials_table,
 )
 from msexp.errors import MsexpError, SpecError
 from msexp.keys import StudyKey, TrialKey
-from msexp.paths import REPORTS_DIR
 from msexp.secrets.redaction import redact, redact_params
 from msexp.spec import load_spec, read_name
+from msexp.tracking.delivery import flush_spool
 from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
 
 JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print one JSON document instead of text, for scripts.")]
-
-
-def report(
-    file: OptionalSweepFileArg = None,
-    study: StudyOpt = None,
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
-    baseline: Annotated[Optional[list[str]], typer.Option(
-        help="KNOB=VALUE the knob effects are relative to (repeatable).",
-        show_default="each knob's first value")] = None,
-    color_by: Annotated[Optional[str], typer.Option(
-        help="The knob that colours the learning curves.",
-        show_default="the most important knob")] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Show a study's trials, best trial (or Pareto set), importances and knob effects.
-
-    Optuna's plots (optimization history, parallel coordinates, importances, Pareto front)
-    are saved as HTML under mlruns/reports/, with a PNG per swept knob (each metric against
-    the knob's values, and as a ratio to its baseline value), learning curves, and
-    effects.md/effects.html; all are logged under report/ on the sweep's MLflow parent run.
-
-    --json prints {"study", "trials": [{"number", "status", "params", "metrics",
-    "feasible"}], "best": [{"number", "values", "params"}], "multi_objective",
-    "replicates": [{"params", "mean", "std", "seeds"}], "replicate_effects",
-    "knob_effects", "importances", "importance_note", "notes", "plots", "run_id"}.
-
-    Example: msexp report sweeps/accum.yaml --baseline micro_size=1
-    """
-    from msexp.tracking.report import build_report, log_report  # lazy: Optuna's plots
-
-    loaded = _existing_study(file, study, storage)
-    rep = build_report(loaded, REPORTS_DIR / loaded.study_name,
-                       parse_baselines(baseline or []), color_by)
-    if as_json:
-        print_json(_report_document(rep, log_report(rep, Tracker(tracking_uri))))
-        return
-    trials_table(loaded)
-    names = rep.objective_names()
-    if rep.best:
-        title = "Pareto set" if rep.multi_objective else "best trial"
-        table = Table(title=title)
-        for column in ("#", *names, "params"):
-            table.add_column(column)
-        for t in rep.best:
-            table.add_row(str(t.number), *(cell(v) for v in t.values), kv(t.params))
-        console.print(table)
-    if rep.configurations:
-        _replicates_table(rep)
-    if rep.knob_effects and rep.knob_effects.lines():
-        console.print("knob effects (baseline -> value):")
-        for line in rep.knob_effects.lines():
-            console.print(f"  {line}", highlight=False, soft_wrap=True)
-    for note in rep.knob_effects.notes if rep.knob_effects else []:
-        console.print(f"note: {note}", highlight=False, soft_wrap=True)
-    if rep.importances:
-        of = f" for {names[0]}" if rep.multi_objective else ""
-        console.print(f"importance{of}: " + ", ".join(f"{k}={v:.2f}" for k, v in
-                                                       rep.importances.items()))
-    elif rep.importance_note:
-        console.print(rep.importance_note, highlight=False)
-    for path in rep.plots:
-        console.print(f"plot: {path}")
-    run_id = log_report(rep, Tracker(tracking_uri))
-    if run_id:
-        console.print(f"logged on MLflow run {run_id}")
-
-
-def _report_document(rep: Any, run_id: str | None) -> dict[str, Any]:
-    names = rep.objective_names()
-    return {
-        "study": rep.study.study_name,
-        "trials": finished_trials(rep.study),
-        "best": [{"number": t.number, "values": dict(zip(names, t.values)), "params": t.params}
-                 for t in rep.best],
-        "multi_objective": rep.multi_objective,
-        "replicates": [{"params": c.params, "mean": {m: c.mean(m) for m in names},
-                        "std": {m: c.std(m) for m in names},
-                        "seeds": max(map(len, c.values.values()))}
-                       for c in rep.configurations],
-        "replicate_effects": [effect.line() for effect in rep.effects],
-        "knob_effects": rep.knob_effects.lines() if rep.knob_effects else [],
-        "importances": rep.importances,
-        "importance_note": rep.importance_note,
-        "notes": rep.knob_effects.notes if rep.knob_effects else [],
-        "plots": [str(path) for path in rep.plots],
-        "run_id": run_id,
-    }
-
-
-def _replicates_table(rep: Any) -> None:
-    """Each configuration's mean ± std over its seeds, then each knob's effect."""
-    metrics = rep.objective_names()
-    knobs = sorted({k for c in rep.configurations for k in c.params})
-    table = Table(title="mean ± std over seeds")
-    for column in (*knobs, *metrics, "seeds"):
-        table.add_column(column, justify="right")
-    for c in rep.configurations:
-        table.add_row(*(cell(c.params.get(k, "-")) for k in knobs),
-                      *(f"{c.mean(m):.4g} ± {c.std(m):.2g}" for m in metrics),
-                      str(max(map(len, c.values.values()))))
-    console.print(table)
-    for effect in rep.effects:
-        console.print(effect.line(), highlight=False)
 
 
 def status(
@@ -159,27 +52,15 @@ def status(
 
     Example: msexp status sweeps/accum.yaml
     """
-    from optuna.trial import TrialState  # lazy: Optuna takes a second to import
-
-    from msexp.search.study import finished_count  # lazy: as above
-    from msexp.tracking.report import state_counts  # lazy: as above
-
     sweep = read_name(file) if file is not None and study is None else None  # a FIFO: once
     try:
-        loaded = _existing_study(file, study, storage, sweep)
+        loaded = existing_study(file, study, storage, sweep)
     except MsexpError:
         if sweep is not None:  # a file only tuned has no study: its runs still show
             show_mlflow_running(mlflow_running(sweep, tracking_uri), file)
         raise
-    running = [{"number": t.number, "owner": t.user_attrs.get(TrialKey.OWNER),
-                "heartbeat_age_s": _age(t.user_attrs.get(TrialKey.HEARTBEAT)),
-                "params": t.params}
-               for t in loaded.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
-    document = {"study": loaded.study_name, "finished": finished_count(loaded),
-                "total": loaded.user_attrs.get(StudyKey.TOTAL), "states": state_counts(loaded),
-                "running": running, "missing_objectives": missing_objectives(loaded),
-                "mlflow_running": mlflow_running(loaded.user_attrs.get(StudyKey.SWEEP)
-                                                 or loaded.study_name, tracking_uri)}
+    document = _status_document(loaded, tracking_uri)
+    running = document["running"]
     if as_json:
         print_json(document)
         return
@@ -194,6 +75,24 @@ def status(
     if document["missing_objectives"]:
         console.print(document["missing_objectives"], markup=False, highlight=False)
     show_mlflow_running(document["mlflow_running"], file)
+
+
+def _status_document(loaded: Any, tracking_uri: str | None) -> dict[str, Any]:
+    """What `status` shows, as data (its --json)."""
+    from optuna.trial import TrialState  # lazy: Optuna takes a second to import
+
+    from msexp.search.study import finished_count  # lazy: as above
+    from msexp.tracking.report import state_counts  # lazy: as above
+
+    running = [{"number": t.number, "owner": t.user_attrs.get(TrialKey.OWNER),
+                "heartbeat_age_s": _age(t.user_attrs.get(TrialKey.HEARTBEAT)),
+                "params": t.params}
+               for t in loaded.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    return {"study": loaded.study_name, "finished": finished_count(loaded),
+            "total": loaded.user_attrs.get(StudyKey.TOTAL), "states": state_counts(loaded),
+            "running": running, "missing_objectives": missing_objectives(loaded),
+            "mlflow_running": mlflow_running(loaded.user_attrs.get(StudyKey.SWEEP)
+                                             or loaded.study_name, tracking_uri)}
 
 
 def _age(beat: float | None) -> float | None:
@@ -218,7 +117,7 @@ def best(
     Example: msexp best sweeps/accum.yaml --export best-model/
     """
     spec = load_spec(file, local=export is not None)  # only an export builds the model
-    loaded = _existing_study(file, study, storage)
+    loaded = existing_study(file, study, storage)
     from msexp.tracking.report import best_trials  # lazy: Optuna takes a second to import
 
     chosen = best_trials(loaded)
@@ -307,7 +206,7 @@ def _export_from(spec: Any, loaded: Any, chosen: Any, folder: Path, checkpoint: 
     return {"written": [str(path) for path in written], "no_mindir": no_mindir or None}
 
 
-def _existing_study(file: Path | None, study: str | None, storage: str | None,
+def existing_study(file: Path | None, study: str | None, storage: str | None,
                     sweep: str | None = None) -> Any:
     """The study `--study` names, else the newest version of the sweep's (named `sweep`,
     else read from `file`)."""
@@ -341,7 +240,7 @@ def sync(tracking_uri: TrackingOpt = None) -> None:
     Example: msexp sync --tracking-uri http://mlflow.internal:5000
     """
     tracker = Tracker(tracking_uri)
-    delivered = tracker.flush_spool()
+    delivered = flush_spool(tracker)
     left = len(tracker.spool.files()) + len(tracker.spool.ending_files())
     console.print(f"delivered {delivered} trial(s) to {redact(tracker.uri)}; {left} still waiting")
     if left:

@@ -5,6 +5,6 @@ result, and the subscribers that watch it."""
 
 from msexp.execution.protocol import Epoch
 from msexp.execution.result import Status, TrialResult
-from msexp.execution.subscribers import Subscriber, TrialInfo
+from msexp.execution.subscribers import Recorder, Subscriber, TrialInfo
 
-__all__ = ["Epoch", "Status", "Subscriber", "TrialInfo", "TrialResult"]
+__all__ = ["Epoch", "Recorder", "Status", "Subscriber", "TrialInfo", "TrialResult"]

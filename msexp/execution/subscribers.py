@@ -3,16 +3,16 @@ bridge. Each is a `Subscriber`; the search driver calls them in one order."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from msexp.execution.protocol import Epoch
 from msexp.execution.result import TrialResult
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrialInfo:
-    """One attempt at a trial, as its subscribers see it.
+    """One attempt at a trial, as its subscribers see it (a record: none writes into it).
 
     Attributes:
         number: the trial's number in the study.
@@ -22,7 +22,6 @@ class TrialInfo:
         started: when the attempt started (time.time()).
         rerun: an earlier attempt may have recorded it.
         handle: the search's own handle on the trial (an optuna.Trial).
-        attrs: what Optuna keeps of the trial, added by subscribers (the MLflow run id).
         best: the study's best so far, once the trial is told.
     """
 
@@ -33,7 +32,6 @@ class TrialInfo:
     started: float
     rerun: bool = False
     handle: Any = None
-    attrs: dict[str, Any] = field(default_factory=dict)
     best: str = "-"
 
 
@@ -49,5 +47,29 @@ class Subscriber:
     def on_trial_epoch(self, trial: TrialInfo, epoch: Epoch) -> None:
         """A trial reported an epoch."""
 
+    def on_trial_ending(self, trial: TrialInfo, result: TrialResult) -> dict[str, Any]:
+        """A trial ended, judged, and Optuna is not told yet: a recorder keeps it now (so
+        it is recorded before the study says it is done). Returns what Optuna is to keep
+        of it (e.g. the MLflow run id), or {}."""
+        return {}
+
     def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> None:
-        """A trial ended; recorders are called before Optuna is told, others after."""
+        """A trial ended and Optuna was told (`trial.best` is the study's best now)."""
+
+    def on_trial_dropped(self, trial: TrialInfo) -> None:
+        """This process records no end of the trial: put back (a stop) or taken by
+        another process."""
+
+
+class Recorder(Subscriber):
+    """The subscriber that keeps every trial's record (`tracking.recorder.MlflowRecorder`):
+    told of each trial before the others, its record kept before Optuna is told. The
+    sweep stops when it can no longer record."""
+
+    def failure(self) -> BaseException | None:
+        """Why it cannot record any more (the sweep then stops), or None."""
+        return None
+
+    def close(self, ending: str) -> None:
+        """Deliver what waits and end the sweep's record with `ending` (FINISHED, KILLED,
+        FAILED)."""

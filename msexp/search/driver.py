@@ -7,6 +7,7 @@ its callbacks: the driver only asks and tells; where trials come from is the
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -16,7 +17,7 @@ from typing import Any
 import optuna
 
 from msexp.errors import MsexpError, describe
-from msexp.execution import Epoch, Status, Subscriber, TrialInfo, TrialResult
+from msexp.execution import Epoch, Recorder, Status, Subscriber, TrialInfo, TrialResult
 from msexp.execution.host import Host, HostPool
 from msexp.interrupts import handled
 from msexp.search.failfast import FailFast
@@ -24,6 +25,7 @@ from msexp.search.prepare import prepare_trial, stale, unprepared
 from msexp.search.pruning import PruningBridge
 from msexp.search.source import TrialSource
 from msexp.search.tell import best_so_far, judge, tell
+from msexp.spec import SweepSpec
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C; Slurm, Kubernetes and systemd
 
@@ -33,7 +35,7 @@ class SweepOutcome:
     """What a sweep leaves behind for the summary."""
 
     study: optuna.Study
-    recorder: Any  # tracking.recorder.MlflowRecorder: its tracker gives the UI links
+    recorder: Recorder  # its tracker gives the UI links
     interrupted: int = 0  # the signal that stopped the sweep (SIGINT, SIGTERM), or 0
     results: dict[int, TrialResult] = field(default_factory=dict)
     fail_fast: str | None = None  # why the sweep started no more trials (`FailFast.line`)
@@ -42,18 +44,18 @@ class SweepOutcome:
 class Sweep:
     """Runs a study's remaining trials, one per slot at a time."""
 
-    def __init__(self, spec: Any, study: optuna.Study, source: TrialSource, hosts: HostPool,
-                 recorder: Any, watchers: list[Subscriber]):
-        """`hosts`: one per slot; `recorder`: tracking.recorder.MlflowRecorder."""
+    def __init__(self, spec: SweepSpec, study: optuna.Study, source: TrialSource,
+                 hosts: HostPool, recorder: Recorder, watchers: list[Subscriber]):
+        """`hosts`: one per slot; `recorder` is told of each trial first (a subscriber that
+        keeps its record before Optuna is told), `watchers` after it."""
         self.spec, self.study, self.source, self.hosts = spec, study, source, hosts
         self.recorder = recorder
         self.pruning, self.fail_fast = PruningBridge(spec), FailFast(spec)
-        # told after Optuna; the recorder before
-        self.watchers = [self.pruning, self.fail_fast, *watchers]
+        self.watchers: list[Subscriber] = [recorder, self.pruning, self.fail_fast, *watchers]
         self.stopping = threading.Event()
         self.results: dict[int, TrialResult] = {}
         self.running: dict[int, Host] = {}  # trial number: the host running it
-        source.on_lost, source.on_fail = self._lost, self._record_failed
+        source.listen(self._lost, self._record_failed)
         self.interrupted = 0
         self.error: Exception | None = None  # what stopped the sweep outside any trial
 
@@ -133,8 +135,7 @@ class Sweep:
             self._end(unprepared(self.spec, handle), TrialResult(Status.FAILED,
                                                                  error=describe(exc)))
             return
-        self.recorder.on_trial_start(trial)  # its MLflow run is made while it trains
-        for watcher in self.watchers:
+        for watcher in self.watchers:  # the recorder's MLflow run is made while it trains
             watcher.on_trial_start(trial)
         self.running[trial.number] = host
         try:
@@ -149,7 +150,7 @@ class Sweep:
         if self.stopping.is_set() or self.recorder.failure() is not None:
             reason = "interrupted" if self.recorder.failure() is None else "MLflow unreachable"
             self.source.put_back(handle, reason)  # not finished: the next run continues it
-            self.recorder.on_trial_dropped(trial)
+            self._dropped(trial)
             return
         self._end(trial, result)
 
@@ -165,8 +166,7 @@ class Sweep:
         (before Optuna is told, as every trial); what to keep on it."""
         trial, result = stale(self.spec, self.study, frozen, error)
         self.recorder.on_trial_start(trial)  # its run, made now: its id goes on the trial
-        self.recorder.on_trial_end(trial, result)
-        return trial.attrs
+        return self.recorder.on_trial_ending(trial, result)
 
     def _on_epoch(self, trial: TrialInfo, epoch: Epoch) -> bool:
         """Show the epoch to every watcher; True when the trial is to stop (pruned, or
@@ -178,15 +178,20 @@ class Sweep:
     def _end(self, trial: TrialInfo, result: TrialResult) -> None:
         """The one order of a trial's end: judged, recorded in MLflow, told to Optuna,
         shown. A trial whose claim another process took meanwhile is left to it."""
-        judge(self.spec, trial, result, self.fail_fast.unreported(trial))
+        kept = judge(self.spec, trial, result, self.fail_fast.unreported(trial))
         if not self.source.still_held(trial.handle):
             self.source.done(trial.handle)
-            self.recorder.on_trial_dropped(trial)
+            self._dropped(trial)
             return
-        self.recorder.on_trial_end(trial, result)  # kept for MLflow before Optuna is told
-        tell(self.study, self.spec, trial, result)
+        for watcher in self.watchers:  # the recorder keeps it for MLflow now
+            kept.update(watcher.on_trial_ending(trial, result))
+        tell(self.study, self.spec, trial, result, kept)
         self.source.done(trial.handle)
         self.results[trial.number] = result
-        trial.best = best_so_far(self.study, self.spec)
+        told = dataclasses.replace(trial, best=best_so_far(self.study, self.spec))
         for watcher in self.watchers:
-            watcher.on_trial_end(trial, result)
+            watcher.on_trial_end(told, result)
+
+    def _dropped(self, trial: TrialInfo) -> None:
+        for watcher in self.watchers:
+            watcher.on_trial_dropped(trial)

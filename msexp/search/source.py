@@ -37,11 +37,16 @@ class TrialSource:
         self.heartbeat = TrialHeartbeat(study)
         self.held: dict[int, optuna.Trial] = {}  # claimed and not told yet
         self.on_lost: Callable[[int], None] = lambda number: None
-        # records a stale trial failed out of retries (in MLflow) before it is failed;
-        # returns the attributes to keep on it
         self.on_fail: OnFail = lambda trial, error: {}
         self._lock = threading.Lock()  # this process's threads: one claim at a time
         self._beating = Beating(self.heartbeat, self._held_ids)
+
+    def listen(self, on_lost: Callable[[int], None], on_fail: OnFail) -> None:
+        """Who hears of the source's trials: `on_lost(number)` when another process took a
+        held trial (its run is to stop), and `on_fail(frozen, error)` to record a stale
+        trial failed out of retries (in MLflow) before it is failed, returning the
+        attributes to keep on it."""
+        self.on_lost, self.on_fail = on_lost, on_fail
 
     def _held_ids(self) -> list[int]:
         """The trials to beat for: those still held. One whose claim was lost (this

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -23,11 +24,12 @@ _OPTUNA_STATE = {Status.COMPLETE: TrialState.COMPLETE, Status.PRUNED: TrialState
 
 
 def judge(spec: SweepSpec, trial: TrialInfo, result: TrialResult,
-          unreported: str | None = None) -> None:
+          unreported: str | None = None) -> dict[str, Any]:
     """A trial that ran to the end without reporting its objectives is FAILED, with the
     reason and what it did report, before anyone records it; so is one stopped at an
     epoch that showed it would not report them (`unreported`: why), unless it completed
-    with them meanwhile. Its error is redacted."""
+    with them meanwhile. Its error is redacted. Returns what Optuna is to keep of the
+    judgement (the objectives missing)."""
     result.error = redact_known(result.error, known_secrets(trial.params)) if result.error \
         else result.error
     values = objective_values(spec, result)
@@ -39,15 +41,18 @@ def judge(spec: SweepSpec, trial: TrialInfo, result: TrialResult,
         result.status = Status.FAILED
         result.error = (f"objective not available: {', '.join(missing)} "
                         f"({listing(reported, missing[0])})")
-        trial.attrs[TrialKey.MISSING] = missing
+        return {TrialKey.MISSING: missing}
+    return {}
 
 
-def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialResult) -> None:
-    """Write what the trial kept as user attributes and its constraints, then tell it."""
+def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialResult,
+         kept: dict[str, Any] | None = None) -> None:
+    """Write what the trial kept (and `kept`: what its judge and subscribers keep of it) as
+    user attributes, and its constraints, then tell it."""
     metrics = final_metrics(result)
     attrs = {TrialKey.PARAMS: redact_params(trial.params), TrialKey.STATUS: result.status.value,
              TrialKey.METRICS: {k: v for k, v in metrics.items() if math.isfinite(v)},
-             TrialKey.EPOCHS: epoch_table(result.epochs), **trial.attrs}
+             TrialKey.EPOCHS: epoch_table(result.epochs), **(kept or {})}
     if result.error:
         attrs[TrialKey.ERROR] = kept_error(result.error)
     if result.checkpoint:

@@ -15,18 +15,19 @@ import optuna
 
 from msexp import hints
 from msexp.execution.result import TrialResult
-from msexp.execution.subscribers import Subscriber, TrialInfo
+from msexp.execution.subscribers import Recorder, TrialInfo
 from msexp.keys import RunTag, StudyKey, TrialKey
 from msexp.spec import SweepSpec
+from msexp.tracking.delivery import flush_spool, warn_kept
 from msexp.tracking.report import log_best, log_best_checkpoint
-from msexp.tracking.runs import Tracker, mark_superseded
+from msexp.tracking.runs import Tracker
 from msexp.tracking.spool import Held
 
 _log = logging.getLogger("msexp")
 PARENT_WAIT_S = 30.0
 
 
-class MlflowRecorder(Subscriber):
+class MlflowRecorder(Recorder):
     """Records each trial as a child run of the sweep's parent run.
 
     MLflow opens in the background while the first trials train: a new store takes
@@ -36,7 +37,7 @@ class MlflowRecorder(Subscriber):
     logged, which its own end waits for); at its end its record goes to the
     spool on disk before Optuna is told (see `search.driver`), and the thread then logs
     the rest into the run and removes the record. A sweep killed meanwhile leaves the
-    record for the next delivery (`Tracker.flush_spool`, `msexp sync`).
+    record for the next delivery (`delivery.flush_spool`, `msexp sync`).
     """
 
     def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool,
@@ -112,7 +113,7 @@ class MlflowRecorder(Subscriber):
 
     def _start(self, trial: TrialInfo) -> str | None:
         tracker, experiment_id, parent_id = self.opened.result()
-        tracker.flush_spool()  # what waits goes first
+        flush_spool(tracker)  # what waits goes first
         try:
             return tracker.start_trial(experiment_id, parent_id, trial.number, trial.logged,
                                        trial.started, trial.name, replace=trial.rerun)
@@ -128,9 +129,9 @@ class MlflowRecorder(Subscriber):
         except Exception:  # MLflow did not open: the sweep stops and puts the trial back
             return None
 
-    def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> None:
+    def on_trial_ending(self, trial: TrialInfo, result: TrialResult) -> dict[str, Any]:
         """Keep the trial's record in the spool (on disk, before Optuna is told) and have
-        the background thread log it into its run."""
+        the background thread log it into its run; Optuna keeps the run's id."""
         tracker, experiment_id, parent_id = self.opened.result()
         tags: dict[str, Any] = {}
         if self.spec.constraints:
@@ -139,8 +140,8 @@ class MlflowRecorder(Subscriber):
         held = tracker.spool.hold(tracker.uri, experiment_id, parent_id, trial.number,
                                   trial.logged, result, trial.started, run_id=run_id,
                                   name=trial.name, tags=tags)
-        trial.attrs[TrialKey.RUN_ID] = run_id or "spooled"
         self.writes.submit(self._finish, tracker, held, trial, result, tags, run_id)
+        return {TrialKey.RUN_ID: run_id or "spooled"}
 
     def _finish(self, tracker: Tracker, held: Held, trial: TrialInfo, result: TrialResult,
                 tags: dict[str, Any], run_id: str | None) -> None:
@@ -160,7 +161,7 @@ class MlflowRecorder(Subscriber):
                                               keep=run_id)
         except Exception as exc:  # unreachable server, broken store: the record waits
             held.release()
-            tracker.warn_kept(trial.number, exc, held.path)
+            warn_kept(tracker, trial.number, exc, held.path)
             return
         held.delivered()
 
@@ -187,7 +188,7 @@ class MlflowRecorder(Subscriber):
         self.writes.drain()
         tracker, _, parent_id = self.opened.result()
         try:
-            tracker.flush_spool()
+            flush_spool(tracker)
             log_best(self.study, tracker)
             if self.spec.checkpoint.log == "best_trial":
                 log_best_checkpoint(self.study, tracker)
@@ -232,3 +233,15 @@ class _Writes:
                 done.set_result(call(*args))
             except BaseException as exc:
                 done.set_exception(exc)
+
+
+def mark_superseded(tracker: Tracker, run_id: str, newer: str) -> None:
+    """Mark a sweep's parent run as replaced by study version `newer`: a tag, a note in its
+    description and, where it ended FINISHED, the status KILLED (a FAILED run stays so)."""
+    with tracker.writing():
+        client = tracker.client
+        client.set_tag(run_id, RunTag.SUPERSEDED_BY, newer)
+        client.set_tag(run_id, RunTag.NOTE, f"Superseded by study {newer}: the sweep file "
+                                            "changed and `msexp sweep --restart` started it.")
+        if client.get_run(run_id).info.status == "FINISHED":
+            client.set_terminated(run_id, "KILLED")

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
-import math
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msexp import hints
 from msexp.errors import MsexpError
 from msexp.execution.process import space_note
 from msexp.execution.result import Status, TrialResult
@@ -21,7 +18,16 @@ from msexp.keys import RunTag
 from msexp.knobs import RESOLVED
 from msexp.paths import DEFAULT_TRACKING_URI, STORE_DIR
 from msexp.secrets.redaction import known_secrets, redact, redact_known, redact_value
-from msexp.tracking.spool import Spool, SpooledTrial
+from msexp.tracking.run_content import (
+    dataset_input,
+    in_batches,
+    param_text,
+    redacted_tags,
+    run_metrics,
+    run_params,
+    run_tags,
+)
+from msexp.tracking.spool import Spool
 from msexp.tracking.store import create_sqlite_store
 from msexp.trial_folder import trial_name
 
@@ -149,9 +155,9 @@ class Tracker:
         from mlflow.entities import Param  # lazy: as above
 
         with self.writing():
-            run = self.client.create_run(experiment_id, run_name=study, tags=_redacted({
+            run = self.client.create_run(experiment_id, run_name=study, tags=redacted_tags({
                 RunTag.ROLE: "sweep", RunTag.STUDY: study, **tags}))
-            logged = [Param(k, redact(_param_text(redact_value(k, v)))[:6000])
+            logged = [Param(k, redact(param_text(redact_value(k, v)))[:6000])
                       for k, v in (params or {}).items()]
             for i in range(0, len(logged), 100):
                 self.client.log_batch(run.info.run_id, params=logged[i:i + 100])
@@ -168,70 +174,7 @@ class Tracker:
                                          secrets), encoding="utf-8")
             self.client.log_artifact(run_id, str(copy))
 
-    def record_trial(self, experiment_id: str, parent_id: str, number: int,
-                     params: Mapping[str, Any], result: TrialResult, started: float,
-                     replace: bool = False, log_checkpoint: bool = False,
-                     name: str | None = None, tags: Mapping[str, str] | None = None
-                     ) -> str | None:
-        """Log a trial; if MLflow cannot take it now, keep it in the spool on disk.
-
-        Returns the run id, or None when the trial was spooled. Spooled trials are
-        delivered before the next trial is logged, or by `msexp sync`. With `replace`
-        (a trial that ran before), a run an earlier attempt left is deleted first, so
-        a trial has one child run; `log_checkpoint` attaches the model it kept.
-        """
-        self.flush_spool()
-        try:
-            run_id = self.start_trial(experiment_id, parent_id, number, params, started,
-                                      name, replace)
-            self.finish_trial(run_id, result, started, tags, log_checkpoint, params)
-            return run_id
-        except Exception as exc:  # unreachable server, broken store: keep the result
-            path = self.spool.keep(self.uri, experiment_id, parent_id, number, dict(params),
-                                   result, started, name=name, tags=dict(tags or {}))
-            self.warn_kept(number, exc, path)
-            return None
-
-    def warn_kept(self, number: int, exc: BaseException, path: Path) -> None:
-        """Say that trial `number` waits in the spool file `path`, and how to deliver it."""
-        _log.warning(f"MLflow at {redact(self.uri)} did not take trial {number} "
-                     f"({type(exc).__name__}); kept in {path}, delivered later or by: "
-                     f"{hints.command('sync', tracking_uri=self.uri)}")
-
-    def flush_spool(self) -> int:
-        """Deliver spooled trials of this tracking store, then the ends of parent runs
-        that waited for them; returns how many trials were delivered."""
-        delivered = 0
-        for path, record in self.spool.pending(self.uri):
-            try:
-                self.deliver(record)
-            except Exception:
-                return delivered  # still unreachable: keep the rest for later
-            path.unlink()
-            delivered += 1
-        for path, parent_id, ending in self.spool.endings(self.uri):
-            try:
-                self.client.set_terminated(parent_id, ending)
-            except Exception:
-                break
-            path.unlink()
-        return delivered
-
-    def deliver(self, record: SpooledTrial) -> str:
-        """Record a spooled trial as its one child run: the run made as it started, if
-        that is still there, else a new one; any other run of the trial goes."""
-        kept = record.run_id if record.run_id and self._active(record.run_id) else None
-        with self.writing():  # an attempt that failed midway may have left a run
-            self.delete_trial_runs(record.experiment_id, record.parent_id, record.number,
-                                    keep=kept)
-        if kept is None:
-            kept = self.start_trial(record.experiment_id, record.parent_id, record.number,
-                                    record.params, record.started, record.name)
-        self.finish_trial(kept, record.trial_result, record.started, record.tags,
-                          params=record.params)
-        return kept
-
-    def _active(self, run_id: str) -> bool:
+    def active(self, run_id: str) -> bool:
         from mlflow.exceptions import MlflowException  # lazy: as above
 
         try:
@@ -268,9 +211,9 @@ class Tracker:
                 self.delete_trial_runs(experiment_id, parent_id, number)
             run = self.client.create_run(experiment_id, start_time=int(started * 1000),
                                          run_name=redact(name or trial_name(number)),
-                                         tags=_redacted(tags))
+                                         tags=redacted_tags(tags))
             chosen = {k: v for k, v in params.items() if k not in RESOLVED}
-            for part, _, _ in _batches(_params(chosen), [], []):
+            for part, _, _ in in_batches(run_params(chosen), [], []):
                 self.client.log_batch(run.info.run_id, params=part)
         return run.info.run_id
 
@@ -285,11 +228,11 @@ class Tracker:
         if result.data_source:
             logged["data_source"] = result.data_source
         with self.writing():
-            for params, metrics, tag_part in _batches(_params(logged), _metrics(
-                    result, started), _trial_tags(result, tags or {})):
+            for params, metrics, tag_part in in_batches(run_params(logged), run_metrics(
+                    result, started), run_tags(result, tags or {})):
                 self.client.log_batch(run_id, metrics=metrics, params=params, tags=tag_part)
             if result.data_source:
-                self.client.log_inputs(run_id, [_dataset_input(redact(result.data_source))])
+                self.client.log_inputs(run_id, [dataset_input(redact(result.data_source))])
             for path in (result.log_path, result.events_path):
                 if path and path.exists():
                     self.client.log_artifact(run_id, str(path))
@@ -312,116 +255,9 @@ class Tracker:
                 command)
 
 
-def mark_superseded(tracker: Tracker, run_id: str, newer: str) -> None:
-    """Mark a sweep's parent run as replaced by study version `newer`: a tag, a note in its
-    description and, where it ended FINISHED, the status KILLED (a FAILED run stays so)."""
-    with tracker.writing():
-        client = tracker.client
-        client.set_tag(run_id, RunTag.SUPERSEDED_BY, newer)
-        client.set_tag(run_id, RunTag.NOTE, f"Superseded by study {newer}: the sweep file "
-                                            "changed and `msexp sweep --restart` started it.")
-        if client.get_run(run_id).info.status == "FINISHED":
-            client.set_terminated(run_id, "KILLED")
-
-
-def _batches(params: list, metrics: list, tags: list) -> Iterator[tuple[list, list, list]]:
-    """(params, metrics, tags) for as few `log_batch` calls as MLflow's limits allow (each
-    call one store transaction): at most 100 params, 100 tags and 1000 entries in all per
-    call."""
-    while params or metrics or tags:
-        first, params = params[:_PARAMS], params[_PARAMS:]
-        marks, tags = tags[:_PARAMS], tags[_PARAMS:]
-        room = _CHUNK - len(first) - len(marks)
-        yield first, metrics[:room], marks
-        metrics = metrics[room:]
-
-
-def _params(values: Mapping[str, Any]) -> list:
-    from mlflow.entities import Param  # lazy: as above
-
-    return [Param(k, redact(_param_text(redact_value(k, v)))) for k, v in values.items()]
-
-
-def _trial_tags(result: TrialResult, extra: Mapping[str, str]) -> list:
-    """The tags of how a trial ended (status, error, resume, warm, batch statistics) and
-    `extra`."""
-    from mlflow.entities import RunTag as Tag  # lazy: as above
-
-    tags = {RunTag.STATUS: result.status.value, **extra}
-    if result.error:
-        tags[RunTag.ERROR] = result.error[:5000]
-    if result.resumed_from:
-        tags[RunTag.RESUMED_FROM] = str(result.resumed_from)
-    if result.pid:  # it started
-        tags[RunTag.WARM] = str(result.warm).lower()
-    stats = result.batch_statistics
-    if stats:
-        tags[RunTag.BATCH_STAT_LAYERS] = str(stats.layers)
-        if not stats.exact:
-            tags[RunTag.BATCH_STATISTICS] = stats.line()
-    return [Tag(k, v) for k, v in _redacted(tags).items()]
-
-
-def _dataset_input(description: str) -> Any:
-    """The trial's data as an MLflow dataset input, so the runs table's Dataset column
-    names it: the description up to its parenthesis (e.g. "sklearn digits"), the whole
-    description as its source, and a digest that tells different data apart."""
-    from mlflow.data.code_dataset_source import CodeDatasetSource  # lazy: as above
-    from mlflow.data.meta_dataset import MetaDataset
-    from mlflow.entities import Dataset, DatasetInput, InputTag
-    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
-
-    name = description.split(" (", 1)[0]
-    dataset = MetaDataset(CodeDatasetSource({"description": description}), name=name)
-    return DatasetInput(Dataset(**dataset.to_dict()),
-                        [InputTag(MLFLOW_DATASET_CONTEXT, "training")])
-
-
 def _absolute(uri: str) -> str:
     """A relative SQLite URI made absolute: MLflow caches stores by URI, not by file."""
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
         return prefix + str(Path(uri[len(prefix):]).resolve())
     return uri
-
-
-def _redacted(tags: Mapping[str, str]) -> dict[str, str]:
-    return {k: redact(v) for k, v in tags.items()}
-
-
-def _param_text(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-
-
-def _metrics(result: TrialResult, started: float) -> list:
-    """Per-update series, per-epoch values and final values, all on the update-step axis,
-    stamped by the trial's end (the same values each time: a store keeps one of each).
-    A step holds one point of a name: a series' last point stands for its final value (the
-    run's `train_loss` is the last update's, not the epoch's mean)."""
-    from mlflow.entities import Metric  # lazy: as above
-
-    metrics: list[Metric] = []
-    start_ms = int((started + result.wall_s) * 1000) - len(result.epochs) - 2
-    step = 0
-    logged_last: dict[str, float] = {}
-    last_series: dict[str, list[float]] = {}
-    for i, epoch in enumerate(result.epochs):
-        ts, series = start_ms + i, epoch.series
-        first = epoch.step - len(series.get("train_loss", [])) + 1
-        for name, values in series.items():
-            metrics += [Metric(name, float(v), ts, first + j) for j, v in enumerate(values)
-                        if _finite(v)]
-        step = epoch.step
-        logged_last = {k: v for k, v in epoch.metrics.items() if k not in series}
-        logged_last["epoch"] = epoch.epoch
-        metrics += [Metric(k, float(v), ts, step) for k, v in logged_last.items() if _finite(v)]
-        last_series = series
-    final = {**(result.metrics or result.last_epoch_metrics()), "wall_s": result.wall_s}
-    end_ms = start_ms + len(result.epochs) + 1
-    metrics += [Metric(k, float(v), end_ms, step) for k, v in final.items()
-                if _finite(v) and logged_last.get(k) != v and k not in last_series]
-    return metrics
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -66,7 +66,7 @@ class Held:
         self.release()
 
     def release(self) -> None:
-        """Leave the record for a later delivery (`Tracker.flush_spool`, `msexp sync`)."""
+        """Leave the record for a later delivery (`delivery.flush_spool`, `msexp sync`)."""
         self._handle.close()
 
 

@@ -7,7 +7,7 @@ import math
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,79 +68,133 @@ def _train(workload: Workload, params: dict[str, Any], on_epoch: OnEpoch,
            stop_requested: Callable[[], bool], target: Target | None,
            shard: tuple[int, int], plan: CheckpointPlan | None, init_from: Path | None,
            graphs: Graphs) -> Outcome:
-    batch, micro_size, epochs = params["batch_size"], params["micro_size"], params["epochs"]
-    network, step, drop = graphs.network, graphs.step, graphs.drop_overflow_update
-    memory = PeakMemory()
-    evaluate = _evaluator(graphs.forward, workload)
-    batches = data.TrainBatches(workload.train, batch, micro_size, params["seed"], shard)
-
-    parameters = graphs.parameters()
-    if init_from is not None:  # its weights and moments; this run's own schedule and counters
-        carried = {n: p for n, p in parameters.items()
-                   if n.rpartition(".")[2] not in ("global_step", "learning_rate", "counter")}
-        missing = load_into(carried, init_from, graphs.write)
-        if len(missing) == len(carried):
-            raise ValueError(f"{init_from} holds none of this network's parameters")
-    checkpoints = Checkpoints(plan, parameters, graphs.write) if plan else None
+    batch, epochs = params["batch_size"], params["epochs"]
+    network, step = graphs.network, graphs.step
+    memory, evaluate = PeakMemory(), _evaluator(graphs.forward, workload)
+    batches = data.TrainBatches(workload.train, batch, params["micro_size"], params["seed"],
+                                shard)
+    if init_from is not None:
+        _start_from(graphs, init_from)
+    checkpoints = Checkpoints(plan, graphs.parameters(), graphs.write) if plan else None
     saved = checkpoints.restore() if checkpoints else None
-    history = list(saved.history) if saved else []
-    counters = {"overflow": 0, "skipped": 0, "thor_steps": 0, **(saved.counters if saved else {})}
-    if step.thor is not None:
-        step.thor.steps = counters["thor_steps"]
-    global_step = saved.step if saved else 0
+    run = _Progress.of(saved, step)
     final: dict[str, float] = {}
-    for earlier in history:  # a resumed trial reports one continuous history
+    for earlier in run.history:  # a resumed trial reports one continuous history
         on_epoch(earlier)
         _absorb(final, earlier, target)
-
-    update_s: list[float] = []
-    start = time.perf_counter() - (history[-1].elapsed_s if history else 0.0)
-    for epoch in range(len(history) + 1, epochs + 1):
+    start = time.perf_counter() - (run.history[-1].elapsed_s if run.history else 0.0)
+    for epoch in range(len(run.history) + 1, epochs + 1):
         network.set_train(True)
-        losses, scales = [], []
-        for micro_batches in batches.epoch(epoch):
-            if stop_requested():
-                raise Stopped(f"stopped at epoch {epoch}, step {global_step}")
-            loss, finite = timed_update(step, micro_batches, memory, update_s)
-            global_step += 1
-            if not finite:
-                counters["overflow"] += 1
-                counters["skipped"] += drop
-            elif not math.isfinite(loss):
-                raise Diverged(f"train_loss is {loss} at epoch {epoch}, step {global_step}")
-            losses.append(loss)
-            if step.loss_scale is not None:
-                scales.append(step.loss_scale)
-        network.set_train(False)
-        metrics = evaluate()
-        if not math.isfinite(metrics["eval_loss"]):
-            raise Diverged(f"eval_loss is {metrics['eval_loss']} after epoch {epoch}")
-        metrics["train_loss"] = float(np.mean([v for v in losses if math.isfinite(v)] or [np.nan]))
-        series = {"train_loss": losses, **({"loss_scale": scales} if scales else {})}
-        record = Epoch(epoch, global_step, time.perf_counter() - start, metrics, series)
-        history.append(record)
+        losses, scales = _updates(step, batches.epoch(epoch), run, memory, stop_requested,
+                                  graphs.drop_overflow_update)
+        record = _evaluated(network, evaluate, losses, scales, run, epoch, start)
         if checkpoints and checkpoints.due(epoch, epochs):
-            if step.thor is not None:
-                counters["thor_steps"] = step.thor.steps
-            saved = checkpoints.save(epoch, global_step, history, counters, saved)
+            run.counters["thor_steps"] = step.thor.steps if step.thor is not None else 0
+            saved = checkpoints.save(epoch, run.step, run.history, run.counters, saved)
         on_epoch(record)
         _absorb(final, record, target)
-    if not history:  # nothing to train (epochs 0): evaluate what there is
+    if not run.history:  # nothing to train (epochs 0): evaluate what there is
         network.set_train(False)
         final.update(evaluate())
-    if update_s:
-        steady = update_s[1:] or update_s
-        step_s = statistics.median(steady)
-        final.update(step_ms=step_s * 1000, compile_s=max(0.0, update_s[0] - step_s),
-                     samples_per_s=batch * len(steady) / sum(steady))
-    final.update(memory.metrics(network, graphs.optimizer, step.buffers),
-                 train_s=time.perf_counter() - start, overflow_steps=counters["overflow"],
-                 skipped_updates=counters["skipped"])
-    if step.loss_scale is not None:
-        final["loss_scale"] = step.loss_scale
-    if step.thor is not None:
-        final["thor_inverse_s"] = step.thor.inverse_s
+    final.update(_speed(run.update_s, batch), **_figures(graphs, memory, run),
+                 train_s=time.perf_counter() - start)
     return Outcome(final, checkpoints.finish(saved) if checkpoints else None, graphs)
+
+
+@dataclass
+class _Progress:
+    """Where a trial's training stands: its epochs, updates, counters and update times."""
+
+    history: list[Epoch]
+    counters: dict[str, int]
+    step: int
+    update_s: list[float] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, saved: Any, step: Any) -> _Progress:
+        """From a checkpoint's state (None: from scratch); THOR's step count restored."""
+        counters = {"overflow": 0, "skipped": 0, "thor_steps": 0,
+                    **(saved.counters if saved else {})}
+        if step.thor is not None:
+            step.thor.steps = counters["thor_steps"]
+        return cls(list(saved.history) if saved else [], counters, saved.step if saved else 0)
+
+
+def _start_from(graphs: Graphs, init_from: Path) -> None:
+    """Load a checkpoint's weights and moments; this run keeps its own schedule and
+    counters."""
+    carried = {n: p for n, p in graphs.parameters().items()
+               if n.rpartition(".")[2] not in ("global_step", "learning_rate", "counter")}
+    missing = load_into(carried, init_from, graphs.write)
+    if len(missing) == len(carried):
+        raise ValueError(f"{init_from} holds none of this network's parameters")
+
+
+def _updates(step: Any, epoch_batches: Any, run: _Progress, memory: PeakMemory,
+             stop_requested: Callable[[], bool], drop: bool) -> tuple[list, list]:
+    """One epoch of updates; its losses and loss scales.
+
+    Raises:
+        Stopped: `stop_requested()` became true.
+        Diverged: the loss of a clean update is not finite.
+    """
+    losses, scales = [], []
+    for micro_batches in epoch_batches:
+        if stop_requested():
+            raise Stopped(f"stopped at epoch {len(run.history) + 1}, step {run.step}")
+        loss, finite = timed_update(step, micro_batches, memory, run.update_s)
+        run.step += 1
+        if not finite:
+            run.counters["overflow"] += 1
+            run.counters["skipped"] += drop
+        elif not math.isfinite(loss):
+            raise Diverged(f"train_loss is {loss} at epoch {len(run.history) + 1}, "
+                           f"step {run.step}")
+        losses.append(loss)
+        if step.loss_scale is not None:
+            scales.append(step.loss_scale)
+    return losses, scales
+
+
+def _evaluated(network: Any, evaluate: Callable[[], dict[str, float]], losses: list,
+               scales: list, run: _Progress, epoch: int, start: float) -> Epoch:
+    """The epoch's record, evaluated, appended to the history.
+
+    Raises:
+        Diverged: the eval loss is not finite.
+    """
+    network.set_train(False)
+    metrics = evaluate()
+    if not math.isfinite(metrics["eval_loss"]):
+        raise Diverged(f"eval_loss is {metrics['eval_loss']} after epoch {epoch}")
+    metrics["train_loss"] = float(np.mean([v for v in losses if math.isfinite(v)] or [np.nan]))
+    series = {"train_loss": losses, **({"loss_scale": scales} if scales else {})}
+    record = Epoch(epoch, run.step, time.perf_counter() - start, metrics, series)
+    run.history.append(record)
+    return record
+
+
+def _speed(update_s: list[float], batch: int) -> dict[str, float]:
+    """step_ms and samples_per_s over the steady updates; compile_s, the first one's extra."""
+    if not update_s:
+        return {}
+    steady = update_s[1:] or update_s
+    step_s = statistics.median(steady)
+    return {"step_ms": step_s * 1000, "compile_s": max(0.0, update_s[0] - step_s),
+            "samples_per_s": batch * len(steady) / sum(steady)}
+
+
+def _figures(graphs: Graphs, memory: PeakMemory, run: _Progress) -> dict[str, float]:
+    """Memory, overflows and the technique's own figures (loss scale, THOR's time)."""
+    step = graphs.step
+    found = {**memory.metrics(graphs.network, graphs.optimizer, step.buffers),
+             "overflow_steps": run.counters["overflow"],
+             "skipped_updates": run.counters["skipped"]}
+    if step.loss_scale is not None:
+        found["loss_scale"] = step.loss_scale
+    if step.thor is not None:
+        found["thor_inverse_s"] = step.thor.inverse_s
+    return found
 
 
 def steps_per_epoch(workload: Workload, batch: int) -> int:

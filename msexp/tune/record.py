@@ -8,6 +8,7 @@ from typing import Any
 from msexp.execution.process import owner
 from msexp.keys import RunTag
 from msexp.search.heartbeat import owner_is_dead
+from msexp.tracking.delivery import record_trial
 from msexp.tracking.runs import Tracker
 from msexp.tune.runner import Ran
 
@@ -40,7 +41,7 @@ class PhaseRuns:
             number = self.counts.get(phase, 0)
             self.counts[phase] = number + 1
             tags = {PHASE: phase, **({DROPPED: dropped[i][:5000]} if i in dropped else {})}
-            self.tracker.record_trial(self.experiment_id, parent, number, ran.job.params,
+            record_trial(self.tracker, self.experiment_id, parent, number, ran.job.params,
                                       ran.result, ran.started, name=ran.job.name, tags=tags)
 
     def attach(self, phase: str, path: Path) -> None:
