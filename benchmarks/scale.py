@@ -9,11 +9,10 @@ Prints both walls and msexp / shell. From the sweep's own study it then prints:
     trial's claim to its tell, beyond the script's own 1 s;
   - `status`, `best`, `report` and `plan` wall times on that study (a real one);
   - the size of `mlruns/` per trial.
-`--synthetic N` also builds a study of N finished trials directly (Optuna's API with the
-user attributes `tell` writes, and MLflow child runs as msexp records them: see
-benchmarks/_study.py) and times the four commands on it.
+Every study is a real one: each of its trials ran through `msexp sweep` (N=10,000 takes
+about 1.5 hours at 2 workers).
 
-Usage: python benchmarks/scale.py [--sizes 100 1000] [--slow] [--synthetic 10000]
+Usage: python benchmarks/scale.py [--sizes 100 1000] [--slow] [--method grid]
 """
 
 from __future__ import annotations
@@ -150,24 +149,6 @@ def report_study(folder: Path, sweep: Path, trials: int) -> None:
           flush=True)
 
 
-def synthetic(trials: int) -> None:
-    from _study import build_study  # benchmarks/_study.py
-
-    with tempfile.TemporaryDirectory(prefix=f"synthetic{trials}-") as tmp:
-        folder = Path(tmp)
-        sweep = write_sweep(folder, trials)
-        began = time.perf_counter()
-        build_study(folder, sweep, trials)
-        print(f"synthetic N={trials}: built in {time.perf_counter() - began:.0f} s "
-              "(Optuna trials added directly, MLflow runs as msexp records them; no "
-              "trial ran)", flush=True)
-        walls = command_walls(folder, sweep)
-        print(f"N={trials} (synthetic study): "
-              + ", ".join(f"{k} {v:.2f} s" for k, v in walls.items()))
-        print(f"N={trials}: mlruns/ {size_per_trial(folder, trials):.1f} KiB per trial "
-              "(no trial folders: logs and events not counted)", flush=True)
-
-
 def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -177,15 +158,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--slow", action="store_true", help="also N=10,000")
     parser.add_argument("--method", choices=("random", "grid"), default="random")
-    parser.add_argument("--synthetic", type=int, nargs="*", default=[],
-                        help="also time the commands on built studies of these sizes")
     args = parser.parse_args()
     sizes = [*args.sizes, *([10_000] if args.slow else [])]
     print(f"{os.cpu_count()} CPUs, {WORKERS} workers, load {load()}", flush=True)
     for trials in sizes:
         one_size(trials, args.method)
-    for trials in [*args.synthetic, *([10_000] if args.slow and not args.synthetic else [])]:
-        synthetic(trials)
 
 
 if __name__ == "__main__":
