@@ -1,6 +1,11 @@
-"""train_mem_mb: the training's own memory, against an analytic estimate."""
+"""train_mem_mb: the training's own memory, against an analytic estimate (ResNets:
+tests/test_memory_resnet.py)."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
 
 import mindspore as ms
 import numpy as np
@@ -82,6 +87,28 @@ def test_a_step_is_measured_once_per_process(monkeypatch) -> None:
         step([(x, y), (x, y)])
     assert second.metrics(network, optimizer, step.buffers)["train_mem_mb"] == cold
     assert cold > memory.state_bytes(network, optimizer, step.buffers) / 2**20
+
+
+def test_the_profiler_stops_without_a_warning() -> None:
+    # MindSpore warns "Incorrect schedule: Stop profiler while current state is RECORD"
+    # where a profile ends without its step: `msexp run` printed it among its results
+    code = textwrap.dedent("""
+        import mindspore as ms, numpy as np
+        from msexp.training import memory
+        from msexp.training.step import TrainStep
+        net = ms.nn.Dense(8, 2)
+        optimizer = ms.nn.SGD(net.trainable_params())
+        step = TrainStep(net, ms.nn.CrossEntropyLoss(), optimizer, 1)
+        x, y = ms.Tensor(np.ones((4, 8), np.float32)), ms.Tensor(np.zeros(4, np.int32))
+        peak = memory.PeakMemory()
+        with peak.update(step):
+            step([(x, y)])
+        print("train_mem_mb", peak.metrics(net, optimizer, step.buffers)["train_mem_mb"])
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=True)
+    assert "train_mem_mb" in done.stdout, done.stdout
+    assert "Profiler" not in done.stderr and "schedule" not in done.stderr, done.stderr
 
 
 # -- the parts of the figure, exact (mutation profile "hosts") --------------------------

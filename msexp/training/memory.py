@@ -50,6 +50,10 @@ _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _RECORDS = "**/cpu_ms_memory_record_*.txt"  # the Profiler's CPU memory pool record
 
+_ONE_STEP = ms.profiler.schedule(wait=0, warmup=1, active=1, repeat=1)
+_ONE_STEP.warmup = 0  # the profiler's first step records and saves (MindSpore warns of a
+# schedule made without warmup, and of a profiler stopped while it records)
+
 _pool_peaks: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 """Pool peak bytes of one update, by training step object (reused by warm trials)."""
 
@@ -84,9 +88,12 @@ class PeakMemory:
             began = time.time_ns()
             with ms.profiler.profile(  # the raw record is enough: no parsing (about 1 s)
                     activities=[ms.profiler.ProfilerActivity.CPU], profile_memory=True,
+                    schedule=_ONE_STEP,
                     on_trace_ready=ms.profiler.tensorboard_trace_handler(folder,
-                                                                         analyse_flag=False)):
+                                                                         analyse_flag=False)
+            ) as profiler:
                 yield
+                profiler.step()  # the step recorded and saved: stopped without a warning
             peak = _pool_peak(Path(folder), began, time.time_ns())
         if peak is not None:
             _pool_peaks[step] = self._pool_peak = peak

@@ -1,0 +1,51 @@
+"""The trials table of `msexp report` and of a sweep's end: no column that no trial filled."""
+
+from __future__ import annotations
+
+import optuna
+
+from msexp.cli.options import console
+from msexp.cli.render import trials_table
+from msexp.keys import StudyKey, TrialKey
+
+
+def table_of(objectives: list[str], metrics: list[dict[str, float]]) -> tuple[list[str], str]:
+    """The header cells and the whole text of the table of a study whose trials reported
+    `metrics`, one dict per trial."""
+    study = optuna.create_study(study_name="t", directions=["maximize"] * len(objectives))
+    study.set_user_attr(StudyKey.OBJECTIVES, objectives)
+    for i, reported in enumerate(metrics):
+        trial = optuna.trial.create_trial(
+            params={"lr": 0.1 * (i + 1)},
+            distributions={"lr": optuna.distributions.FloatDistribution(0.01, 1)},
+            values=[reported.get(name, 0.0) for name in objectives],
+            user_attrs={TrialKey.STATUS: "COMPLETE", TrialKey.METRICS: reported})
+        study.add_trial(trial)
+    with console.capture() as captured:
+        trials_table(study)
+    text = captured.get()
+    header = next(line for line in text.splitlines() if line.startswith("┃"))
+    return [cell.strip() for cell in header.strip("┃").split("┃")], text
+
+
+def test_an_unchanged_scripts_table_shows_only_what_it_reported() -> None:
+    # a command experiment without msexp.hooks: its log gave acc and msexp its wall time
+    header, text = table_of(["acc"], [{"acc": 0.125, "wall_s": 30.0},
+                                      {"acc": 0.25, "wall_s": 31.0}])
+    assert header == ["#", "status", "lr", "acc", "wall_s"], header
+    assert "0.125" in text and "0.25" in text
+
+
+def test_a_metric_one_trial_reported_keeps_its_column() -> None:
+    header, text = table_of(["eval_accuracy"], [
+        {"eval_accuracy": 0.5, "samples_per_s": 900.0, "train_mem_mb": 4.5, "wall_s": 2.0},
+        {"eval_accuracy": 0.75, "wall_s": 3.0}])
+    assert header == ["#", "status", "lr", "eval_accuracy", "samples_per_s", "train_mem_mb",
+                      "wall_s"], header
+    row = next(line for line in text.splitlines() if line.startswith("│ 1"))
+    assert [c.strip() for c in row.strip("│").split("│")][4:6] == ["-", "-"]
+
+
+def test_an_objective_no_trial_reported_keeps_its_column() -> None:
+    header, _ = table_of(["eval_accuracy"], [{"acc": 0.5, "wall_s": 2.0}])
+    assert header == ["#", "status", "lr", "eval_accuracy", "wall_s"], header
