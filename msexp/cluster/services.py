@@ -68,8 +68,7 @@ class Services:
         return f"http://127.0.0.1:{self.mlflow_port}"
 
     @property
-    def proxy_url(self) -> str:
-        """msexp's gRPC proxy of the Optuna database, if `up(proxy=True)` started it."""
+    def proxy_url(self) -> str:  # msexp's gRPC proxy, once `up(proxy=True)` started it
         port = (self.root / "proxy.port").read_text().strip()
         return f"grpc://127.0.0.1:{port}"
 
