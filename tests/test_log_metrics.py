@@ -148,7 +148,7 @@ def test_msexp_metrics_says_what_it_leaves_out_and_why() -> None:
             "a training line; an evaluation line): time; to record one, name it with "
             "experiment.metrics") in lines
     as_json = json.loads(CliRunner().invoke(app, ["metrics", str(log), "--json"]).output)
-    assert as_json["metrics"] == {**EXPECTED[log.name]["recorded"], "lr": 0.001464}
+    assert as_json["metrics"] == {**EXPECTED[log.name]["recorded"], "lr": 0.099996}
     assert as_json["ambiguous"] == {"time": ["a training line", "an evaluation line"]}
     assert as_json["left_out"] == {"New_best_val_acc": STATUS} and as_json["cut"] == {}
 
