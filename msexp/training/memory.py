@@ -30,6 +30,11 @@ optimizer state, and one update's activations and gradients, without the runtime
   MindSpore frees or reuses some layer outputs. What the pool still holds when the
   update ends is taken off its peak, so tensors of earlier work in the process (which
   the update may materialise) do not count.
+
+The figure is the update's peak: the larger of the accumulate graphs' (a micro-batch's
+activations and the gradients) and the optimizer step's (copies the size of the weights,
+from weight decay or an optimizer's own loss_scale). Where the second is larger, as on
+ResNet-18 with small images, micro_size does not move it (docs/how-a-trial-runs.md).
 """
 
 from __future__ import annotations
