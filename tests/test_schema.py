@@ -29,8 +29,7 @@ SCHEMA_REJECTS = {
 }
 # Rules JSON Schema cannot state: YAML syntax, and rules that compare values (divisibility,
 # low <= high, grid-only lists under `method`, a knob both fixed and swept, a pattern RE2
-# cannot run in linear time). `msexp
-# validate` checks those after the model.
+# cannot run in linear time). `msexp validate` checks those after the model.
 BEYOND_SCHEMA = {"malformed", "indivisible", "indivisible_fixed", "range_inverted",
                  "grid_with_range", "fixed_and_swept", "metrics_backreference"}
 EXAMPLES = sorted(p for folder in ("sweeps", "msexp/workloads", "benchmarks")
