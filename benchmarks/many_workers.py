@@ -40,6 +40,7 @@ import sqlalchemy  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from msexp.cluster import services  # noqa: E402
+from msexp.execution.process import kill_marked  # noqa: E402
 from msexp.search.source import TrialSource  # noqa: E402
 from msexp.search.study import open_study  # noqa: E402
 from msexp.spec import load_spec  # noqa: E402
@@ -64,7 +65,8 @@ def worker(spec_path: Path, url: str, out: Path, go: Path) -> None:
     try:
         spec = load_spec(spec_path, local=False)
         study, _ = open_study(spec, url)
-        source = TrialSource(study, url, spec.n_trials(), samples=False)
+        source = TrialSource(study, url, spec.n_trials(), samples=False,
+                             kill_leftovers=kill_marked)
         while True:
             began = time.perf_counter()
             trial = source.claim()

@@ -33,8 +33,8 @@ class TrialKey:
     RUN_ID = "mlflow_run_id"
     ERROR = "error"
     GRID_POINT = "grid_point"
-    RETRY_OF = "retry_of"
-    ATTEMPT = "attempt"
+    RERUN_OF = "retry_of"  # on a rerun (--retry-failed): the failed trial it copies
+    ATTEMPT = "attempt"  # present once an earlier attempt ran (see search.claims)
     PARAMS = "params"  # every param of the trial, as it ran
     CHECKPOINT = "checkpoint"  # the model checkpoint it kept
     FEASIBLE = "feasible"  # whether it kept the sweep's constraints
@@ -68,7 +68,7 @@ class TrialEnv:
     PARAMS = "MSEXP_TRIAL"  # path of a JSON file with every param of the trial
     OUTPUT_DIR = "MSEXP_OUTPUT_DIR"  # a folder for the trial's outputs and checkpoints
     EVENTS = "MSEXP_EVENTS"  # where `msexp.hooks.report` writes epochs (JSON lines)
-    RESUME = "MSEXP_RESUME"  # set on a retried trial: the checkpoint folder to resume from
+    RESUME = "MSEXP_RESUME"  # set on a later attempt: the checkpoint folder to resume from
     PROBE = "MSEXP_PROBE"  # set on a probe (msexp tune): the updates after which it ends
     # every process of a trial process carries it (HOST:PID of the orchestrator/serial), so
     # what a trial started is found and killed even after `setsid` or a dead orchestrator

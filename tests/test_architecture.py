@@ -149,3 +149,56 @@ def test_every_module_and_function_is_small(folder: Path) -> None:
                     too_big.append(f"{path.name}:{node.name}: {length} lines")
     assert too_big == []
 
+
+
+# A trial's claim marks (`TrialKey`): who holds it, its heartbeat, its attempts, what a
+# rerun copies. `search/claims.py` alone reads and writes them.
+CLAIM_MARKS = {"OWNER", "HEARTBEAT", "ATTEMPT", "RERUN_OF"}
+CLAIMS = PACKAGE / "search" / "claims.py"
+ATTR_WRITERS = {"set_user_attr", "set_trial_user_attr"}
+
+
+def claim_mark_uses(source: str) -> list[int]:
+    """Lines that name a claim mark (`TrialKey.OWNER`, ...) or use its stored name as a
+    trial attribute (`user_attrs["owner"]`, `user_attrs.get("attempt")`,
+    `set_user_attr("heartbeat", ...)`)."""
+    from msexp.keys import TrialKey
+
+    stored = {getattr(TrialKey, mark) for mark in CLAIM_MARKS}
+
+    def is_stored(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and node.value in stored
+
+    def on_user_attrs(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "user_attrs"
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        named = (isinstance(node, ast.Attribute) and node.attr in CLAIM_MARKS
+                 and isinstance(node.value, ast.Name) and node.value.id == "TrialKey")
+        indexed = (isinstance(node, ast.Subscript) and on_user_attrs(node.value)
+                   and is_stored(node.slice))
+        called = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and (node.func.attr in ATTR_WRITERS or on_user_attrs(node.func.value))
+                  and any(is_stored(arg) for arg in node.args))
+        if named or indexed or called:
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_only_the_claims_module_reads_or_writes_a_trials_claim_marks() -> None:
+    # mutation: `t.user_attrs.get(TrialKey.OWNER)` back in cli/studies.py fails it
+    found = {str(path.relative_to(PACKAGE.parent)): lines for path in PACKAGE.rglob("*.py")
+             if path != CLAIMS and (lines := claim_mark_uses(path.read_text(encoding="utf-8")))}
+    assert found == {}
+    assert claim_mark_uses(CLAIMS.read_text(encoding="utf-8")), "the claims module uses them"
+
+
+def test_the_claim_mark_finder_sees_each_way_to_use_a_mark() -> None:
+    source = ("TrialKey.ATTEMPT\n"
+              "trial.user_attrs['owner']\n"
+              "trial.user_attrs.get('heartbeat', 0)\n"
+              "trial.set_user_attr('retry_of', 3)\n"
+              "storage.set_trial_user_attr(7, 'attempt', 1)\n"
+              "document['owner'], trial.user_attrs.get('status'), TrialKey.ERROR\n")
+    assert claim_mark_uses(source) == [1, 2, 3, 4, 5]

@@ -14,8 +14,9 @@ from optuna.trial import TrialState
 from typer.testing import CliRunner
 
 from msexp.cli import app
+from msexp.search.claims import rerun_failed
 from msexp.search.optuna_private import pop_waiting
-from msexp.search.study import open_study, retry_failed
+from msexp.search.study import open_study
 from msexp.spec import load_spec
 from tests.conftest import msexp_cmd, write
 
@@ -109,12 +110,12 @@ def test_an_unforeseen_error_is_one_line_and_debug_shows_the_traceback(
     assert debug.exit_code == 1 and isinstance(debug.exception, RuntimeError)
 
 
-def test_status_counts_a_retried_trial_once(sweep: Path) -> None:
-    """A failed trial run again is not a finished trial of its own."""
+def test_status_counts_a_rerun_trial_once(sweep: Path) -> None:
+    """A failed trial's rerun is not a finished trial of its own."""
     study, _ = open_study(load_spec(sweep), None)
     first = pop_waiting(study)
     study.tell(first, state=TrialState.FAIL)
-    assert retry_failed(study) == 1
+    assert rerun_failed(study) == 1
     for _ in range(2):
         trial = pop_waiting(study)
         study.tell(trial, [0.5])

@@ -28,12 +28,14 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 # at once; prints the numbers it took
 _CLAIMS = """
 import sys
+from msexp.execution.process import kill_marked
 from msexp.search.source import TrialSource
 from msexp.search.study import open_study
 from msexp.spec import load_spec
 spec, url = load_spec(sys.argv[1], local=False), sys.argv[2]
 study, _ = open_study(spec, url)
-source = TrialSource(study, url, spec.n_trials(), samples=spec.method != "grid")
+source = TrialSource(study, url, spec.n_trials(), samples=spec.method != "grid",
+                     kill_leftovers=kill_marked)
 while (trial := source.claim()) is not None:
     print(trial.number, flush=True)
     study.tell(trial, float(trial.number))

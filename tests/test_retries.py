@@ -15,8 +15,9 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
+from msexp.execution.process import kill_marked
 from msexp.keys import StudyKey, TrialKey
-from msexp.search import source
+from msexp.search import claims
 from msexp.search import study as queue
 from msexp.search.heartbeat import owner_is_dead
 from msexp.search.optuna_private import pop_waiting
@@ -51,7 +52,7 @@ def orphaned(study: optuna.Study, owner: str, attempts: int | None = None
 def test_a_lone_trial_within_its_retries_goes_back_to_waiting(study: optuna.Study) -> None:
     study.set_user_attr(StudyKey.RETRIES, 2)
     owner = dead_owner()
-    assert source.requeue_orphan(study, orphaned(study, owner, 1), 1) is True
+    assert claims.requeue_orphan(study, orphaned(study, owner, 1), 1) is True
     (trial,) = study.trials
     assert trial.state is TrialState.WAITING
     assert trial.user_attrs[TrialKey.ATTEMPT] == 2
@@ -65,7 +66,7 @@ def test_a_lone_trial_out_of_retries_fails_in_one_named_line(
     """A study without the retries attribute (not made by msexp) retries nothing."""
     recorded = []
     frozen = orphaned(study, "other-host:7")
-    assert source.requeue_orphan(study, frozen, 1,
+    assert claims.requeue_orphan(study, frozen, 1,
                                  lambda error: recorded.append(error) or {"kept": 1}) is False
     (trial,) = study.trials
     error = ("orchestrator other-host:7 went silent (no heartbeat for 60 s) with only this "
@@ -85,7 +86,7 @@ def test_a_death_with_other_trials_running_is_not_counted_and_starts_the_count_o
     and so is the other: neither caused the death."""
     owner = dead_owner()
     first, second = orphaned(study, owner, 1), orphaned(study, owner)
-    assert source.requeue_stale_trials(study) == [first.number, second.number]
+    assert claims.requeue_stale_trials(study, kill_marked) == [first.number, second.number]
     for trial in study.trials:
         assert trial.state is TrialState.WAITING
         assert trial.user_attrs[TrialKey.ATTEMPT] == 0
@@ -94,15 +95,21 @@ def test_a_death_with_other_trials_running_is_not_counted_and_starts_the_count_o
             "budget.retries")
 
 
-def test_a_stop_keeps_the_count_of_attempts(study: optuna.Study) -> None:
-    trial_id = running(study)
-    assert source.put_back(study, trial_id, 1, "interrupted") is True
-    (trial,) = study.trials
-    assert trial.state is TrialState.WAITING
-    assert trial.user_attrs == {TrialKey.ATTEMPT: 1, TrialKey.ERROR: "interrupted"}
+def test_a_stop_keeps_the_count_of_attempts_and_marks_a_later_attempt(
+        study: optuna.Study) -> None:
+    # mutations: the count reset or raised by a put-back, no attempt mark on a first one
+    counted, first = study.ask(), study.ask()
+    counted.set_user_attr(TrialKey.ATTEMPT, 1)
+    assert not claims.is_later_attempt(first)
+    assert claims.put_back(study, counted, "interrupted") is True
+    assert claims.put_back(study, first, "interrupted") is True
+    assert [(t.state, t.user_attrs) for t in study.trials] == [
+        (TrialState.WAITING, {TrialKey.ATTEMPT: 1, TrialKey.ERROR: "interrupted"}),
+        (TrialState.WAITING, {TrialKey.ATTEMPT: 0, TrialKey.ERROR: "interrupted"})]
+    assert claims.is_later_attempt(pop_waiting(study))
 
 
-def test_each_failed_trial_is_retried_once_with_its_params(study: optuna.Study) -> None:
+def test_each_failed_trial_is_rerun_once_with_its_params(study: optuna.Study) -> None:
     # 0: completed; 1: a failed grid point never sampled (its params are the enqueued
     # ones); 2: a failed sampled trial (no enqueued params)
     study.add_trial(optuna.trial.create_trial(params={"lr": 0.1}, value=1.0,
@@ -116,13 +123,13 @@ def test_each_failed_trial_is_retried_once_with_its_params(study: optuna.Study) 
     lr = sampled.params["lr"]
     # mutations: `break` at the completed trial, `count = 1`, the copy's params or
     # attributes (only the grid point and what it retries) lost
-    assert queue.retry_failed(study) == 2
+    assert claims.rerun_failed(study) == 2
     copies = [t for t in study.trials if t.state is TrialState.WAITING]
     assert [t.system_attrs["fixed_params"] for t in copies] == [{"lr": 0.2}, {"lr": lr}]
-    assert [t.user_attrs for t in copies] == [{TrialKey.GRID_POINT: 7, TrialKey.RETRY_OF: 1},
-                                              {TrialKey.RETRY_OF: 2}]
-    assert queue.retry_failed(study) == 0, "a retried trial is not retried again"
-    assert queue.failed_trials(study) == []
+    assert [t.user_attrs for t in copies] == [{TrialKey.GRID_POINT: 7, TrialKey.RERUN_OF: 1},
+                                              {TrialKey.RERUN_OF: 2}]
+    assert claims.rerun_failed(study) == 0, "a trial with a rerun gets no other"
+    assert claims.failed_trials(study) == []
 
 
 def test_an_owner_is_dead_only_when_it_is_a_gone_process_of_this_host() -> None:
@@ -174,7 +181,7 @@ def test_only_silent_or_dead_owners_trials_are_put_back_and_their_leftovers_kill
         study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
             TrialKey.OWNER: "other-host:1", TrialKey.HEARTBEAT: 0.0}))  # finished: never stale
         # mutations: `break` at the fresh trial, the attempt count or the dead owner lost
-        assert source.requeue_stale_trials(study) == [silent.number, orphan.number]
+        assert claims.requeue_stale_trials(study, kill_marked) == [silent.number, orphan.number]
         assert leftover.wait(timeout=120) == -9, "a dead owner's leftovers are killed"
     finally:
         leftover.kill()
@@ -261,11 +268,11 @@ def test_a_study_of_other_directions_or_another_sweep_is_refused_naming_the_stor
                                  "NEW_NAME)")
 
 
-def test_the_budget_counts_started_trials_but_not_queued_retries(study: optuna.Study) -> None:
+def test_the_budget_counts_started_trials_but_not_reruns(study: optuna.Study) -> None:
     study.add_trial(optuna.trial.create_trial(value=1.0))
     study.ask()
-    study.enqueue_trial({}, user_attrs={TrialKey.RETRY_OF: 0})
+    study.enqueue_trial({}, user_attrs={TrialKey.RERUN_OF: 0})
     study.enqueue_trial({})
-    assert queue.started_count(study) == 2
-    pop_waiting(study)  # the retry starts: still not a trial of its own
-    assert queue.started_count(study) == 2
+    assert claims.started_count(study) == 2
+    pop_waiting(study)  # the rerun starts: still not a trial of its own
+    assert claims.started_count(study) == 2

@@ -15,6 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 from msexp.errors import describe
+from msexp.execution.process import kill_marked
 from msexp.execution.result import Status, TrialResult
 from msexp.execution.subscribers import TrialInfo
 from msexp.keys import TrialKey
@@ -75,7 +76,8 @@ def test_file_references_become_absolute_and_module_references_stay(workdir: Pat
 
 
 def source_of(spec, study) -> TrialSource:
-    return TrialSource(study, None, spec.n_trials(), spec.method.value != "grid")
+    return TrialSource(study, None, spec.n_trials(), spec.method.value != "grid",
+                       kill_leftovers=kill_marked)
 
 
 def test_an_aborted_sweep_queues_the_trials_it_took_again_without_an_attempt(
@@ -245,6 +247,7 @@ def test_a_claim_from_a_listing_another_process_outdated_takes_the_next_trial(
 _CLAIM_UNTIL_EMPTY = """
 import os, time
 import msexp.search.source
+from msexp.execution.process import kill_marked
 from msexp.search.source import TrialSource
 from msexp.search.study import open_study
 from msexp.spec import load_spec
@@ -260,7 +263,7 @@ msexp.search.source.started_count = slow_count
 for round in range(ROUNDS):  # each round's first claims race
     spec = load_spec(f"budget-{round}.yaml")
     study, _ = open_study(spec, None)
-    source = TrialSource(study, None, spec.n_trials(), True)
+    source = TrialSource(study, None, spec.n_trials(), True, kill_leftovers=kill_marked)
     while (trial := source.claim()) is not None:
         trial.suggest_float("lr", 0.001, 0.1)
         study.tell(trial, 0.5)
@@ -302,9 +305,10 @@ def test_the_grid_queue_puts_the_trials_of_one_graph_next_to_each_other(workdir:
     assert queued == [(1, 0.01), (1, 0.02), (1, 0.03), (2, 0.01), (2, 0.02), (2, 0.03)]
 
 
-_RETRY_FAILED = """
+_RERUN_FAILED = """
 import os, time
-from msexp.search.study import open_study, retry_failed
+from msexp.search.claims import rerun_failed
+from msexp.search.study import open_study
 from msexp.spec import load_spec
 study, _ = open_study(load_spec("retry.yaml"), None)
 listed = study.get_trials
@@ -316,13 +320,13 @@ study.get_trials = slow_listing
 open(f"ready-{os.getpid()}", "w").close()
 while not os.path.exists("go"):
     time.sleep(0.01)
-retry_failed(study)
+rerun_failed(study)
 """
 
 
-def test_processes_that_retry_failed_trials_at_once_retry_each_once(workdir: Path) -> None:
+def test_processes_that_rerun_failed_trials_at_once_rerun_each_once(workdir: Path) -> None:
     """Three `--retry-failed` at once after a grid whose every point failed (mutation:
-    the retries outside the study lock)."""
+    the reruns outside the study lock)."""
     spec = load_spec(write(workdir / "retry.yaml", """
         name: retry
         experiment: mlp_digits
@@ -334,8 +338,8 @@ def test_processes_that_retry_failed_trials_at_once_retry_each_once(workdir: Pat
         study.tell(trial, state=TrialState.FAIL)
         source.done(trial)
     source.close()
-    three_at_once(_RETRY_FAILED, workdir)
-    copies = [t.user_attrs.get(TrialKey.RETRY_OF) for t in open_study(spec, None)[0].trials]
+    three_at_once(_RERUN_FAILED, workdir)
+    copies = [t.user_attrs.get(TrialKey.RERUN_OF) for t in open_study(spec, None)[0].trials]
     assert sorted(c for c in copies if c is not None) == [0, 1]
 
 
@@ -372,7 +376,7 @@ def test_an_rdb_study_tells_silent_trials_by_optunas_own_heartbeat(workdir: Path
         budget: {retries: 1}
     """))
     study, _ = open_study(spec, url)
-    source = TrialSource(study, url, spec.n_trials(), False)
+    source = TrialSource(study, url, spec.n_trials(), False, kill_leftovers=kill_marked)
     silent, alive = source.claim(), source.claim()
     source.close()
     for trial in (silent, alive):  # as claimed by another, live process
@@ -383,7 +387,7 @@ def test_an_rdb_study_tells_silent_trials_by_optunas_own_heartbeat(workdir: Path
             "UPDATE trial_heartbeats SET heartbeat = :old WHERE trial_id = :id"),
             {"old": "2000-01-01 00:00:00", "id": silent._trial_id})
     engine.dispose()
-    again = TrialSource(study, url, spec.n_trials(), False)
+    again = TrialSource(study, url, spec.n_trials(), False, kill_leftovers=kill_marked)
     assert again.pending() == 1, "the silent trial is queued again, the live one is not"
     again.close()
     states = {t.number: (t.state, t.user_attrs.get(TrialKey.ATTEMPT)) for t in study.trials}

@@ -23,8 +23,10 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.execution.host import HostPool
+from msexp.execution.process import kill_marked
 from msexp.execution.protocol import Start, read_events
 from msexp.execution.subscribers import Subscriber
+from msexp.search.claims import requeue_stale_trials
 from msexp.search.optuna_private import pop_waiting
 from msexp.search.storage import open_storage
 from msexp.search.study import make_sampler, open_study
@@ -545,21 +547,18 @@ def stale_trial(workdir: Path, name: str, owner: str, heartbeat: float,
 
 def test_a_stale_trial_of_another_host_is_queued_again_only_when_silent(
         workdir: Path) -> None:
-    from msexp.search.source import requeue_stale_trials
-
     alive = stale_trial(workdir, "fresh", "other-host:1", time.time())
-    assert requeue_stale_trials(alive) == [] and alive.trials[0].state.name == "RUNNING"
+    assert requeue_stale_trials(alive, kill_marked) == []
+    assert alive.trials[0].state.name == "RUNNING"
     silent = stale_trial(workdir, "silent", "other-host:1", time.time() - 3600)
-    assert requeue_stale_trials(silent) == [0]
+    assert requeue_stale_trials(silent, kill_marked) == [0]
     (trial,) = silent.trials
     assert trial.state.name == "WAITING" and trial.user_attrs["attempt"] == 1
 
 
 def test_a_trial_out_of_retries_fails(workdir: Path) -> None:
-    from msexp.search.source import requeue_stale_trials
-
     study = stale_trial(workdir, "spent", "other-host:1", time.time() - 3600, retries=0)
-    assert requeue_stale_trials(study) == [0]
+    assert requeue_stale_trials(study, kill_marked) == [0]
     (trial,) = study.trials
     assert trial.state.name == "FAIL"
     assert trial.user_attrs["error"] == (

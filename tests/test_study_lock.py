@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.errors import MsexpError
+from msexp.execution.process import kill_marked
 from msexp.keys import TrialKey
 from msexp.search.lock import study_lock
 from msexp.search.source import TrialSource
@@ -65,7 +66,8 @@ def test_a_claim_whose_write_lost_to_another_process_takes_the_next_trial(
         return original(trial_id, state, values)
 
     monkeypatch.setattr(storage, "set_trial_state_values", after_the_other_claim)
-    source = TrialSource(study, url, spec.n_trials(), samples=False)
+    source = TrialSource(study, url, spec.n_trials(), samples=False,
+                         kill_leftovers=kill_marked)
     try:
         trial = source.claim()
     finally:

@@ -81,11 +81,11 @@ def _status_document(loaded: Any, tracking_uri: str | None) -> dict[str, Any]:
     """What `status` shows, as data (its --json)."""
     from optuna.trial import TrialState  # lazy: Optuna takes a second to import
 
-    from msexp.search.study import finished_count  # lazy: as above
+    from msexp.search.claims import finished_count, last_heartbeat, owner_of  # lazy: as above
     from msexp.tracking.report import state_counts  # lazy: as above
 
-    running = [{"number": t.number, "owner": t.user_attrs.get(TrialKey.OWNER),
-                "heartbeat_age_s": _age(t.user_attrs.get(TrialKey.HEARTBEAT)),
+    running = [{"number": t.number, "owner": owner_of(t) or None,
+                "heartbeat_age_s": _age(last_heartbeat(t)),
                 "params": t.params}
                for t in loaded.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     return {"study": loaded.study_name, "finished": finished_count(loaded),

@@ -39,9 +39,10 @@ from msexp.spec import Method, SweepSpec, load_spec
 from msexp.spec.checks import batch_statistics_warning
 from msexp.spec.space import derived
 
-RetryOpt = Annotated[bool, typer.Option(
-    "--retry-failed", help="Run the FAILED and TIMEOUT trials of the resumed study again "
-                           "(same params), e.g. after fixing the experiment.")]
+RerunOpt = Annotated[bool, typer.Option(
+    "--retry-failed", help="Rerun the FAILED and TIMEOUT trials of the resumed study: "
+                           "fresh copies (same params, from scratch), e.g. after fixing the "
+                           "experiment.")]
 RestartOpt = Annotated[bool, typer.Option(
     "--restart", help="After a changed sweep file: start the study's next version (NAME-v2, "
                       "NAME-v3, ...) and mark the old one superseded; later commands use the "
@@ -105,7 +106,7 @@ def plan(file: SweepFileArg, check: CheckOpt = False,
     """List the trials a sweep would run, without running any (with --check: run its
     command once).
 
-    A grid's rows are numbered as its trials will be with one worker and no retries
+    A grid's rows are numbered as its trials will be with one worker and no reruns
     (points that share compiled graphs run one after another). --json prints {"name",
     "method", "experiment", "trials", "fixed", "grid": [{"number", "grid_index",
     "params", "micro_batch", "effective_batch"}]}, or for a sampler "params": [{"name",
@@ -172,7 +173,7 @@ def sweep(
     study: StudyOpt = None,
     workers: Annotated[Optional[int], typer.Option(
         "--workers", min=1, help="Trials run at once.", show_default="budget.workers")] = None,
-    retry_failed: RetryOpt = False,
+    rerun: RerunOpt = False,
     restart: RestartOpt = False,
     cold: ColdOpt = False,
 ) -> None:
@@ -194,7 +195,7 @@ def sweep(
     """
     spec = preflight(cold_spec(load_spec(file), cold))
     outcome = _run(spec, workers or spec.budget.workers, SweepProgress(spec), tracking_uri,
-                   storage, study, retry_failed, restart)
+                   storage, study, rerun, restart)
     summary(outcome)
     where = _where(outcome, study, storage)
     report = hints.command("report", file, **where, tracking_uri=tracking_uri)
@@ -211,7 +212,7 @@ def worker(
     workers: Annotated[Optional[int], typer.Option(
         "--workers", min=1, help="Trials this worker runs at once.",
         show_default="budget.workers")] = None,
-    retry_failed: RetryOpt = False,
+    rerun: RerunOpt = False,
     restart: RestartOpt = False,
     cold: ColdOpt = False,
 ) -> None:
@@ -225,7 +226,7 @@ def worker(
     """
     spec = preflight(cold_spec(load_spec(file), cold))
     outcome = _run(spec, workers or spec.budget.workers, LineProgress(spec), tracking_uri,
-                   storage, study, retry_failed, restart)
+                   storage, study, rerun, restart)
     missing = missing_objectives(outcome.study)
     if missing:
         console.print(missing, markup=False, highlight=False)
@@ -242,15 +243,15 @@ def _finish(outcome: Any, file: Path, where: dict[str, Any]) -> None:
     """How a sweep or worker ends: a line on failed trials; the exit code says whether it
     was stopped by a signal (128 + the signal: 130 Ctrl-C, 143 SIGTERM), by
     budget.fail_fast (3) or nothing worked (1)."""
-    from msexp.search.study import failed_trials  # lazy: as in _run
+    from msexp.search.claims import failed_trials  # lazy: as in _run
 
     if outcome.fail_fast:
         err_console.print(outcome.fail_fast, highlight=False, soft_wrap=True, markup=False)
     failed = failed_trials(outcome.study)
     if failed:
-        retry = hints.command("sweep", file, "--retry-failed", **where)
+        rerun = hints.command("sweep", file, "--retry-failed", **where)
         err_console.print(f"{len(failed)} trial(s) failed or timed out; after fixing the "
-                          f"experiment: {retry}", highlight=False, soft_wrap=True)
+                          f"experiment: {rerun}", highlight=False, soft_wrap=True)
     if outcome.interrupted:
         err_console.print("interrupted: run the same command again to resume (stopped "
                           "trials continue from their last checkpoint)")
@@ -264,7 +265,7 @@ def _finish(outcome: Any, file: Path, where: dict[str, Any]) -> None:
 
 
 def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
-         storage: str | None, study: str | None, retry: bool = False,
+         storage: str | None, study: str | None, rerun: bool = False,
          restart: bool = False) -> Any:
     """Run the sweep's trials in `workers` trial processes, showing `progress` (a context
     manager) while they run: the body of the sweep and worker commands.
@@ -282,4 +283,4 @@ def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
 
     optuna_to_log()
     with progress:
-        return run_sweep(spec, progress, hosts, tracking_uri, storage, study, retry, restart)
+        return run_sweep(spec, progress, hosts, tracking_uri, storage, study, rerun, restart)

@@ -119,6 +119,12 @@ def marked(prefix: str) -> list[psutil.Process]:
     return found
 
 
+def kill_marked(name: str) -> None:
+    """Kill every process of this host whose trial marker is `name`'s (see `marked`): what
+    the trials of a gone process `name` (host:pid) left running."""
+    kill_processes(marked(name))
+
+
 def strays() -> list[psutil.Process]:
     """The processes carrying this process's trial marker that are neither this process
     nor one of its ancestors: what the trial started and left running."""

@@ -20,7 +20,7 @@ class TrialInfo:
         params: every param, as the trial runs them.
         logged: what MLflow logs as the run's params.
         started: when the attempt started (time.time()).
-        rerun: an earlier attempt may have recorded it.
+        later_attempt: an earlier attempt of its number ran, and may have recorded it.
         handle: the search's own handle on the trial (an optuna.Trial).
         best: the study's best so far, once the trial is told.
     """
@@ -30,7 +30,7 @@ class TrialInfo:
     params: dict[str, Any]
     logged: dict[str, Any]
     started: float
-    rerun: bool = False
+    later_attempt: bool = False
     handle: Any = None
     best: str = "-"
 

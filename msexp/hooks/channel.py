@@ -40,7 +40,8 @@ def output_dir(default: str | Path = ".") -> Path:
 
 
 def resume_dir() -> Path | None:
-    """On a retried trial, the folder whose checkpoints it should resume from; else None."""
+    """On a later attempt of a trial, the folder whose checkpoints it should resume from;
+    else None."""
     folder = os.environ.get(TrialEnv.RESUME)
     return Path(folder) if folder else None
 

@@ -12,8 +12,9 @@ import optuna
 from msexp.execution.protocol import TrialRequest
 from msexp.execution.result import Status, TrialResult
 from msexp.execution.subscribers import TrialInfo
-from msexp.keys import StudyKey, TrialKey
+from msexp.keys import StudyKey
 from msexp.knobs import value_text
+from msexp.search.claims import is_later_attempt
 from msexp.search.requests import trial_request
 from msexp.secrets.redaction import redact_value
 from msexp.spec import SweepSpec
@@ -25,7 +26,7 @@ def prepare_trial(spec: SweepSpec, study: optuna.Study, handle: optuna.Trial
                   ) -> tuple[TrialInfo, TrialRequest]:
     """Sample the trial's params and say what it runs and where."""
     trial = _described(spec, handle.number, spec.space.suggest(handle), time.time(),
-                       rerun=TrialKey.ATTEMPT in handle.user_attrs, handle=handle)
+                       later_attempt=is_later_attempt(handle), handle=handle)
     folder = trial_folder(study.study_name, handle.number).resolve()
     identity = f"{study.user_attrs.get(StudyKey.UID, study.study_name)}/{handle.number}"
     return trial, trial_request(spec, trial.params, folder, identity, uuid.uuid4().hex)
@@ -50,12 +51,12 @@ def unprepared(spec: SweepSpec, handle: optuna.Trial) -> TrialInfo:
 
 def stale(spec: SweepSpec, study: optuna.Study, frozen: optuna.trial.FrozenTrial,
           error: str) -> tuple[TrialInfo, TrialResult]:
-    """A trial whose orchestrator died, failed out of retries without running again: what
+    """A trial whose orchestrator died, failed out of `budget.retries` without running again: what
     it is recorded with (its params as a run of it logs them, a secret's value redacted;
     the log and events its last attempt left)."""
     started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
     trial = _described(spec, frozen.number, spec.space.assigned(frozen.params), started,
-                       rerun=True)
+                       later_attempt=True)
     folder = trial_folder(study.study_name, frozen.number)
     result = TrialResult(Status.FAILED, error=error, log_path=folder / LOG,
                          events_path=folder / EVENTS,

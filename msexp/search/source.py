@@ -1,39 +1,43 @@
 """Where a sweep's trials come from: claimed from the queue or asked of the sampler,
-kept alive by heartbeats, and put back when they cannot finish."""
+kept alive by heartbeats, and put back when they cannot finish. A trial's claim marks
+are read and written by `search.claims` only."""
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections import Counter
-from typing import Any, Callable
+from typing import Callable
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
-from msexp.execution.process import kill_processes, marked, owner
-from msexp.keys import StudyKey, TrialKey
-from msexp.search.heartbeat import STALE_AFTER_S, Beating, TrialHeartbeat, owner_is_dead
+from msexp.execution.process import owner
+from msexp.search import claims
+from msexp.search.claims import (
+    KillLeftovers,
+    OnFail,
+    TrialHeartbeat,
+    finished_count,
+    started_count,
+)
+from msexp.search.heartbeat import Beating
 from msexp.search.lock import study_lock
-from msexp.search.optuna_private import pop_waiting, set_waiting, storage_of, trial_id
-from msexp.search.study import finished_count, started_count
-
-OnFail = Callable[[FrozenTrial, str], dict[str, Any]]
-_log = logging.getLogger("msexp")
+from msexp.search.optuna_private import pop_waiting, storage_of, trial_id
 
 
 class TrialSource:
     """Claims trials for one process: WAITING ones first (grid points, trials put back,
-    retries), then, when `samples`, new ones while fewer than `total` have started.
+    reruns), then, when `samples`, new ones while fewer than `total` have started.
 
-    Before every claim, the trials of dead or silent processes are queued again. The
-    budget check and the ask hold the study lock, so no number of processes exceeds it.
+    Before every claim, the trials of dead or silent processes are queued again, what a
+    dead one left running killed by `kill_leftovers(owner)`. The budget check and the ask
+    hold the study lock, so no number of processes exceeds it.
     """
 
     def __init__(self, study: optuna.Study, storage_url: str | None, total: int,
-                 samples: bool):
+                 samples: bool, *, kill_leftovers: KillLeftovers):
         self.study, self.storage_url = study, storage_url
         self.total, self.samples = total, samples
+        self.kill_leftovers = kill_leftovers
         self.heartbeat = TrialHeartbeat(study)
         self.held: dict[int, optuna.Trial] = {}  # claimed and not told yet
         self.on_lost: Callable[[int], None] = lambda number: None
@@ -71,14 +75,13 @@ class TrialSource:
         """The next trial for this process, or None when the study has none left."""
         me = owner()  # before any trial is taken: a failure here leaves none RUNNING
         with self._lock, study_lock(self.storage_url):
-            requeue_stale_trials(self.study, self.heartbeat, self.on_fail)
+            self._requeue_stale()
             trial = pop_waiting(self.study)
             if trial is None and self.samples and started_count(self.study) < self.total:
                 trial = self.study.ask()
             if trial is None:
                 return None
-            trial.set_user_attr(TrialKey.OWNER, me)
-            self.heartbeat.record_heartbeat(trial_id(trial))
+            claims.mark_claimed(trial, me, self.heartbeat)
             self.held[trial.number] = trial
             return trial
 
@@ -86,9 +89,13 @@ class TrialSource:
         """Trials no process has taken yet: queued ones (those of dead or silent
         processes included), and the rest of a sampler's budget."""
         with self._lock, study_lock(self.storage_url):
-            requeue_stale_trials(self.study, self.heartbeat, self.on_fail)
+            self._requeue_stale()
         waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         return waiting + (max(0, self.total - started_count(self.study)) if self.samples else 0)
+
+    def _requeue_stale(self) -> None:
+        claims.requeue_stale_trials(self.study, self.kill_leftovers, self.heartbeat,
+                                    self.on_fail)
 
     def finished(self) -> int:
         """Trials of the study that ended (see `finished_count`)."""
@@ -97,9 +104,7 @@ class TrialSource:
     def still_held(self, trial: optuna.Trial) -> bool:
         """Whether the trial is still this process's: RUNNING under its claim. A process
         frozen past its heartbeat finds it queued again or claimed by another."""
-        frozen = storage_of(self.study).get_trial(trial_id(trial))
-        return frozen.state is TrialState.RUNNING and \
-            frozen.user_attrs.get(TrialKey.OWNER) == owner()
+        return claims.held_by(storage_of(self.study).get_trial(trial_id(trial)), owner())
 
     def done(self, trial: optuna.Trial) -> None:
         """The trial was told: stop beating for it."""
@@ -112,8 +117,7 @@ class TrialSource:
         claim of another process comes between the check and the write)."""
         with study_lock(self.storage_url):
             if self.still_held(trial):
-                put_back(self.study, trial_id(trial),
-                         trial.user_attrs.get(TrialKey.ATTEMPT, 0), reason)
+                claims.put_back(self.study, trial, reason)
         self.done(trial)
 
     def release_all(self, reason: str) -> None:
@@ -126,74 +130,3 @@ class TrialSource:
 
     def close(self) -> None:
         self._beating.close()
-
-
-def put_back(study: optuna.Study, trial: int, attempts: int, reason: str) -> bool:
-    """Queue the unfinished trial with id `trial` again as it is (WAITING): same number,
-    params, folder and checkpoints, so the next attempt continues it. A stop (a signal, an
-    unreachable MLflow, an aborted sweep) is not the trial's fault: its `attempts` counted
-    against `budget.retries` stay as they are. Returns whether it was queued."""
-    storage = storage_of(study)
-    storage.set_trial_user_attr(trial, TrialKey.ATTEMPT, attempts)
-    storage.set_trial_user_attr(trial, TrialKey.ERROR, reason)
-    return set_waiting(study, trial)
-
-
-def requeue_stale_trials(study: optuna.Study, heartbeat: TrialHeartbeat | None = None,
-                         on_fail: OnFail = lambda trial, error: {}) -> list[int]:
-    """Queue again the RUNNING trials whose orchestrator died or went silent (see
-    `TrialHeartbeat.stale_trials`), each as `requeue_orphan` says; returns their numbers.
-    What a dead owner's trial processes left running (a daemon, a `setsid` helper) is
-    killed first, found by their marker."""
-    orphans = (heartbeat or TrialHeartbeat(study)).stale_trials()
-    running = Counter(frozen.user_attrs.get(TrialKey.OWNER, "") for frozen in orphans)
-    stale = []
-    for frozen in orphans:
-        name = frozen.user_attrs.get(TrialKey.OWNER, "")
-        if owner_is_dead(name):
-            kill_processes(marked(name))
-        try:
-            requeue_orphan(study, frozen, running[name],
-                           lambda error, frozen=frozen: on_fail(frozen, error))
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # its owner told it meanwhile: it was slow, not dead
-        stale.append(frozen.number)
-    return stale
-
-
-def requeue_orphan(study: optuna.Study, frozen: FrozenTrial, running: int,
-                   before_fail: Callable[[str], dict[str, Any]] = lambda error: {}) -> bool:
-    """Queue again a trial whose orchestrator died or went silent while it ran `running`
-    trials, this one included; returns whether it was queued.
-
-    With other trials running, the death is not the trial's fault: its count of attempts
-    against `budget.retries` starts over. As the only trial running, the death counts:
-    a trial past its retries, the only one running at each of those deaths in a row, may
-    be what takes its orchestrator down (memory, a kill of its parent). It is failed once
-    `before_fail` (given the error) has recorded it, and one line names it.
-    """
-    storage, number = storage_of(study), trial_id(frozen)
-    name = frozen.user_attrs.get(TrialKey.OWNER, "") or "?"
-    how = "died" if owner_is_dead(name) else f"went silent (no heartbeat for {STALE_AFTER_S} s)"
-    retries = study.user_attrs.get(StudyKey.RETRIES, 0)
-    attempts = frozen.user_attrs.get(TrialKey.ATTEMPT, 0) + 1 if running == 1 else 0
-    storage.set_trial_user_attr(number, TrialKey.ATTEMPT, attempts)
-    if running > 1:
-        reason = (f"orchestrator {name} {how} while it ran {running} trials: not counted "
-                  "against budget.retries")
-    elif attempts <= retries:
-        reason = (f"orchestrator {name} {how} with only this trial running ({attempts} of "
-                  f"budget.retries {retries} in a row)")
-    else:
-        error = (f"orchestrator {name} {how} with only this trial running, {attempts} "
-                 f"time{'s' if attempts > 1 else ''} in a row: it may take its orchestrator "
-                 f"down; out of retries (budget.retries {retries})")
-        kept = {**before_fail(error), TrialKey.ERROR: error}
-        for key, value in kept.items():
-            storage.set_trial_user_attr(number, key, value)
-        storage.set_trial_state_values(number, TrialState.FAIL)
-        _log.warning(f"study {study.study_name}: trial {frozen.number} failed: {error}; "
-                     "--retry-failed runs it again")
-        return False
-    storage.set_trial_user_attr(number, TrialKey.ERROR, reason)
-    return set_waiting(study, number)

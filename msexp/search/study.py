@@ -1,4 +1,4 @@
-"""The sweep's Optuna study: sampler, pruner, grid queue, retries and stale trials."""
+"""The sweep's Optuna study: sampler, pruner, grid queue, versions (`--restart`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import time
 import uuid
 
 import optuna
-from optuna.trial import TrialState
 
 from msexp import hints
 from msexp.errors import MsexpError
@@ -201,37 +200,6 @@ def _enqueue_grid(study: optuna.Study, spec: SweepSpec) -> None:
                                 user_attrs={TrialKey.GRID_POINT: i})
 
 
-def retry_failed(study: optuna.Study, storage_url: str | None = None) -> int:
-    """Queue a fresh copy of every FAILED or TIMEOUT trial not retried yet (same params;
-    the copy starts from scratch); return how many. Under the study lock, so processes
-    that do it at once retry each trial once."""
-    with study_lock(storage_url):
-        return _retry_failed(study)
-
-
-def _retry_failed(study: optuna.Study) -> int:
-    trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs.get(TrialKey.RETRY_OF) for t in trials}
-    count = 0
-    for frozen in trials:
-        if frozen.state is not TrialState.FAIL or frozen.number in retried:
-            continue
-        attrs = {k: v for k, v in frozen.user_attrs.items() if k == TrialKey.GRID_POINT}
-        study.enqueue_trial(frozen.params or frozen.system_attrs.get("fixed_params", {}),
-                            user_attrs={**attrs, TrialKey.RETRY_OF: frozen.number})
-        count += 1
-    return count
-
-
-def failed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """FAILED or TIMEOUT trials that no retry has replaced."""
-    trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs.get(TrialKey.RETRY_OF) for t in trials}
-    return [t for t in trials if t.state is TrialState.FAIL and t.number not in retried]
-
-
-
-
 def _wait_for_creator(study: optuna.Study) -> None:
     """Give the process that just created the study time to enqueue its grid."""
     deadline = time.monotonic() + CREATOR_WAIT_S
@@ -239,19 +207,3 @@ def _wait_for_creator(study: optuna.Study) -> None:
         if StudyKey.FINGERPRINT in study.user_attrs:
             return
         time.sleep(0.2)
-
-
-
-
-def finished_count(study: optuna.Study) -> int:
-    """Trials that ended, not counting attempts that were queued again."""
-    trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs.get(TrialKey.RETRY_OF) for t in trials} - {None}
-    return sum(t.state.is_finished() and t.number not in retried for t in trials)
-
-
-def started_count(study: optuna.Study) -> int:
-    """Trials taken from the budget: started ones, not counting queued retries."""
-    trials = study.get_trials(deepcopy=False)
-    return sum(t.state is not TrialState.WAITING and TrialKey.RETRY_OF not in t.user_attrs
-               for t in trials)

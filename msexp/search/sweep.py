@@ -5,40 +5,44 @@ from __future__ import annotations
 
 from msexp import hints
 from msexp.execution.host import HostPool
+from msexp.execution.process import kill_marked
 from msexp.execution.subscribers import Subscriber
+from msexp.search.claims import rerun_failed
 from msexp.search.driver import Sweep, SweepOutcome
 from msexp.search.source import TrialSource
 from msexp.search.storage import storage_label
-from msexp.search.study import open_study, retry_failed
+from msexp.search.study import open_study
 from msexp.spec import Method, SweepSpec
 from msexp.tracking.recorder import MlflowRecorder
 
 
 def run_sweep(spec: SweepSpec, progress: Subscriber, hosts: HostPool | None = None,
               tracking_uri: str | None = None, storage_url: str | None = None,
-              study_name: str | None = None, retry: bool = False, restart: bool = False
+              study_name: str | None = None, rerun: bool = False, restart: bool = False
               ) -> SweepOutcome:
-    """Open (or resume) the sweep's study and run its remaining trials; with `retry`, first
-    queue the FAILED and TIMEOUT trials of a resumed study again; with `restart`, start a
-    new version of a study created from another sweep file (`search.study.open_study`).
+    """Open (or resume) the sweep's study and run its remaining trials; with `rerun`
+    (`--retry-failed`), first queue a rerun of each FAILED and TIMEOUT trial of a resumed
+    study; with `restart`, start a new version of a study created from another sweep file
+    (`search.study.open_study`).
 
     `hosts` (default: `budget.workers` of them) run the trials and are killed when this
     returns.
     """
     with hosts or HostPool(spec.budget.workers) as pool:
-        return _run(spec, progress, pool, tracking_uri, storage_url, study_name, retry,
+        return _run(spec, progress, pool, tracking_uri, storage_url, study_name, rerun,
                     restart)
 
 
 def _run(spec: SweepSpec, progress: Subscriber, hosts: HostPool, tracking_uri: str | None,
-         storage_url: str | None, study_name: str | None, retry: bool, restart: bool
+         storage_url: str | None, study_name: str | None, rerun: bool, restart: bool
          ) -> SweepOutcome:
     study, created = open_study(spec, storage_url, study_name, restart)
-    if retry:
-        retry_failed(study, storage_url)
+    if rerun:
+        rerun_failed(study, storage_url)
     report = hints.command("report", spec.path, study=study.study_name, storage=storage_url,
                            tracking_uri=tracking_uri)
     recorder = MlflowRecorder(spec, study, created, tracking_uri, storage_label(storage_url),
                               report)
-    source = TrialSource(study, storage_url, spec.n_trials(), spec.method is not Method.grid)
+    source = TrialSource(study, storage_url, spec.n_trials(), spec.method is not Method.grid,
+                         kill_leftovers=kill_marked)
     return Sweep(spec, study, source, hosts, recorder, [progress]).run()

@@ -143,7 +143,7 @@ class Space:
     def queue_order(self, n: int) -> list[tuple[int, dict[str, Any]]]:
         """The first `n` grid points as the study queues them, as (grid index, point): points
         that share compiled graphs (`graph_params`) next to each other, groups in order of
-        first appearance, so a worker's trials run warm. With one worker and no retries,
+        first appearance, so a worker's trials run warm. With one worker and no reruns,
         trial k runs the k-th."""
         groups: dict[str, int] = {}
         keyed = []

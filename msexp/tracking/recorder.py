@@ -116,7 +116,7 @@ class MlflowRecorder(Recorder):
         flush_spool(tracker)  # what waits goes first
         try:
             return tracker.start_trial(experiment_id, parent_id, trial.number, trial.logged,
-                                       trial.started, trial.name, replace=trial.rerun)
+                                       trial.started, trial.name, replace=trial.later_attempt)
         except Exception as exc:  # its end keeps the whole trial in the spool
             _log.debug(f"MLflow run of trial {trial.number} not made ({type(exc).__name__})")
             return None
@@ -154,7 +154,7 @@ class MlflowRecorder(Recorder):
             tracker.finish_trial(run_id, result, trial.started, tags,
                                  log_checkpoint=self.spec.checkpoint.log == "all",
                                  params=trial.logged)
-            if trial.rerun:  # what an earlier attempt made while this one started goes
+            if trial.later_attempt:  # what an earlier attempt made while this one started goes
                 _, experiment_id, parent_id = self.opened.result()
                 with tracker.writing():
                     tracker.delete_trial_runs(experiment_id, parent_id, trial.number,
@@ -179,8 +179,8 @@ class MlflowRecorder(Recorder):
             if run_id is not None:
                 with tracker.writing():
                     tracker.client.delete_run(run_id)
-        except Exception as exc:  # a rerun replaces it anyway
-            _log.debug(f"MLflow run left for the rerun to replace ({type(exc).__name__})")
+        except Exception as exc:  # a later attempt replaces it anyway
+            _log.debug(f"MLflow run left for a later attempt to replace ({type(exc).__name__})")
 
     def close(self, ending: str) -> None:
         """Finish the writes asked for, deliver what waits, log the best trial and end the

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from msexp.execution.process import kill_marked
 from msexp.keys import TrialKey
 from msexp.search.heartbeat import STALE_AFTER_S
 from msexp.search.source import TrialSource
@@ -70,7 +71,8 @@ def test_a_sweep_that_wakes_after_losing_its_claim_stops_its_run(mark: str) -> N
         written = len(events())
         wait_for("its heartbeat goes stale", lambda: heartbeat_age() > STALE_AFTER_S + 1,
                  deadline_s=DEADLINE_S + STALE_AFTER_S)
-        other = TrialSource(load_study("lost"), None, total=1, samples=False)
+        other = TrialSource(load_study("lost"), None, total=1, samples=False,
+                            kill_leftovers=kill_marked)
         try:
             claimed = other.claim()
             assert claimed is not None and claimed.number == 0
