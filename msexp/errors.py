@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from msexp.secrets.redaction import redact
@@ -11,10 +12,30 @@ from msexp.secrets.redaction import redact
 _SHOWN = 80
 
 
+@dataclass(frozen=True)
+class Suggestion:
+    """An msexp command that a message suggests, as data: its words after `msexp`, and the
+    study and stores a copy of it must reach. The CLI writes it out with the options a copy
+    needs (`cli/hints.py`); `str()` gives only its words."""
+
+    words: tuple[str, ...]
+    study: str | None = None
+    storage: str | None = None
+    tracking_uri: str | None = None
+
+    def __str__(self) -> str:
+        return " ".join(["msexp", *self.words])
+
+
 class MsexpError(Exception):
     """Root of every error msexp reports to a user; the CLI prints it as one line."""
 
     exit_code = 1
+
+    def __init__(self, *parts: str | Suggestion) -> None:
+        """`parts`: the message's text and the commands it suggests, in order."""
+        self.parts = parts
+        super().__init__("".join(map(str, parts)))
 
 
 class SpecError(MsexpError):

@@ -1,9 +1,11 @@
 """Every command msexp prints as a hint works when copied as printed: a sweep whose trials
 all fail, fixed and retried; a changed sweep file, restarted as the study's next version;
-the same with --study and --storage. Real command trials (a tiny script), so slow."""
+the same with --study and --storage. Real command trials (a tiny script), so slow. Fast:
+the core's log warnings carry their command as data, and the CLI's handlers write it out."""
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 from pathlib import Path
@@ -13,8 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
+from msexp.cli.app import route_logs
+from msexp.errors import Suggestion
 from msexp.keys import RunTag, StudyKey
+from msexp.paths import LOG_FILE
 from msexp.search.storage import open_storage
+from msexp.secrets.redaction import redact_logs
 from tests.conftest import mlflow_client, write
 
 HINT = re.compile(r"msexp (?:sweep|worker|report|best|status|sync|plan)\b[^;()\n]*")
@@ -118,3 +124,25 @@ def test_hints_carry_the_study_and_storage_that_were_given(workdir: Path) -> Non
     report = run_hint(hints(failed.output)[0])
     assert report.exit_code == 0 and "mine: trials" in report.output, report.output
     assert "COMPLETE" in report.output
+
+
+def test_a_log_warning_shows_the_command_it_suggests_written_out_and_redacted(
+        workdir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core logs a `Suggestion` (as `tracking.delivery.warn_kept` does, see
+    test_tracking); the CLI's handlers, stderr and mlruns/msexp.log, write it out with the
+    options a copy needs, redacted (mutation: `Stderr` without its `WrittenOut` formatter
+    leaves a bare `msexp sync` on stderr)."""
+    redact_logs()
+    route_logs()
+    log = logging.getLogger("msexp")
+    elsewhere, secret = "sqlite:///elsewhere.db", "http://user:hunter2@mlflow:5000"
+    log.warning("kept; by: %s", Suggestion(("sync",), tracking_uri=elsewhere))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", elsewhere)  # a copy reaches it anyway
+    log.warning("kept; by: %s", Suggestion(("sync",), tracking_uri=elsewhere))
+    log.warning("run: %s", Suggestion(("report", "a b.yaml"), study="s", tracking_uri=secret))
+    shown = ["kept; by: msexp sync --tracking-uri sqlite:///elsewhere.db", "kept; by: msexp sync",
+             "run: msexp report 'a b.yaml' --study s --tracking-uri "
+             "http://user:***@mlflow:5000"]
+    assert capsys.readouterr().err.splitlines() == shown
+    logged = LOG_FILE.read_text().splitlines()
+    assert [line.split(" msexp: ", 1)[1] for line in logged] == shown

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from msexp.errors import Suggestion
 from msexp.execution.result import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.paths import DEFAULT_TRACKING_URI
@@ -150,7 +151,8 @@ def test_replace_leaves_one_run_per_trial(tracker: Tracker, experiment: str, wor
 
 
 def test_a_refused_trial_waits_in_the_spool_and_is_delivered_first_next_time(
-        tracker: Tracker, experiment: str, workdir: Path) -> None:
+        tracker: Tracker, experiment: str, workdir: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
     parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
     tracker.client.delete_experiment(experiment)  # the store now refuses new runs in it
     assert record_trial(tracker, experiment, parent, 0, {"lr": 0.1, "url": f"postgresql://u:{SECRET}@h/db"},
@@ -160,6 +162,8 @@ def test_a_refused_trial_waits_in_the_spool_and_is_delivered_first_next_time(
     files = tracker.spool.files()
     assert [f.name for f in files] == [f"{parent}-00000.json", f"{parent}-00001.json"]
     assert all(SECRET not in f.read_text() for f in files)
+    suggested = [arg for r in caplog.records for arg in r.args if isinstance(arg, Suggestion)]
+    assert suggested == [Suggestion(("sync",), tracking_uri=tracker.uri)] * 2, "as data"
     assert flush_spool(tracker) == 0 and len(tracker.spool.files()) == 2
     tracker.client.restore_experiment(experiment)
     run_id = record_trial(tracker, experiment, parent, 2, {"lr": 0.3}, finished(), time.time())

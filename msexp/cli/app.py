@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from msexp import interrupts
-from msexp.cli import cluster, reports, run, scaffold, scripts, studies, sweeps, tune
+from msexp.cli import cluster, hints, reports, run, scaffold, scripts, studies, sweeps, tune
 from msexp.cli.options import debug_command, err_console, state
 from msexp.errors import MsexpError
 from msexp.execution.process import space_note
@@ -54,7 +54,7 @@ def _help_shown(exc: Exception) -> bool:
 
 def _exit(exc: Exception) -> typer.Exit:
     if isinstance(exc, MsexpError):
-        message, code = str(exc), exc.exit_code
+        message, code = hints.message(exc), exc.exit_code
     else:  # a bug, or an environment msexp did not foresee
         text = " ".join(str(exc).split())[:300]
         message, code = (f"msexp: {type(exc).__name__}: {text}{space_note(STORE_DIR)} "
@@ -86,7 +86,7 @@ class LogFile(logging.FileHandler):
 
     def __init__(self) -> None:
         super().__init__(LOG_FILE, encoding="utf-8", delay=True)
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self.setFormatter(hints.WrittenOut("%(asctime)s %(levelname)s %(name)s: %(message)s"))
 
     def _open(self) -> Any:
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
@@ -120,6 +120,7 @@ class Stderr(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
+        self.setFormatter(hints.WrittenOut())
 
     def emit(self, record: logging.LogRecord) -> None:
         print(self.format(record), file=sys.stderr)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from msexp import hints
+from msexp.errors import Suggestion
 from msexp.execution.result import TrialResult
 from msexp.secrets.redaction import redact
 from msexp.tracking.runs import Tracker
@@ -45,9 +45,9 @@ def record_trial(tracker: Tracker, experiment_id: str, parent_id: str, number: i
 
 def warn_kept(tracker: Tracker, number: int, exc: BaseException, path: Path) -> None:
     """Say that trial `number` waits in the spool file `path`, and how to deliver it."""
-    _log.warning(f"MLflow at {redact(tracker.uri)} did not take trial {number} "
-                 f"({type(exc).__name__}); kept in {path}, delivered later or by: "
-                 f"{hints.command('sync', tracking_uri=tracker.uri)}")
+    _log.warning("MLflow at %s did not take trial %d (%s); kept in %s, delivered later or "
+                 "by: %s", redact(tracker.uri), number, type(exc).__name__, path,
+                 Suggestion(("sync",), tracking_uri=tracker.uri))
 
 
 def flush_spool(tracker: Tracker) -> int:
