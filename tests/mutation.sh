@@ -12,7 +12,7 @@
 # PROFILE=hosts uses tests/mutation/hosts.toml instead of [tool.mutmut] (the host, trial,
 # training, checkpoint, memory, signature and hooks modules), in a copy of the tree in
 # .mutation/hosts/ (its own mutants/ and mutants-run.log); only the mutants matching its
-# pattern are sampled.
+# pattern are sampled. PROFILE=since (tests/mutation/since.toml): the code issue 40 names.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$(test -x .venv/bin/python && echo "$PWD/.venv/bin/python" || echo python)}
@@ -29,8 +29,12 @@ if [[ -n "${PROFILE:-}" ]]; then
   { sed '/^\[tool\.mutmut\]/,/^\[/{/^\[tool\.mutmut\]/d;/^\[/!d}' pyproject.toml
     cat "tests/mutation/$PROFILE.toml"; } > "$work/pyproject.toml"
   cd "$work"
-  FIRST='msexp.execution.slots.xǁSlotsǁkeep__mutmut_1'
-  MATCH='^msexp\.(execution|training|hooks)\.|^msexp\.fence\.|^msexp\.knobs\.x_graph_params__'
+  case $PROFILE in
+    hosts)
+      FIRST='msexp.execution.slots.xǁSlotsǁkeep__mutmut_1'
+      MATCH='^msexp\.(execution|training|hooks)\.|^msexp\.fence\.|^msexp\.knobs\.x_graph_params__' ;;
+    since) FIRST='msexp.search.versions.x_newest__mutmut_1' ;;
+  esac
 fi
 # Trial and CLI subprocesses must import the mutated copy, not this checkout.
 # The folder must exist before Python starts, or the import system skips it for good.
