@@ -14,6 +14,7 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
+from msexp.cli.hints import message
 from msexp.errors import MsexpError
 from msexp.execution.process import kill_marked
 from msexp.keys import StudyKey, TrialKey
@@ -218,9 +219,10 @@ def test_a_new_grid_study_queues_its_capped_points_and_says_what_it_is(workdir) 
                        "direction: minimize}\n", "h.yaml")
     with pytest.raises(MsexpError) as caught:
         queue.open_study(other, None, "g")
-    assert str(caught.value) == ("h.yaml: study 'g' in mlruns/optuna.journal was created from a "
-                                 "different sweep file; to start its next version: msexp "
-                                 "sweep h.yaml --restart --study g (or pass --study NEW_NAME)")
+    assert message(caught.value) == (
+        "h.yaml: study 'g' in mlruns/optuna.journal was created from a different sweep file; "
+        "to start its next version: msexp sweep h.yaml --restart --study g (or pass --study "
+        "NEW_NAME)")
 
 
 def test_the_creator_samples_with_the_sweep_seed_and_a_joiner_with_its_own(
@@ -262,10 +264,10 @@ def test_a_study_of_other_directions_or_another_sweep_is_refused_naming_the_stor
     other = parse_spec("name: d\nexperiment: lenet_digits\n", "f.yaml")
     with pytest.raises(MsexpError) as caught:
         queue.open_study(other, url, "e")
-    assert str(caught.value) == (f"f.yaml: study 'e' in {url} was created from a different "
-                                 "sweep file; to start its next version: msexp sweep f.yaml "
-                                 f"--restart --study e --storage {url} (or pass --study "
-                                 "NEW_NAME)")
+    assert message(caught.value) == (
+        f"f.yaml: study 'e' in {url} was created from a different sweep file; to start its "
+        f"next version: msexp sweep f.yaml --restart --study e --storage {url} (or pass "
+        "--study NEW_NAME)")
 
 
 def test_the_budget_counts_started_trials_but_not_reruns(study: optuna.Study) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from msexp import hints
+from msexp.cli import hints
 from msexp.cli.options import (
     ColdOpt,
     StorageOpt,

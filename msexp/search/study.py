@@ -10,8 +10,7 @@ import uuid
 
 import optuna
 
-from msexp import hints
-from msexp.errors import MsexpError
+from msexp.errors import MsexpError, Suggestion
 from msexp.execution.process import owner
 from msexp.keys import StudyKey, TrialKey
 from msexp.paths import TRIALS_DIR
@@ -143,12 +142,11 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str,
     """Open study `name`; `given`: the --study the user gave, for the hint."""
     storage = open_storage(storage_url)
     if name not in study_attrs(storage) and ran_before(name):
-        restart = hints.command("sweep", spec.path, "--restart", study=given,
-                                storage=storage_url)
         raise MsexpError(f"{spec.path}: study {name!r} is not in {storage_label(storage_url)}, "
                          f"but {TRIALS_DIR / name} holds its trials from an earlier run (was "
                          f"its storage emptied or changed?); to resume, pass the storage it "
-                         f"used; to start anew beside them: {restart}")
+                         f"used; to start anew beside them: ",
+                         _restart_command(spec, given, storage_url))
     directions = [o.direction for o in spec.objectives]
     kwargs = dict(study_name=name, storage=storage, pruner=make_pruner(spec))
     created = True
@@ -159,11 +157,10 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str,
         created = False
         study = optuna.load_study(sampler=make_sampler(spec, owner()), **kwargs)
         if study.user_attrs.get(StudyKey.FINGERPRINT) not in (None, fingerprint(spec)):
-            restart = hints.command("sweep", spec.path, "--restart", study=given,
-                                    storage=storage_url)
             raise MsexpError(f"{spec.path}: study {name!r} in {storage_label(storage_url)} was "
                              f"created from a different sweep file; to start its next "
-                             f"version: {restart} (or pass --study NEW_NAME)") from None
+                             f"version: ", _restart_command(spec, given, storage_url),
+                             " (or pass --study NEW_NAME)") from None
         if [d.name.lower() for d in study.directions] != directions:
             raise MsexpError(
                 f"{spec.path}: study {name!r} has other objective directions") from None
@@ -173,6 +170,12 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str,
         if StudyKey.FINGERPRINT not in study.user_attrs:
             _set_up(study, spec)
     return study, created
+
+
+def _restart_command(spec: SweepSpec, given: str | None, storage_url: str | None) -> Suggestion:
+    """`msexp sweep FILE --restart`, on the study (`given`: the --study the user gave) and
+    storage of the refused run."""
+    return Suggestion(("sweep", str(spec.path), "--restart"), study=given, storage=storage_url)
 
 
 def _set_up(study: optuna.Study, spec: SweepSpec) -> None:

@@ -3,7 +3,7 @@ the MLflow recorder and the watchers, driven by `Sweep`."""
 
 from __future__ import annotations
 
-from msexp import hints
+from msexp.errors import Suggestion
 from msexp.execution.host import HostPool
 from msexp.execution.process import kill_marked
 from msexp.execution.subscribers import Subscriber
@@ -39,8 +39,8 @@ def _run(spec: SweepSpec, progress: Subscriber, hosts: HostPool, tracking_uri: s
     study, created = open_study(spec, storage_url, study_name, restart)
     if rerun:
         rerun_failed(study, storage_url)
-    report = hints.command("report", spec.path, study=study.study_name, storage=storage_url,
-                           tracking_uri=tracking_uri)
+    report = Suggestion(("report", str(spec.path)), study=study.study_name,
+                        storage=storage_url, tracking_uri=tracking_uri)
     recorder = MlflowRecorder(spec, study, created, tracking_uri, storage_label(storage_url),
                               report)
     source = TrialSource(study, storage_url, spec.n_trials(), spec.method is not Method.grid,

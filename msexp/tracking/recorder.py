@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import optuna
 
-from msexp import hints
+from msexp.errors import Suggestion
 from msexp.execution.result import TrialResult
 from msexp.execution.subscribers import Recorder, TrialInfo
 from msexp.keys import RunTag, StudyKey, TrialKey
@@ -41,9 +41,9 @@ class MlflowRecorder(Recorder):
     """
 
     def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool,
-                 tracking_uri: str | None, storage_label: str, report_hint: str = ""):
-        """`report_hint`: the `msexp report` command of this study, for a warning."""
-        self.spec, self.study, self.report_hint = spec, study, report_hint
+                 tracking_uri: str | None, storage_label: str, report: Suggestion):
+        """`report`: the `msexp report` command of this study, for a warning."""
+        self.spec, self.study, self.report = spec, study, report
         self.opened: Future = Future()  # (tracker, experiment id, parent run id)
         self.writes = _Writes()
         self.runs: dict[int, Future] = {}  # trial number: its run id (None: not made)
@@ -198,9 +198,9 @@ class MlflowRecorder(Recorder):
                 mark_superseded(tracker, parent_id, newer)
         except Exception as exc:  # the trials are safe in Optuna and the spool; so is this end
             tracker.spool.keep_ending(tracker.uri, parent_id, ending)
-            sync = hints.command("sync", tracking_uri=tracker.uri)
-            _log.warning(f"MLflow unreachable at the end of the sweep ({type(exc).__name__});"
-                         f" when it is back, run: {sync} && {self.report_hint}")
+            _log.warning("MLflow unreachable at the end of the sweep (%s); when it is back, "
+                         "run: %s && %s", type(exc).__name__,
+                         Suggestion(("sync",), tracking_uri=tracker.uri), self.report)
 
     def ui_links(self) -> tuple[str, str, str | None]:
         """The runs table, the parent run, and the command that serves the store."""
