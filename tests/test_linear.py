@@ -63,6 +63,18 @@ def test_a_value_of_thousands_of_digits_is_read_in_linear_time() -> None:
     assert MetricReader().feed("acc= 0." + "1" * 4000) == {"acc": float("0." + "1" * 4000)}
 
 
+@pytest.mark.parametrize("unit", ["{ " + " " * 30, "Epoch 1:  50%|", "x: 5%|"],
+                         ids=["open-braces", "bars", "bar-values"])
+def test_braces_and_progress_bars_are_read_in_linear_time(unit: str) -> None:
+    """Many `{` not followed by a key (MindFormers' step block) or many tqdm bars on a line:
+    whether each begins a configuration echo or is a bar's percent is decided in linear
+    time."""
+    made = {n: unit * (n // len(unit)) for n in (15_000, 30_000)}
+    assert len(made[30_000]) < LINE_CHARS
+    assert MetricReader().feed(made[15_000]) == {}  # mutation: no `_is_bar`: x is 0.05
+    assert growth(lambda n: [MetricReader().feed(made[n]) for _ in range(5)], 15_000) < DOUBLED
+
+
 def test_the_catastrophic_pattern_is_accepted_and_linear(tmp_path: Path) -> None:
     write(tmp_path / "train.sh", "echo 'eval_accuracy: 1'\n")
     spec = load_spec(write(tmp_path / "s.yaml", f"""

@@ -9,15 +9,22 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.execution.log_lines import LINE_CHARS
-from msexp.execution.log_metrics import COUNTER, PARAM, STATUS, MetricReader, read_log
+from msexp.execution.log_metrics import (
+    COUNTER,
+    PARAM,
+    STATUS,
+    MetricReader,
+    bounded_lines,
+    read_log,
+)
 from tests.conftest import ASSETS
 
 LOGS = ASSETS / "logs"
 EXPECTED = json.loads((LOGS / "expected.json").read_text(encoding="utf-8"))
 
 
-def read(lines, params=()) -> MetricReader:
-    reader = MetricReader(params=params)
+def read(lines, params=(), patterns=()) -> MetricReader:
+    reader = MetricReader(patterns, params=params)
     for line in lines:
         reader.feed(line)
     return reader
@@ -26,15 +33,23 @@ def read(lines, params=()) -> MetricReader:
 @pytest.mark.parametrize("log", sorted(EXPECTED))
 def test_each_real_log_yields_its_metrics_and_no_configuration(log: str) -> None:
     """What each log yields; `params` are the trial's params (printed back, not metrics),
-    `left_out` what is no measurement, `ambiguous` a name printed on two kinds of line."""
+    `patterns` the sweep's own regexes (`experiment.metrics`), `left_out` what is no
+    measurement, `ambiguous` a name printed on two kinds of line. Read line by line and
+    as a trial's log is (in bounded pieces: each line whole, with its length)."""
     expected = EXPECTED[log]
-    reader = read((LOGS / log).read_text(encoding="utf-8").splitlines(),
-                  expected.get("params", ()))
+    params, patterns = expected.get("params", ()), expected.get("patterns", ())
+    lines = (LOGS / log).read_text(encoding="utf-8").splitlines()  # tqdm's \r ends one too
+    reader = read(lines, params, patterns)
     assert reader.last == expected["recorded"]
     assert not set(expected["not_recorded"]) & set(reader.last)
     assert sorted(reader.left_out) == sorted(expected.get("left_out", []))
     assert sorted(reader.ambiguous) == sorted(expected.get("ambiguous", []))
-    assert read_log(LOGS / log, params=expected.get("params", ())).last == reader.last
+    assert (reader.lines, reader.cut) == (len(lines), None)
+    assert reader.last_line == [line.strip() for line in lines if line.strip()][-1]
+    with (LOGS / log).open(encoding="utf-8") as stream:
+        pieces = [(line.removesuffix("\n"), length) for line, length in bounded_lines(stream)]
+    assert pieces == [(line, len(line)) for line in lines]
+    assert read_log(LOGS / log, patterns, params).last == reader.last
 
 
 def test_the_corpus_holds_every_log_there_is() -> None:

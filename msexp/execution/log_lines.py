@@ -24,7 +24,9 @@ _TIME_MONITOR = re.compile(  # from its literal start: a fast search
 _PROGRESS = re.compile(r"\[\s*+\d++\s*+/\s*+\d++\s*+\]")
 _TRAINING = re.compile(r"\b(?:epoch|step|iter|iteration|batch)\b\s*+(?:[:=#\[(]\s*+)?+\d"
                        r"|\bepoch time\s*+:")  # searched in the line in lower case
-ECHO_START = re.compile(r"\bNamespace\(|\{")
+# a dict's or JSON's `{` (a quoted key or the line's end after it) begins a configuration
+# echo; MindFormers' step block `{ Epoch:[ 1/ 2], ..., loss: 8.867, ...` does not
+ECHO_START = re.compile(r"\bNamespace\(|\{(?=\s*+(?:['\"]|$))")
 _DICT = re.compile(r"\{[^{}]*+\}")
 _SEPARATOR = re.compile(r":(?=[\s\[])|=")  # `: ` (never `10:30`) or `=`
 _VALUE = re.compile(
@@ -114,7 +116,7 @@ def pairs(text: str) -> list[Value]:
     found: list[Value] = []
     for separator in _SEPARATOR.finditer(text):
         value = _VALUE.match(text, separator.end())
-        if value is None:
+        if value is None or _is_bar(text, value):
             continue
         end = separator.start()
         while end > 0 and text[end - 1].isspace() and separator.group() == "=":
@@ -128,6 +130,11 @@ def pairs(text: str) -> list[Value]:
         found.append(Value(name, number / 100 if value.group(2) == "%" else number,
                            shape, status))
     return found
+
+
+def _is_bar(text: str, value: re.Match[str]) -> bool:
+    """Whether a value is a progress bar's percent (tqdm's `Epoch 1:  50%|█████     |`)."""
+    return value.group(2) == "%" and text.startswith("|", value.end())
 
 
 def _line_kind(text: str, end: int) -> str:

@@ -13,9 +13,11 @@ reads one line):
 - MindSpore's `LossMonitor` (as `train_loss`) and `TimeMonitor` (as `step_ms`) lines;
 - the sweep's own regexes (run by RE2), whose named groups are metrics, on every line.
 
-What is not, since it is no measurement: `[i/n]` progress forms; configuration echoes (a
-dict or `Namespace(...)` holding anything but numbers, also when printed over several
-lines, and every value printed before the first training line once one comes); status
+What is not, since it is no measurement: `[i/n]` progress forms and a progress bar's
+percent (tqdm's `Epoch 1:  50%|█████     |`); configuration echoes (a dict or
+`Namespace(...)` holding anything but numbers, also when printed over several lines: a
+`{` before a quoted key or at a line's end; MindFormers' `{ Epoch:[ 1/ 2], ..., loss: 8.867`
+is read; and every value printed before the first training line once one comes); status
 messages (`update best result: 0.125`, `=> New best val acc: 10%`, `saving ...`); progress
 counters (`epoch: 1, acc: 0.25`'s epoch); a value under the name of one of the trial's
 params (the `lr` a script prints back); and a name
@@ -52,7 +54,7 @@ PARAM = "a param of the trial, printed back"
 COUNTER = "a progress counter, not a measurement"
 _COUNTERS = {"epoch", "epochs", "step", "steps", "iter", "iters", "iteration", "iterations",
              "batch", "batches", "global_step", "cur_step", "cur_epoch", "current_epoch",
-             "current_step"}
+             "current_step", "opt_global_step"}
 
 
 class MetricReader:
