@@ -13,7 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from msexp.errors import MsexpError
 from msexp.keys import RunTag, StudyKey, TrialKey
-from msexp.quiet import warnings_to_log
+from msexp.library_warnings import warnings_to_log
 from msexp.secrets.redaction import redact
 from msexp.tracking.effects import KnobEffects, knob_effects, short
 from msexp.tracking.replicates import (
