@@ -21,7 +21,8 @@ MATCH='.'
 if [[ -n "${PROFILE:-}" ]]; then
   work=.mutation/$PROFILE
   mkdir -p "$work"
-  for item in msexp tests experiments sweeps benchmarks README.md; do
+  mkdir -p "$work/mlruns"  # as in the checkout: tests lock the default journal's folder
+  for item in msexp tests sweeps benchmarks docs README.md; do
     rm -rf "${work:?}/$item"
     cp -a "$item" "$work/$item"
   done
