@@ -16,13 +16,14 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import psutil
 import pytest
 
-from msexp.execution.host import Host, HostPool
+from msexp.execution.host import Host, HostPool, proxy
 from msexp.execution.host.link import KILL, RUN, STOP, HostEnd, socket_pair
 from msexp.execution.protocol import (
     Checkpointing,
@@ -155,6 +156,27 @@ def test_a_host_writes_nothing_to_the_sweeps_terminal(host):
     assert [os.readlink(f"/proc/{host.pid}/fd/{fd}") for fd in (0, 1, 2)] == ["/dev/null"] * 3
     assert os.getsid(host.pid) == host.pid != os.getsid(0), "a session of its own"
     assert psutil.Process(host.pid).environ()["MSEXP_WARM"] == "1"
+
+
+# mutations: link.SweepEnd.wait ignores what the host says (waits its timeout); a closed
+# end makes it raise or return at once (a follow loop that spins)
+def test_wait_wakes_on_the_hosts_word_and_waits_its_timeout_on_a_closed_end():
+    sweep, theirs = socket_pair()
+    host = HostEnd(theirs.detach(), lambda: None, lambda: None)
+    host.say_ended()
+    waited = threading.Thread(target=sweep.wait, args=(TIMEOUT_S,), daemon=True)
+    waited.start()
+    waited.join(60)
+    assert not waited.is_alive(), "woken by `ended`, not by its timeout"
+    host.sock.close()  # the host's end goes: always readable from now on
+    for _ in range(2):
+        began = time.monotonic()
+        sweep.wait(0.3)
+        assert time.monotonic() - began >= 0.25, "no spin on a closed end"
+    sweep.close()  # ours closed (a kill while a trial is followed): no error either
+    began = time.monotonic()
+    sweep.wait(0.3)
+    assert time.monotonic() - began >= 0.25
 
 
 # mutation: the ready line garbles "adopts"
@@ -300,8 +322,9 @@ def test_a_trial_past_its_timeout_is_killed_with_its_host(host, tmp_path):
 
 
 KILLS_HOST = """
-import os, psutil
+import os, psutil, time
 os.kill(psutil.Process(os.getppid()).ppid(), 9)  # the host, above the trial child
+time.sleep(600)  # a trial that goes on: an end of its own would race the host's death
 """
 
 
@@ -399,6 +422,17 @@ def test_what_a_finished_trial_leaves_running_is_killed(host, tmp_path):
     daemon = int((tmp_path / "leaves" / "outputs" / "daemon.pid").read_text())
     wait_for("the daemon to be killed", lambda: gone(daemon))
     assert host.pid is not None, "the host stays"
+
+
+# mutation: the host does not say `ended` after a trial (server.serve): the sweep sees the
+# end only at its next read of the events
+@SLOW
+def test_a_trials_end_wakes_the_sweep_at_once(host, tmp_path, monkeypatch):
+    monkeypatch.setattr(proxy, "EPOCHS_S", 120.0)  # the events are read only when woken
+    host.prewarm()
+    result = host.run(script(tmp_path, "quick", 'print("score: 1")'), TIMEOUT_S)
+    assert result.status is Status.COMPLETE, result.error
+    assert result.wall_s < 60, "woken by the host, not by the read interval"
 
 
 def sleeping(seconds: str) -> list[psutil.Process]:

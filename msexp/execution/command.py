@@ -88,7 +88,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     """
     argv, env, outputs = _launch_plan(request)
     command = request.command
-    become_subreaper()  # helpers that leave the session and the marker stay ours to kill
+    adopts = become_subreaper()  # helpers that leave the session and the marker stay ours
     kept = descendants(os.getpid())  # what this process ran before: not the trial's
     try:
         proc = subprocess.Popen(argv, cwd=outputs, env=env, stdout=subprocess.PIPE,
@@ -104,7 +104,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
                 stopped = True
                 proc.send_signal(signal.SIGUSR1)
             time.sleep(POLL_S)
-        kill_leftovers(kept)  # a daemon it left would hold its output open forever
+        kill_leftovers(kept, adopts=adopts)  # a daemon it left would hold its output open
         lines.join(DRAIN_S)
         epochs.forward()
     finally:

@@ -77,11 +77,14 @@ def become_subreaper() -> bool:
     return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
 
 
-def kill_leftovers(kept: Iterable[psutil.Process] = (), wait_s: float = REAP_S) -> None:
-    """Kill what a finished trial left: processes with its marker, then every descendant of
-    this process but those in `kept` (orphans it adopted as a subreaper included), and reap
-    them."""
-    kill_processes(strays(), wait_s)
+def kill_leftovers(kept: Iterable[psutil.Process] = (), wait_s: float = REAP_S,
+                   adopts: bool = False) -> None:
+    """Kill what a finished trial left: every descendant of this process but those in
+    `kept` (orphans it adopted as a subreaper included), and reap them. Where this process
+    does not adopt its orphans (`adopts`: it is a subreaper), a helper that left the tree
+    is found by its marker first: a look at every process on the machine."""
+    if not adopts:
+        kill_processes(strays(), wait_s)
     kept = set(kept)
     for _ in range(3):  # a killed stray's own orphans are adopted only once it is gone
         left = [p for p in descendants(os.getpid()) if p not in kept and alive(p)]

@@ -3,8 +3,10 @@ message.
 
 Down, from the sweep: `run <TrialRequest JSON>`, `stop` (the trial was pruned), `kill`
 (it ignored the stop: end its trial child). Up, from the host: `ready`, once it has
-imported MindSpore, as `ready adopts` if it adopts its trials' orphans (a subreaper). What
-a trial says goes to its events.jsonl, the durable record.
+imported MindSpore, as `ready adopts` if it adopts its trials' orphans (a subreaper), and
+`ended` after each trial. What a trial says goes to its events.jsonl, the durable record;
+`ended` only wakes the sweep to read it (`SweepEnd.wait`), so it never waits a poll for a
+trial's end.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-RUN, STOP, KILL, READY, ADOPTS = "run", "stop", "kill", "ready", "adopts"
+RUN, STOP, KILL, READY, ADOPTS, ENDED = "run", "stop", "kill", "ready", "adopts", "ended"
 POLL_S = 0.05
 
 
@@ -33,6 +35,7 @@ class SweepEnd:
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
+        self.open = True  # until the host's end closes
 
     def send(self, kind: str, body: str = "") -> None:
         """One message; a host that is gone is found by its exit, not here."""
@@ -49,6 +52,16 @@ class SweepEnd:
                     said = self.sock.recv(64)  # "ready ...", or b"" if it died
                     return said.split() == [READY.encode(), ADOPTS.encode()]
         return False
+
+    def wait(self, timeout: float) -> None:
+        """Until the host says something (a trial `ended`) or `timeout` passes; what it said
+        is dropped: the events file says what happened."""
+        if self.open and self.sock.fileno() >= 0:
+            with contextlib.suppress(OSError, ValueError):  # ValueError: closed meanwhile
+                if select.select([self.sock], [], [], timeout)[0]:
+                    self.open = bool(self.sock.recv(4096))
+                return
+        time.sleep(timeout)  # the host's end closed (always readable), or ours: no wake-up
 
     def finish(self) -> None:
         """No more requests: the host ends its idle child and exits."""
@@ -87,3 +100,8 @@ class HostEnd:
     def say_ready(self, adopts: bool = False) -> None:
         with contextlib.suppress(OSError):
             self.sock.sendall(f"{READY}{' ' + ADOPTS if adopts else ''}\n".encode())
+
+    def say_ended(self) -> None:
+        """The trial sent last has ended: its `end` is in its events file."""
+        with contextlib.suppress(OSError):
+            self.sock.sendall(f"{ENDED}\n".encode())

@@ -30,7 +30,8 @@ from msexp.execution.result import Status, TrialResult
 from msexp.keys import TrialEnv
 from msexp.trial_folder import Fence
 
-POLL_S = 0.01  # how often a trial's events are read (a trial's end waits half of it)
+EPOCHS_S = 0.1  # how often a running trial's events are read for epochs; its end is read
+# at once, woken by the host's `ended` (`link`)
 CLOSE_S = 10.0  # for a host to end its warm trial child and exit
 READY_S = 600.0  # a host's start-up (MindSpore's import) on a loaded machine, at most
 STOP_GRACE_S = 1.5  # for a pruned trial to stop by itself before its child is killed
@@ -171,7 +172,7 @@ class Host:
             if now - noted > FAMILY_S:
                 noted = now
                 self._family.note(proc.pid)
-            time.sleep(POLL_S)
+            link.wait(EPOCHS_S)
 
     @staticmethod
     def _absorb(event, result: TrialResult, on_epoch: OnEpoch | None) -> bool:
@@ -191,7 +192,7 @@ class Host:
         while time.monotonic() < deadline and self.pid is not None:
             if any(isinstance(event, End) for event in reader.read()):
                 return True
-            time.sleep(POLL_S)
+            link.wait(EPOCHS_S)
         return False
 
     def close(self) -> None:

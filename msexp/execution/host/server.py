@@ -46,6 +46,7 @@ def serve(channel: int) -> None:
                 zygote.run(request, line)
             else:
                 run_logged(request, stop, warm)
+            link.say_ended()
     finally:
         zygote.close()
 
