@@ -43,6 +43,7 @@ def test_each_real_log_yields_its_metrics_and_no_configuration(log: str) -> None
     assert reader.last == expected["recorded"]
     assert not set(expected["not_recorded"]) & set(reader.last)
     assert sorted(reader.left_out) == sorted(expected.get("left_out", []))
+    assert set(reader.left_out.values()) <= {STATUS, PARAM, COUNTER}, "each says why"
     assert sorted(reader.ambiguous) == sorted(expected.get("ambiguous", []))
     assert (reader.lines, reader.cut) == (len(lines), None)
     assert reader.last_line == [line.strip() for line in lines if line.strip()][-1]

@@ -99,8 +99,9 @@ def catching_files(sources: dict[str, str], logs: list[str]) -> list[str]:
     except Exception:  # noqa: BLE001 - a mutant that does not import
         return list(logs)
     corpus = sys.modules["tests.test_log_metrics"]
-    kept = corpus.MetricReader, corpus.read_log
-    corpus.MetricReader, corpus.read_log = reader.MetricReader, reader.read_log
+    kept = corpus.MetricReader, corpus.read_log, corpus.bounded_lines
+    corpus.MetricReader, corpus.read_log, corpus.bounded_lines = (
+        reader.MetricReader, reader.read_log, reader.bounded_lines)
     caught = []
     try:
         for log in logs:
@@ -112,7 +113,7 @@ def catching_files(sources: dict[str, str], logs: list[str]) -> list[str]:
             finally:
                 signal.alarm(0)
     finally:
-        corpus.MetricReader, corpus.read_log = kept
+        corpus.MetricReader, corpus.read_log, corpus.bounded_lines = kept
     return caught
 
 
