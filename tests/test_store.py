@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from msexp.tracking.store import create_sqlite_store
+from msexp.tracking.store import create_sqlite_store, has_running_runs
 
 
 def test_a_missing_store_is_made_whole_in_a_new_folder_and_a_dead_creators_part_removed(
@@ -51,3 +51,23 @@ def test_an_existing_store_is_left_as_it_is(tmp_path: Path) -> None:
     create_sqlite_store(path)
     assert path.read_bytes() == b"someone's store"
     assert left.exists()
+
+
+# mutations: has_running_runs ignores the run's status, its experiment, or its deletion
+def test_running_runs_are_read_from_the_store_without_mlflow(tmp_path: Path) -> None:
+    path = tmp_path / "mlflow.db"
+    create_sqlite_store(path)
+    client = MlflowClient(f"sqlite:///{path}")
+    ours, other = (client.create_experiment(name) for name in ("ours", "other"))
+    assert has_running_runs(path, "ours") is False
+    client.create_run(other)  # RUNNING, in another experiment
+    done = client.create_run(ours)
+    client.set_terminated(done.info.run_id, "FINISHED")
+    assert has_running_runs(path, "ours") is False
+    deleted = client.create_run(ours)
+    client.delete_run(deleted.info.run_id)
+    assert has_running_runs(path, "ours") is False
+    client.create_run(ours)
+    assert has_running_runs(path, "ours") is True
+    (tmp_path / "not.db").write_text("not a store")
+    assert has_running_runs(tmp_path / "not.db", "ours") is None, "MLflow is asked"

@@ -10,6 +10,7 @@ from typing import Any
 from msexp.cli.options import console
 from msexp.paths import MLFLOW_DB
 from msexp.tracking.runs import Tracker
+from msexp.tracking.store import has_running_runs
 
 
 def mlflow_running(experiment: str, tracking_uri: str | None) -> list[dict[str, Any]]:
@@ -17,8 +18,8 @@ def mlflow_running(experiment: str, tracking_uri: str | None) -> list[dict[str, 
     was never made): `left` where the tune process that made them is gone."""
     from msexp.tune.record import gone, running_runs  # lazy: tune imports the engine
 
-    if tracking_uri is None and os.environ.get("MLFLOW_TRACKING_URI") is None \
-            and not MLFLOW_DB.exists():
+    if tracking_uri is None and os.environ.get("MLFLOW_TRACKING_URI") is None and (
+            not MLFLOW_DB.exists() or has_running_runs(MLFLOW_DB, experiment) is False):
         return []
     tracker = Tracker(tracking_uri)
     found = tracker.client.get_experiment_by_name(experiment)

@@ -7,10 +7,17 @@ So a new store is made under a temporary name and renamed into place when comple
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 from pathlib import Path
 
 _PARTIAL = ".creating-"
+# MLflow's own tables (unchanged since MLflow 1.0): does an experiment have an active run
+# that is RUNNING?
+_RUNNING = ("SELECT 1 FROM runs JOIN experiments ON runs.experiment_id = "
+            "experiments.experiment_id WHERE experiments.name = ? AND runs.status = "
+            "'RUNNING' AND runs.lifecycle_stage = 'active' LIMIT 1")
 
 
 def create_sqlite_store(path: Path) -> None:
@@ -32,3 +39,16 @@ def create_sqlite_store(path: Path) -> None:
     store = SqlAlchemyStore(f"sqlite:///{partial}", (path.parent / "artifacts").as_uri())
     store.engine.dispose()  # no connection may outlive the rename
     os.replace(partial, path)
+
+
+def has_running_runs(path: Path, experiment: str) -> bool | None:
+    """Whether the embedded store at `path` holds an active RUNNING run of `experiment`,
+    read with SQLite alone, read-only (MLflow's import takes seconds: `msexp status` pays
+    it only where the answer is yes); None where the store does not answer (not one, or
+    tables MLflow changed): ask MLflow."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro",
+                                                uri=True, timeout=30)) as store:
+            return store.execute(_RUNNING, (experiment,)).fetchone() is not None
+    except sqlite3.Error:
+        return None
