@@ -49,3 +49,15 @@ def test_a_metric_one_trial_reported_keeps_its_column() -> None:
 def test_an_objective_no_trial_reported_keeps_its_column() -> None:
     header, _ = table_of(["eval_accuracy"], [{"acc": 0.5, "wall_s": 2.0}])
     assert header == ["#", "status", "lr", "eval_accuracy", "wall_s"], header
+
+
+# mutations: the table prints every row of a large study (seconds of rendering per
+# thousand trials), or leaves rows out without saying so
+def test_a_large_studys_table_shows_its_newest_rows_and_counts_the_rest(monkeypatch) -> None:
+    from msexp.cli import render
+
+    monkeypatch.setattr(render, "TABLE_ROWS", 3)
+    _header, text = table_of(["acc"], [{"acc": i / 8} for i in range(5)])
+    assert "0.5" in text and "0.375" in text and "0.25" in text  # the newest three
+    assert "0.125" not in text, "an older row is left out"
+    assert "2 earlier trials not shown" in text

@@ -36,6 +36,7 @@ def when_text(when: Any) -> str:
 
 
 SHOWN_METRICS = ("eval_accuracy", "samples_per_s", "train_mem_mb", "peak_mem_mb", "wall_s")
+TABLE_ROWS = 200  # the trials table's newest rows; `msexp report --json` lists every trial
 
 
 def print_json(document: Any) -> None:
@@ -63,13 +64,15 @@ def finished_trials(study: Any) -> list[dict[str, Any]]:
 
 
 def trials_table(study: Any) -> None:
-    """Print the finished trials of a study: status, swept params, the objectives and
-    those of the main metrics that a trial reported (a script's own loop reports none)."""
+    """Print the newest `TABLE_ROWS` finished trials of a study: status, swept params,
+    the objectives and those of the main metrics that a trial reported (a script's own
+    loop reports none); a line counts those left out."""
     names = study.user_attrs.get(StudyKey.OBJECTIVES, [])
-    rows = finished_trials(study)
+    every = finished_trials(study)
+    rows = every[-TABLE_ROWS:]
     reported = {name for row in rows for name in row["metrics"]}
     columns = [*names, *(m for m in SHOWN_METRICS if m not in names and m in reported)]
-    swept = sorted({k for t in study.trials for k in t.params})
+    swept = sorted({k for row in rows for k in row["params"]})
     constrained = any(row["feasible"] is not None for row in rows)
     table = Table(title=f"{study.study_name}: trials")
     for name in ("#", "status", *swept, *columns, *(["feasible"] if constrained else [])):
@@ -80,6 +83,9 @@ def trials_table(study: Any) -> None:
                       *(cell(row["metrics"].get(c, "-")) for c in columns),
                       *([_yes_no(row["feasible"])] if constrained else []))
     console.print(table)
+    if len(every) > len(rows):
+        console.print(f"{len(every) - len(rows)} earlier trials not shown; `msexp report "
+                      "--json` lists every trial", highlight=False)
 
 
 def missing_objectives(study: Any) -> str | None:
