@@ -171,7 +171,7 @@ def _figures(report: Report) -> dict[str, Any]:
         if report.importances:
             figures["param_importances"] = vis.plot_param_importances(
                 study, params=list(report.importances))
-    if report.importances or len(study.trials) > 1:
+    if report.importances or len(study.get_trials(deepcopy=False)) > 1:
         target = (lambda t: t.values[0]) if report.multi_objective else None
         figures["parallel_coordinate"] = vis.plot_parallel_coordinate(
             study, target=target, target_name=names[0])
