@@ -4,7 +4,7 @@ reader (`msexp/execution/log_lines.py`, `log_metrics.py`); issue 40 asks for two
     .venv/bin/python tests/mutation/log_corpus.py [--json OUT] [--show N]
 
 The mutants are mutmut's own (its `create_mutations`, the operators `tests/mutation.sh`
-runs), each applied to a fresh copy of the module, named as mutmut names them
+runs), each applied to a fresh copy of the module, named after mutmut's scheme
 (`msexp.execution.log_lines.x_pairs__mutmut_3`); mutmut leaves module-level code alone,
 but the reader's regexes and word sets live there, so those are mutated too (named
 `msexp.execution.log_lines.<module>__mutmut_N`). Each mutant is judged per corpus file by
