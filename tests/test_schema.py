@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.knobs import KNOBS, Knob
-from msexp.spec.model import values_model
+from msexp.spec.model import knob_rows, values_model
 from tests.conftest import ASSETS, ROOT, write
 from tests.test_byom import MODEL
 from tests.test_docs import SWEEPS, Snippet, sweep_in_a_folder
@@ -174,6 +174,13 @@ def test_the_knob_table_of_the_docs_is_the_models() -> None:
     assert table.startswith("| knob | type |") and "| `micro_size` | int | >= 1 | `1` |" in table
     assert table in (ROOT / "docs" / "sweep-file.md").read_text(encoding="utf-8"), \
         "paste `msexp knobs --markdown` into docs/sweep-file.md (### Every knob)"
+
+
+def test_an_experiments_knob_without_a_default_shows_an_empty_default() -> None:
+    # mutation: None shown as "XXXX" (no built-in knob lacks a default)
+    rows = knob_rows({"depth": Knob("depth", int, None, "layers (unset: the model's)", ge=1),
+                      "flag": Knob("flag", bool, True, "a flag")})
+    assert [(r["default"], r["allowed"]) for r in rows] == [("", ">= 1"), ("true", "")]
 
 
 def probes(knob: Knob) -> list[Any]:

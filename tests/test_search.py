@@ -404,3 +404,33 @@ def three_at_once(code: str, folder: Path) -> None:
     wait_for("three processes ready", lambda: len(list(folder.glob("ready-*"))) == 3)
     (folder / "go").touch()
     assert [p.wait(timeout=600) for p in processes] == [0, 0, 0]
+
+
+def test_a_trial_without_its_objectives_fails_naming_what_it_reported(workdir: Path) -> None:
+    """judge, in-process: what a trial is told as, and its error, redacted."""
+    # mutations: the objectives not zipped, the error lost or naming the second metric's
+    # neighbour, the error not redacted
+    spec = load_spec(write(workdir / "j.yaml", """
+        name: judged
+        experiment: mlp_digits
+        objective:
+          - {metric: eval_accuracy, direction: maximize}
+          - {metric: eval_loss, direction: minimize}
+        params: {lr: [0.1, 0.2]}
+    """))
+    trial = TrialInfo(0, "#0", {"api_token": "S3CRET-tok"}, {}, 0.0)
+    wrong_names = TrialResult(Status.COMPLETE, {"eval_acc": 0.9, "val_loss": 0.3})
+    assert tell.judge(spec, trial, wrong_names) == {
+        TrialKey.MISSING: ["eval_accuracy", "eval_loss"]}
+    assert wrong_names.status is Status.FAILED
+    assert wrong_names.error == ("objective not available: eval_accuracy, eval_loss "
+                                 "(it reported eval_acc, val_loss; did you mean eval_acc?)")
+    leaked = TrialResult(Status.FAILED, error="token S3CRET-tok in a traceback")
+    assert tell.judge(spec, trial, leaked) == {}
+    assert (leaked.status, leaked.error) == (Status.FAILED, "token *** in a traceback")
+    whole = TrialResult(Status.COMPLETE, {"eval_accuracy": 0.9, "eval_loss": 0.3})
+    assert tell.judge(spec, trial, whole, unreported="no eval_loss by epoch 2") == {}
+    assert (whole.status, whole.error) == (Status.COMPLETE, "")
+    stopped = TrialResult(Status.PRUNED, {"eval_accuracy": 0.9, "eval_loss": 0.3})
+    tell.judge(spec, trial, stopped, unreported="no eval_loss by epoch 2")
+    assert (stopped.status, stopped.error) == (Status.FAILED, "no eval_loss by epoch 2")

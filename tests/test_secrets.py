@@ -105,6 +105,10 @@ def test_redaction_hides_every_password_and_leaves_other_urls_alone() -> None:
     ("http://u:p%2Fq%40r@[::1]:5000/x", "http://u:***@[::1]:5000/x"),
     ("http://u:p@ss@host/db", "http://u:***@host/db"),
     ("host=db password='s3 cret' user=x", "host=db password=*** user=x"),
+    # mutations: the scan after an escape restarting at 2, or the newline looked for
+    # before the backslash instead of after it
+    ("host=db password='s3\\'cret' user=x", "host=db password=*** user=x"),
+    ("password='ab\n\\cd' x", "password=*** x"),
     ("http://user@host:5000/#/experiments/1", "http://user@host:5000/#/experiments/1"),
     # mutation: the password= keyword matched case-sensitively
     ("host=db Password=s3cret", "host=db Password=***"),
@@ -231,11 +235,13 @@ def test_known_secrets_are_hidden_in_any_text(monkeypatch: pytest.MonkeyPatch) -
     and as JSON escapes them; values too short to search for are left alone."""
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", 'S3CRET"env')
     monkeypatch.setenv("SHORT_TOKEN", "abc")
-    secrets = known_secrets({"api_key": "S3CRET-key", "db": "mysql://u:S3CRET-db@h/x"})
+    # mutation: a number's text lost (`str(None)`): a numeric secret is left in texts
+    secrets = known_secrets({"api_key": "S3CRET-key", "db": "mysql://u:S3CRET-db@h/x",
+                             "auth_token": 73195284})
     text = ('password S3CRET"env, {"p": "S3CRET\\"env"}, key S3CRET-key, '
-            "db S3CRET-db, short abc")
+            "db S3CRET-db, short abc, token 73195284")
     assert redact_known(text, secrets) == (
-        'password ***, {"p": "***"}, key ***, db ***, short abc')
+        'password ***, {"p": "***"}, key ***, db ***, short abc, token ***')
 
 
 def test_optuna_keeps_stand_ins_and_a_trial_gets_the_real_values(workdir: Path) -> None:

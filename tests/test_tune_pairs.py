@@ -155,3 +155,34 @@ def test_the_exit_status_tells_a_pick_no_pick_and_failed_apart(tmp_path: Path,
         outcome = Outcome([base], [base], None, 0, trained, [], pick, tmp_path / "p.png")
         assert _show_tune(outcome, None, json_output=True) is found
         assert (json.loads(capsys.readouterr().out)["pick"] is None) is not found
+
+
+def test_tune_compares_each_grid_point_once_with_the_first_seed_and_refuses_two_devices(
+        tmp_path: Path) -> None:
+    from msexp.tune.candidates import candidates, check_tunable
+
+    # mutations: the points kept with their seed (8 candidates, not 4), the point or
+    # the dict of those found lost; the refusals without their file or on every file
+    spec = load_spec(write(tmp_path / "d.yaml", DIGITS))  # repeats: 2 sweeps seeds 0, 1
+    found = candidates(spec)
+    assert [c.point for c in found] == [{"micro_size": m, "batch_size": b}
+                                        for m in (1, 4) for b in (64, 256)]
+    assert [(c.params["seed"], c.micro_batch) for c in found] == [(0, 64), (0, 256),
+                                                                   (0, 16), (0, 64)]
+    assert found[0].label == "micro_size=1 batch_size=64"
+    check_tunable(spec)  # one device a trial: accepted
+    two = write(tmp_path / "two.yaml", DIGITS.replace("fixed: {", "fixed: {devices: 2, "))
+    with pytest.raises(SpecError) as refused:
+        check_tunable(load_spec(two))
+    assert str(refused.value) == (f"{two}: fixed.devices: msexp tune profiles one process a "
+                                  "trial; tune with devices 1, got >1")
+    write(tmp_path / "train.py", "print('eval_accuracy: 0.5')\n")
+    hookless = write(tmp_path / "cmd.yaml", """
+        name: cmd
+        experiment: {command: python train.py}
+        objective: [{metric: eval_accuracy, direction: maximize}]
+        params: {lr: [0.1, 0.01]}
+    """)
+    with pytest.raises(SpecError) as refused:
+        check_tunable(load_spec(hookless))
+    assert str(refused.value).startswith(f"{hookless}: command: msexp tune needs the script ")
