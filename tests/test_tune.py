@@ -44,6 +44,7 @@ def test_halving_keeps_the_faster_half_and_at_least_two() -> None:
     assert rules.halve({"a": 10.0, "b": 30.0, "c": 20.0}) == ["b", "c"]  # ceil(3/2) = 2
     assert rules.halve({"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "e": 5.0}) == ["e", "d", "c"]
     assert rules.halve({"a": 1.0}) == ["a"]
+    assert rules.halve({}) == []  # nothing measured (mutation: the leader looked up anyway)
     assert rules.halve({"a": 40.0, "b": 10.0, "c": 30.0, "d": 20.0}) == ["a", "c"]  # first
 
 
@@ -243,6 +244,9 @@ def test_the_lr_suggestion_is_the_steepest_descent_before_divergence() -> None:
     clean = sum(r <= 1 for r in rates)  # the smoothed loss passes 4x its best a few points on
     assert clean < len(rules.before_divergence(losses)) <= clean + 5
     assert rules.suggest_lr(rates[:12], losses[:12]) is None  # too few points
+    # diverged once it passes 4x its best, not at 4x (mutation: >=); 6.94... smooths to 4.0
+    assert rules.smooth([1.0, 6.940000000000009]) == [1.0, 4.0]
+    assert rules.before_divergence([1.0, 6.940000000000009, 1e6]) == [1.0, 4.0]
 
 
 def test_a_probe_request_round_trips_and_is_never_warm_for_an_lr_test(tmp_path: Path) -> None:

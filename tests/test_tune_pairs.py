@@ -186,3 +186,27 @@ def test_tune_compares_each_grid_point_once_with_the_first_seed_and_refuses_two_
     with pytest.raises(SpecError) as refused:
         check_tunable(load_spec(hookless))
     assert str(refused.value).startswith(f"{hookless}: command: msexp tune needs the script ")
+
+
+def test_each_candidates_fate_says_where_it_stood() -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Profile, group_of
+    from msexp.tune.outcome import Outcome, fate
+
+    # mutations: the rank counted from 0 or -1, a fate's words changed
+    base, fast, slower, third, fourth = (Profile(Candidate({"i": i}, {"i": i}))
+                                         for i in range(5))
+    fourth.dropped = "out of memory"
+    verdicts = [Verdict(fast, [0.9], 2.0, None), Verdict(slower, [0.9], 1.5, None)]
+    outcome = Outcome([base, fast, slower, third, fourth], [fast, base, slower, third],
+                      0.01, 2, Verdict(base, [0.9], 1.0, None), verdicts, verdicts[0])
+    assert [fate(outcome, p) for p in (fast, slower, base, third, fourth)] == [
+        "the pick", "kept, trained slower than the pick",
+        "the baseline: trained as the reference",
+        "ranked 4 of 4 by probes: not among the 2 confirmed", "dropped: out of memory"]
+    # candidates equal but for batch_size and micro_size share a memory group
+    # mutation: the group made of batch_size and micro_size alone
+    one = Candidate({}, {"batch_size": 64, "micro_size": 1, "amp_level": "O0"})
+    same = Candidate({}, {"batch_size": 256, "micro_size": 4, "amp_level": "O0"})
+    other = Candidate({}, {"batch_size": 64, "micro_size": 1, "amp_level": "O2"})
+    assert group_of(one) == group_of(same) != group_of(other)
