@@ -131,6 +131,18 @@ def test_each_failed_trial_is_rerun_once_with_its_params(study: optuna.Study) ->
                                               {TrialKey.RERUN_OF: 2}]
     assert claims.rerun_failed(study) == 0, "a trial with a rerun gets no other"
     assert claims.failed_trials(study) == []
+    # mutation: the rerun set lost: only the completed trial has ended for good
+    assert claims.finished_count(study) == 1
+
+
+def test_a_trial_that_failed_before_its_params_is_rerun_with_none(
+        study: optuna.Study) -> None:
+    # mutation: no default for its enqueued params (None): the rerun could not be sampled
+    study.tell(study.ask(), state=TrialState.FAIL)  # e.g. killed while it was claimed
+    assert claims.rerun_failed(study) == 1
+    copy = pop_waiting(study)
+    assert study.trials[copy.number].system_attrs["fixed_params"] == {}
+    assert copy.suggest_float("lr", 0.01, 1.0) >= 0.01
 
 
 def test_an_owner_is_dead_only_when_it_is_a_gone_process_of_this_host() -> None:

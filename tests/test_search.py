@@ -434,3 +434,28 @@ def test_a_trial_without_its_objectives_fails_naming_what_it_reported(workdir: P
     stopped = TrialResult(Status.PRUNED, {"eval_accuracy": 0.9, "eval_loss": 0.3})
     tell.judge(spec, trial, stopped, unreported="no eval_loss by epoch 2")
     assert (stopped.status, stopped.error) == (Status.FAILED, "no eval_loss by epoch 2")
+
+
+def test_a_held_trial_another_process_took_is_dropped_and_told_one_the_storage_lost_is_kept(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # mutations: the listeners not kept; a trial kept as None (dropped) when its storage
+    # cannot be read
+    spec = load_spec(write(workdir / "h.yaml", """
+        name: held
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2]}
+    """))
+    study, _ = open_study(spec, None)
+    source, lost = source_of(spec, study), []
+    source.listen(lost.append, lambda frozen, error: {})
+    first, second = source.claim(), source.claim()
+    storage = study._storage
+    storage.set_trial_user_attr(second._trial_id, TrialKey.OWNER, "otherhost:1")
+    real_get_trial = storage.get_trial
+    monkeypatch.setattr(storage, "get_trial", lambda trial_id: (_ for _ in ()).throw(
+        OSError("the storage is down")) if trial_id == first._trial_id else real_get_trial(
+        trial_id))
+    assert source._held_ids() == [first._trial_id]
+    assert lost == [second.number]
+    assert list(source.held) == [first.number]
+    source.close()

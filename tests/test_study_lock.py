@@ -119,3 +119,21 @@ def test_an_in_memory_sqlite_study_is_locked_within_the_process() -> None:
         assert not entered.wait(0.5), "the second holder got in while the first held it"
     thread.join(timeout=60)
     assert entered.is_set()
+
+
+def test_each_database_has_one_lock_engine_a_process() -> None:
+    from msexp.search.lock import _lock_engine
+
+    # mutation: one engine for every database (its key lost); no connection is made
+    url = "postgresql+psycopg://u:p@127.0.0.1:9/a"
+    engine = _lock_engine(url)
+    assert _lock_engine(url) is engine
+    assert _lock_engine(url[:-1] + "b") is not engine
+    read, written = os.pipe()
+    child = os.fork()
+    if child == 0:  # a forked child must not share its parent's sessions
+        os.write(written, b"own" if _lock_engine(url) is not engine else b"shared")
+        os._exit(0)
+    os.close(written)
+    assert os.read(read, 10) == b"own"
+    os.waitpid(child, 0)
