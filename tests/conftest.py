@@ -29,6 +29,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
+def models_built_by_each_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test uses a sweep-file model another test built (`model._MODELS`): mutation
+    testing maps each test to the code it runs, and judges a mutant of a model's builder
+    only by the tests mapped to it (test_spec, test_schema)."""
+    from msexp.spec import model
+    monkeypatch.setattr(model, "_MODELS", {})
+
+
+@pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh current directory, so mlruns/ (MLflow + Optuna stores) lands in tmp_path."""
     monkeypatch.chdir(tmp_path)

@@ -21,6 +21,8 @@ from tests.conftest import ASSETS, ROOT, write
 from tests.test_byom import MODEL
 from tests.test_docs import SWEEPS, Snippet, sweep_in_a_folder
 
+pytestmark = pytest.mark.usefixtures("models_built_by_each_test")
+
 SCHEMA_REJECTS = {
     "unknown_top_key", "unknown_nested_key", "wrong_type", "out_of_range", "knob_out_of_range",
     "knob_wrong_type", "knob_bad_choice", "unknown_knob", "missing_name", "bad_method",
@@ -174,6 +176,13 @@ def test_the_knob_table_of_the_docs_is_the_models() -> None:
     assert table.startswith("| knob | type |") and "| `micro_size` | int | >= 1 | `1` |" in table
     assert table in (ROOT / "docs" / "sweep-file.md").read_text(encoding="utf-8"), \
         "paste `msexp knobs --markdown` into docs/sweep-file.md (### Every knob)"
+
+
+def test_the_schema_says_its_draft_and_its_title(
+        validator: jsonschema.Draft202012Validator) -> None:
+    # mutation: the title editors show changed
+    assert {k: v for k, v in validator.schema.items() if isinstance(v, str)} == {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "msexp sweep file"}
 
 
 def test_an_experiments_knob_without_a_default_shows_an_empty_default() -> None:

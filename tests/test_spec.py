@@ -12,6 +12,8 @@ from msexp.errors import SpecError
 from msexp.spec import Method, parse_spec
 from tests.conftest import ASSETS
 
+pytestmark = pytest.mark.usefixtures("models_built_by_each_test")
+
 BAD = sorted((ASSETS / "bad").glob("*.yaml"))
 
 
