@@ -109,6 +109,10 @@ def test_redaction_hides_every_password_and_leaves_other_urls_alone() -> None:
     # before the backslash instead of after it
     ("host=db password='s3\\'cret' user=x", "host=db password=*** user=x"),
     ("password='ab\n\\cd' x", "password=*** x"),
+    # mutations: an "@" right after a one-character password skipped; a URL ending at
+    # its user's ":" read past the end of the text
+    ("http://a:b@c http://u:p@h", "http://a:***@c http://u:***@h"),
+    ("see http://user:", "see http://user:"),
     ("http://user@host:5000/#/experiments/1", "http://user@host:5000/#/experiments/1"),
     # mutation: the password= keyword matched case-sensitively
     ("host=db Password=s3cret", "host=db Password=***"),
