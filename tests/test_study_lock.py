@@ -137,3 +137,46 @@ def test_each_database_has_one_lock_engine_a_process() -> None:
     os.close(written)
     assert os.read(read, 10) == b"own"
     os.waitpid(child, 0)
+
+
+def test_the_storages_msexp_can_lock_are_taken_and_another_is_refused_in_one_line() -> None:
+    from msexp.search.lock import check_lockable
+
+    # mutations: PostgreSQL URLs or journal files not recognized as lockable
+    for url in (None, "runs/optuna.journal", "sqlite:///runs/optuna.db",
+                "postgresql+psycopg://u:p@db/optuna", "grpc://db:13000"):
+        check_lockable(url)
+    with pytest.raises(MsexpError) as refused:
+        check_lockable("mysql+pymysql://u:S3CRET@db/optuna")
+    assert str(refused.value).startswith("cannot use the Optuna storage "
+                                         "mysql+pymysql://u:***@db/optuna (msexp locks ")
+
+
+def test_the_beat_goes_on_for_each_held_trial_past_one_told_meanwhile() -> None:
+    import time
+
+    import optuna
+
+    from msexp.search.heartbeat import Beating
+
+    class Beats:  # the storage's side of a heartbeat, every 10 ms
+        def __init__(self) -> None:
+            self.beats: list[int] = []
+
+        def get_heartbeat_interval(self) -> float:
+            return 0.01
+
+        def record_heartbeat(self, trial_id: int) -> None:
+            if trial_id == 3:
+                raise optuna.exceptions.UpdateFinishedTrialError("told meanwhile")
+            self.beats.append(trial_id)
+
+    # mutation: the thread started without its target: nothing beats
+    beats = Beats()
+    beating = Beating(beats, lambda: [3, 4])
+    deadline = time.monotonic() + 10
+    while beats.beats.count(4) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    beating.close()
+    assert beats.beats.count(4) >= 3 and set(beats.beats) == {4}
+    assert not beating.thread.is_alive()
