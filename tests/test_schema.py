@@ -235,3 +235,23 @@ def test_the_schema_of_one_experiment_holds_its_files_to_its_knobs(workdir: Path
     assert not schema.is_valid({**own, "objective": {"metric": "top1"}})
     assert schema.is_valid({"name": "s", "experiment": "mlp_digits"}), "a built-in's file"
     assert not schema.is_valid({"name": "s", "experiment": "mlp_digit"})
+
+
+@pytest.mark.parametrize(("range_", "verdict"), [
+    ("{low: 0.01, high: 0.5, step: 0.01}", (True, True)),
+    # mutations: a range's bound taken infinite (JSON has no infinity: the schema takes
+    # YAML's .inf as a number); its step's "> 0" left out of the schema
+    ("{low: 0.01, high: .inf}", (False, True)),
+    ("{low: 0.01, high: 0.5, step: 0}", (False, False)),
+])
+def test_a_ranges_bounds_are_finite_and_its_step_positive_for_validate_and_the_schema(
+        range_: str, verdict: tuple[bool, bool], workdir: Path,
+        validator: jsonschema.Draft202012Validator) -> None:
+    path = write(workdir / "r.yaml", f"""
+        name: ranged
+        experiment: mlp_digits
+        method: random
+        budget: {{trials: 2}}
+        params: {{lr: {range_}}}
+    """)
+    assert verdicts(path, validator) == verdict
