@@ -204,3 +204,14 @@ def test_the_scripts_loss_scale_manager_and_optimizer_scale_give_the_true_update
     for name, want in plain.items():
         np.testing.assert_allclose(zoo[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
 
+
+
+def test_a_scripts_namespace_names_the_knobs_it_sets_with_values_msexp_takes() -> None:
+    import argparse
+
+    from msexp.hooks.model_arguments import named
+
+    # mutation: only a dict read (an argparse Namespace, a config object refused)
+    args = argparse.Namespace(lr=0.05, batch_size=32, micro_size=0, data_dir="/data")
+    assert named(args) == {"lr": 0.05, "batch_size": 32}  # micro_size 0 breaks its rule
+    assert named(vars(args)) == named(args)
