@@ -184,3 +184,11 @@ def test_msexp_metrics_refuses_a_pattern_the_linear_engine_cannot_run() -> None:
     assert shown.output.strip().splitlines() == [
         "--pattern: 0: not a regular expression that runs in linear time (invalid perl "
         "operator: (?=; RE2 syntax: no backreferences or lookarounds), got acc=(?P<a>\\d)(?=x)"]
+
+
+def test_a_stream_is_read_to_its_end_line_by_line_the_last_without_its_newline() -> None:
+    import io
+
+    # mutation: the end of the stream not recognized (the reading never ends: a timeout)
+    assert list(bounded_lines(io.StringIO("ab\nc"))) == [("ab\n", 2), ("c", 1)]
+    assert list(bounded_lines(io.StringIO(""))) == []
