@@ -248,6 +248,14 @@ def test_known_secrets_are_hidden_in_any_text(monkeypatch: pytest.MonkeyPatch) -
         'password ***, {"p": "***"}, key ***, db ***, short abc, token ***')
 
 
+def test_secrets_that_overlap_are_hidden_as_one() -> None:
+    # mutations: the span joined into another index than the last (an IndexError, or
+    # the previous span widened and this one shown)
+    overlapping = ["S3CRET-abc", "CRET-abcdef", "S3CRET-1"]
+    assert redact_known("x S3CRET-abcdef y", overlapping) == "x *** y"
+    assert redact_known("a S3CRET-1 b S3CRET-abcdef y", overlapping) == "a *** b *** y"
+
+
 def test_optuna_keeps_stand_ins_and_a_trial_gets_the_real_values(workdir: Path) -> None:
     """A grid queued and run through a real journal: every point comes back with its real
     values, and the journal holds none (alike stand-ins are numbered)."""
