@@ -246,6 +246,8 @@ def test_known_secrets_are_hidden_in_any_text(monkeypatch: pytest.MonkeyPatch) -
             "db S3CRET-db, short abc, token 73195284")
     assert redact_known(text, secrets) == (
         'password ***, {"p": "***"}, key ***, db ***, short abc, token ***')
+    # mutation: a secret searched for from the end: only its last occurrence hidden
+    assert redact_known("S3CRET-key, again S3CRET-key", secrets) == "***, again ***"
 
 
 def test_secrets_that_overlap_are_hidden_as_one() -> None:
