@@ -107,6 +107,9 @@ def test_the_sweeps_regexes_are_recorded_wherever_they_match() -> None:
 
 def test_colour_codes_do_not_hide_a_metric() -> None:
     assert MetricReader().feed("\x1b[32mval_acc: 0.75\x1b[0m") == {"val_acc": 0.75}
+    # rich's hyperlink round a path; mutation: only colour codes removed (`id` = 7 read)
+    link = "\x1b]8;id=7;file:///x/train.py\x1b\\train.py\x1b]8;;\x1b\\"
+    assert MetricReader().feed(f"loss = \x1b[1;36m0.5\x1b[0m {link}") == {"loss": 0.5}
 
 
 @pytest.mark.parametrize("line", [

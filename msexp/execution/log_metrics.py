@@ -48,7 +48,8 @@ from msexp.execution.log_lines import (
 )
 from msexp.patterns import user_pattern
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*+[A-Za-z]")
+# colour codes, and the hyperlinks rich writes round a path (`\x1b]8;id=1;file://...\x1b\\`)
+_ANSI = re.compile(r"\x1b\[[0-9;]*+[A-Za-z]|\x1b\][^\x07\x1b]*+(?:\x07|\x1b\\)?+")
 STATUS = "a status message, not a measurement"
 PARAM = "a param of the trial, printed back"
 COUNTER = "a progress counter, not a measurement"
