@@ -113,6 +113,7 @@ def test_redaction_hides_every_password_and_leaves_other_urls_alone() -> None:
     # its user's ":" read past the end of the text
     ("http://a:b@c http://u:p@h", "http://a:***@c http://u:***@h"),
     ("see http://user:", "see http://user:"),
+    ("password=&x", "password=&x"),  # mutations: an empty value hidden as a secret
     ("http://user@host:5000/#/experiments/1", "http://user@host:5000/#/experiments/1"),
     # mutation: the password= keyword matched case-sensitively
     ("host=db Password=s3cret", "host=db Password=***"),
