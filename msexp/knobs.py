@@ -5,6 +5,7 @@ This table is the single source for validation, `msexp knobs` and the JSON Schem
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,8 @@ class Knob:
         """Return the rule `value` breaks, or None if it is allowed."""
         if not _is_type(value, self.type):
             return f"must be {_TYPE_NAMES[self.type]}"
+        if isinstance(value, float) and not math.isfinite(value):
+            return "must be a finite number"
         if self.choices is not None and value not in self.choices:
             return "must be one of " + ", ".join(str(c) for c in self.choices)
         for bound, op, ok in (

@@ -44,6 +44,50 @@ def test_a_range_with_an_infinite_bound_is_refused(workdir: Path) -> None:
     assert one_line(result) == f"{sweep}: params.lr.high: must be a finite number, got inf"
 
 
+COMMAND = """experiment: {command: python train.py, metrics: "top1: (?P<top1>[0-9.]+)"}
+objective: {metric: top1}"""
+
+
+@pytest.mark.parametrize(("section", "line"), [
+    # each was accepted while only a range's bounds had to be finite: an unbounded float,
+    # or a bound that infinity meets (-inf broke weight_decay's ">= 0" with the wrong rule)
+    ("experiment: mlp_digits\nfixed: {weight_decay: -.inf}",
+     "fixed.weight_decay: must be a finite number, got -inf"),
+    ("experiment: mlp_digits\nparams: {momentum: {values: [0.5, .nan]}}",
+     "params.momentum.values.1: must be a finite number, got nan"),
+    ("experiment: own.py:build\nfixed: {scale: .inf}", "fixed.scale: must be a finite "
+     "number, got inf"),
+    ("experiment: own.py:build\nparams: {scale: [0.5, -.inf]}", "params.scale.1: must be a "
+     "finite number, got -inf"),
+    (f"{COMMAND}\nparams: {{dropout: [0.1, .nan]}}",
+     "params.dropout.1: must be a finite number, got nan"),
+    (f"{COMMAND}\nfixed: {{dropout: .inf}}", "fixed.dropout: must be a finite number, got inf"),
+], ids=["fixed -inf", "values nan", "own fixed inf", "own grid -inf", "command grid nan",
+        "command fixed inf"])
+def test_a_non_finite_knob_value_is_refused_before_anything_runs(
+        workdir: Path, section: str, line: str) -> None:
+    # mutation: Knob.check without its finite rule (all six pass validate, or name ">= 0")
+    write(workdir / "own.py", """
+        PARAMS = {"scale": 0.5}
+
+        def build(params):
+            raise NotImplementedError
+    """)
+    write(workdir / "train.py", "print('top1: 0.5')\n")
+    sweep = workdir / "s.yaml"
+    sweep.write_text(f"name: s\n{section}\n")
+    for command in ("validate", "sweep"):
+        result = invoke(command, str(sweep))
+        assert (result.exit_code, one_line(result)) == (2, f"{sweep}: {line}"), command
+    assert not (workdir / "mlruns").exists(), "nothing may run or be recorded"
+
+
+def test_a_non_finite_value_set_for_one_trial_is_refused(workdir: Path) -> None:
+    result = invoke("run", "mlp_digits", "--set", "lr=.inf")
+    assert (result.exit_code, one_line(result)) == (
+        2, "--set: fixed.lr: must be a finite number, got inf")
+
+
 def test_a_storage_in_a_missing_folder_is_one_line_at_once(workdir: Path) -> None:
     result = invoke("status", "--study", "x", "--storage", "sqlite:////nonexistent/x.db")
     assert result.exit_code == 1

@@ -31,9 +31,11 @@ SCHEMA_REJECTS = {
 }
 # Rules JSON Schema cannot state: YAML syntax, and rules that compare values (divisibility,
 # low <= high, grid-only lists under `method`, a knob both fixed and swept, a pattern RE2
-# cannot run in linear time). `msexp validate` checks those after the model.
+# cannot run in linear time); a finite number (JSON has no .inf or .nan, so the schema takes
+# YAML's as numbers). `msexp validate` checks those.
 BEYOND_SCHEMA = {"malformed", "indivisible", "indivisible_fixed", "range_inverted",
-                 "grid_with_range", "fixed_and_swept", "metrics_backreference"}
+                 "grid_with_range", "fixed_and_swept", "metrics_backreference",
+                 "knob_infinite", "knob_nan_in_grid"}
 EXAMPLES = sorted(p for folder in ("sweeps", "msexp/workloads", "benchmarks")
                   for p in (ROOT / folder).rglob("*.y*ml"))
 

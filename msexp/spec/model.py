@@ -42,13 +42,11 @@ def _ruled(rule: Callable[[Any], Optional[str]]) -> WrapValidator:
     return WrapValidator(validate)
 
 
-def knob_value(knob: Knob, finite: bool = False) -> Any:
+def knob_value(knob: Knob) -> Any:
     """The type of one value of `knob`: its type or choices, its bounds, its help."""
     kind: Any = Literal[knob.choices] if knob.choices is not None else knob.type
     kind = list[Any] if kind is list else kind
     bounds = {b: getattr(knob, b) for b in ("ge", "gt", "le", "lt") if getattr(knob, b) is not None}
-    if finite and knob.type is float:
-        bounds["allow_inf_nan"] = False
     return Annotated[kind, Field(description=knob.help, **bounds), _ruled(knob.check)]
 
 
@@ -114,7 +112,7 @@ def _own_param(when: type[BaseModel], open_as: str) -> Any:
 def _range_fields(knob: Knob) -> Optional[dict[str, Any]]:
     if knob.type not in (int, float):
         return None
-    bound = knob_value(knob, finite=True)
+    bound = knob_value(knob)
     step = Annotated[knob.type, Field(gt=0, description="sample low, low + step, ..."),
                      _ruled(_step_rule(knob))]
     return {"low": (bound, ...), "high": (bound, ...), "log": (knob_value(_LOG), False),
