@@ -45,7 +45,10 @@ def growth(job: Callable[[int], object], size: int, repeats: int = 5) -> float:
     (lambda n: "x://u:" * (n // 6), 200_000),  # URLs that never reach their "@"
     (lambda n: "password='" * (n // 10), 200_000),  # values never closed
     (lambda n: "db=postgresql://u:p@h/x " * (n // 24), 200_000),
-], ids=["letters", "url", "open-urls", "open-values", "many-urls"])
+    (lambda n: "password='s\\\n" * (n // 13), 200_000),  # each line continued
+    (lambda n: "password='" + "s\\'" * (n // 3), 200_000),  # its quotes all escaped
+], ids=["letters", "url", "open-urls", "open-values", "many-urls", "continued-values",
+        "unclosed-value"])
 def test_redaction_is_linear_in_the_text(text: Callable[[int], str], size: int) -> None:
     small, large = text(size), text(2 * size)
     assert growth(lambda n: redact(small if n == size else large), size) < DOUBLED

@@ -123,6 +123,40 @@ def test_redaction_of_named_forms(text: str, shown: str) -> None:
     assert redact(text) == shown
 
 
+@pytest.mark.parametrize(("text", "shown"), [
+    # a quoted value without its closing quote runs to the end of its line (or text)
+    ("host=db password='unclosed S3CRET\nnext line", "host=db password=***\nnext line"),
+    ("host=db password='unclosed S3CRET", "host=db password=***"),
+    ("password='S3CRET\\", "password=***"),  # a last backslash escapes nothing
+    # a backslash-newline inside quotes is escaped as any character is: the value goes on
+    ("password='S3\\\nCR\\\nET' user=x\nnext", "password=*** user=x\nnext"),
+    ("password='S3\\\nCRET user=x\nnext", "password=***\nnext"),
+    ("password='S3CRET\\\n", "password=***\n"),  # the text's last newline is kept
+    ("password='S3CRET\\\\\nnext", "password=***\nnext"),  # an escaped backslash
+])
+def test_a_quoted_value_is_hidden_without_its_closing_quote_or_across_a_backslash_newline(
+        text: str, shown: str) -> None:
+    # mutations: no span without a closing quote (the value left in clear), a
+    # backslash-newline ending the scan, the line's end read from the text's end
+    assert redact(text) == shown
+    assert "S3" not in redact(text)
+
+
+@pytest.mark.parametrize(("output", "logged"), [
+    ("a password='S3\\\nCR\\\nET' after\nnext\n", "a password=***\n\n after\nnext\n"),
+    ("password='S3\\\nCRET x\nnext\n", "password=***\n\nnext\n"),
+    ("password='S3CRET x\nnext\n", "password=***\nnext\n"),
+])
+def test_a_quoted_value_continued_on_the_next_line_is_hidden_in_a_log(
+        output: str, logged: str) -> None:
+    """A log is redacted line by line: the lines a backslash-newline continues a quoted
+    value on are hidden up to its closing quote (or their end), their newlines kept."""
+    # mutation: the redactor forgetting a value continued past its line
+    copied = io.StringIO()
+    copy_redacted(io.StringIO(output), copied, [])
+    assert copied.getvalue() == logged
+
+
 def test_the_console_and_every_log_record_are_redacted() -> None:
     out = io.StringIO()
     RedactingConsole(file=out, width=200).print("tracking http://u:s3cret@h:1/x")

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from msexp.secrets.spans import find, hide, url_passwords
+from msexp.secrets.spans import find, hide, quoted_rest, url_passwords
 
 HOLD_CHARS = 1 << 16  # a piece of a long line holds back this much for the next piece
 _BARE_VALUE = re.compile(r"[^\s&'\"]+")
@@ -94,6 +94,7 @@ class LineRedactor:
         self.hold = max(HOLD_CHARS, 2 * max(map(len, self.forms), default=0))
         self.held = ""
         self.in_value = False  # a `password=` value went on past the last piece
+        self.in_quoted = False  # a quoted one went on past the last line's backslash-newline
 
     def feed(self, piece: str) -> str:
         """The redacted text that is final once `piece` has come."""
@@ -102,8 +103,13 @@ class LineRedactor:
             value = _BARE_VALUE.match(text)
             text = text[value.end():] if value else text
             self.in_value = not text
+        if self.in_quoted:  # the rest of that value, up to its quote or its line's end
+            end, continued = quoted_rest(text)
+            text = text[end:]
+            self.in_quoted = continued or not text
         found = find(text, self.forms)
         if text.endswith("\n") or not text:
+            self.in_quoted = self.in_quoted or found.continued
             return hide(text, found.joined())
         cut = found.cut(self.hold)
         # only a bare `password=` value longer than the hold runs on to the end
@@ -113,7 +119,7 @@ class LineRedactor:
 
     def flush(self) -> str:
         """The redacted rest of a line that ended without a newline."""
-        text, self.held, self.in_value = self.held, "", False
+        text, self.held, self.in_value, self.in_quoted = self.held, "", False, False
         return hide(text, find(text, self.forms).joined())
 
 

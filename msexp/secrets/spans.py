@@ -28,6 +28,7 @@ _NAME_CHAR = re.compile(r"[\w-]")
 _PS = re.compile("[pP]*")
 _SPACES = re.compile(r"\s*")
 _QUOTED_RUN = re.compile(r"[^'\\]*")
+_LINE_RUN = re.compile(r"[^\\\n]*")
 _BARE_RUN = re.compile(r"[^\s&'\"]*")
 
 
@@ -36,12 +37,14 @@ class Secrets:
     """The secrets of one text. `constructs` are whole forms (a URL from its scheme to its
     password's end, `password=` to its value's end, a known secret), sorted; `open_from`
     is where the first form that the text's end leaves undecided begins (a URL without its
-    "@" yet, a value that may go on), or the text's length."""
+    "@" yet, a value that may go on), or the text's length; `continued`: a quoted value
+    goes on past the text's last newline (a backslash before it)."""
 
     text: str
     spans: list[Span] = field(default_factory=list)
     constructs: list[Span] = field(default_factory=list)
     open_from: int = field(init=False)
+    continued: bool = False
 
     def __post_init__(self) -> None:
         self.open_from = len(self.text)
@@ -225,11 +228,12 @@ def _keyword_values(found: Secrets, urls: list[Span]) -> None:
         if value >= len(text):
             found.undecided(start)  # its "=" or value may follow
             continue
-        end = _quoted_end(text, value, skip) if text[value] == "'" \
-            else _bare_end(text, value, skip)
-        if end is None or end == len(text):
+        end, continued = _quoted_end(text, value + 1, skip) if text[value] == "'" \
+            else (_bare_end(text, value, skip), False)
+        found.continued = found.continued or continued
+        if end == len(text):
             found.undecided(start)
-        if end is not None and end > value:
+        if end > value:
             found.add(start, value, end)
             done = end
 
@@ -256,18 +260,35 @@ class _Skip:
             at = self.ends[index]
 
 
-def _quoted_end(text: str, start: int, skip: _Skip) -> int | None:
-    """Just past the closing quote of a value quoted at `start` (backslash escapes), or
-    None: no closing quote on the line."""
-    at = start + 1
+def quoted_rest(text: str) -> tuple[int, bool]:
+    """Where a quoted value that `text` continues ends, as `_quoted_end`."""
+    return _quoted_end(text, 0, _Skip([]))
+
+
+def _quoted_end(text: str, at: int, skip: _Skip) -> tuple[int, bool]:
+    """Just past the closing quote of a value whose quote is before `at` (a backslash
+    escapes any character, a newline too); without one, the end of the value's line
+    (`_line_end`). With whether the value goes on past the text's last newline."""
+    start = at
     while True:
         at = skip.run(_QUOTED_RUN, text, at)
-        if at >= len(text):
-            return None
-        if text[at] == "'":
-            return at + 1
-        if at + 1 >= len(text) or text[at + 1] == "\n":  # "." matches no newline
-            return None
+        if at < len(text) and text[at] == "'":
+            return at + 1, False
+        if at + 1 >= len(text):  # no closing quote
+            return _line_end(text, start)
+        at += 2
+
+
+def _line_end(text: str, at: int) -> tuple[int, bool]:
+    """Where the line from `at` ends (a backslash-newline goes on to the next line), and
+    whether it goes on past the text's last newline (kept out of the line)."""
+    while True:
+        at = _LINE_RUN.match(text, at).end()
+        if at >= len(text) or text[at] == "\n":
+            return at, False
+        if at + 2 >= len(text):
+            continued = at + 2 == len(text) and text.endswith("\n")
+            return len(text) - continued, continued
         at += 2
 
 
