@@ -89,8 +89,10 @@ ACCEPTED = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def validator() -> jsonschema.Draft202012Validator:
+    """The schema built by each test that uses it: mutmut maps a test only to the code
+    that test ran (a module's shared schema left its title and open models unjudged)."""
     result = CliRunner().invoke(app, ["schema"])
     assert result.exit_code == 0, result.output
     schema = json.loads(result.output)
