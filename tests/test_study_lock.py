@@ -18,6 +18,7 @@ from msexp.errors import MsexpError
 from msexp.execution.process import kill_marked
 from msexp.keys import TrialKey
 from msexp.search.lock import study_lock
+from msexp.search.optuna_private import pop_waiting
 from msexp.search.source import TrialSource
 from msexp.search.storage import open_storage
 from msexp.search.study import open_study
@@ -180,3 +181,30 @@ def test_the_beat_goes_on_for_each_held_trial_past_one_told_meanwhile() -> None:
     beating.close()
     assert beats.beats.count(4) >= 3 and set(beats.beats) == {4}
     assert not beating.thread.is_alive()
+
+
+def test_a_claim_cut_short_before_its_owner_mark_is_taken_again(workdir: Path) -> None:
+    """A process killed between its claim's WAITING -> RUNNING write and its owner mark
+    leaves a RUNNING trial that no one owns; the next claim (under the study lock, which
+    that claim held) queues it again without spending an attempt, and takes it first.
+    # mutation: an ownerless RUNNING trial not stale: the claim takes trial 1, and trial 0
+    stays RUNNING until its 60 s grace ends (seen in the loaded CI run as a trial left
+    RUNNING by a finished sweep)."""
+    spec = load_spec(write(workdir / "cut.yaml", """
+        name: cut
+        experiment: mlp_digits
+        params: {lr: [0.1, 0.2]}
+    """))
+    study, _ = open_study(spec, None)
+    cut = pop_waiting(study)  # the claim's first write, and no owner mark: its process died
+    assert cut.number == 0 and TrialKey.OWNER not in study.trials[0].user_attrs
+    source = TrialSource(study, None, spec.n_trials(), samples=False,
+                         kill_leftovers=kill_marked)
+    try:
+        trial = source.claim()
+    finally:
+        source.close()
+    assert trial is not None and trial.number == 0
+    attrs = study.trials[0].user_attrs
+    assert attrs[TrialKey.ATTEMPT] == 0, "a claim cut short spends no attempt"
+    assert study.trials[1].state is TrialState.WAITING

@@ -63,12 +63,15 @@ class TrialHeartbeat(BaseHeartbeat):
 
     def stale_trials(self) -> list[FrozenTrial]:
         """RUNNING trials of other processes whose owner died on this host, or whose
-        heartbeat is older than STALE_AFTER_S (by Optuna's table in an RDB storage)."""
+        heartbeat is older than STALE_AFTER_S (by Optuna's table in an RDB storage); and
+        RUNNING trials without an owner: a claim marks its trial under the study lock, which
+        the caller holds, so such a claim was cut short (its process died between the
+        trial's RUNNING write and its owner mark)."""
         silent = self._silent()
         return [trial for trial in
                 self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                if owner_of(trial) != owner()
-                and (owner_is_dead(owner_of(trial)) or silent(trial))]
+                if not owner_of(trial) or (owner_of(trial) != owner()
+                                           and (owner_is_dead(owner_of(trial)) or silent(trial)))]
 
     def _silent(self) -> Callable[[FrozenTrial], bool]:
         if self.optuna is not None:
@@ -138,6 +141,10 @@ def requeue_stale_trials(study: optuna.Study, kill_leftovers: KillLeftovers,
     running = Counter(owner_of(frozen) for frozen in orphans)
     stale = []
     for frozen in orphans:
+        if not owner_of(frozen):  # never started: no attempt spent
+            put_back(study, frozen, "its claim was cut short: the claiming process died")
+            stale.append(frozen.number)
+            continue
         if owner_is_dead(owner_of(frozen)):
             kill_leftovers(owner_of(frozen))
         try:
