@@ -184,7 +184,7 @@ def test_only_silent_or_dead_owners_trials_are_put_back_and_their_leftovers_kill
     leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                                 env={**os.environ, TrialEnv.MARKER: f"{dead_owner}/1"})
     try:
-        fresh = study.ask()  # no owner, started now: alive as far as anyone knows
+        fresh = study.ask()  # no owner: a claim cut short (claims mark under the study lock)
         silent = study.ask()
         silent.set_user_attr(TrialKey.OWNER, "other-host:1")
         silent.set_user_attr(TrialKey.HEARTBEAT, 0.0)
@@ -194,12 +194,13 @@ def test_only_silent_or_dead_owners_trials_are_put_back_and_their_leftovers_kill
         study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
             TrialKey.OWNER: "other-host:1", TrialKey.HEARTBEAT: 0.0}))  # finished: never stale
         # mutations: `break` at the fresh trial, the attempt count or the dead owner lost
-        assert claims.requeue_stale_trials(study, kill_marked) == [silent.number, orphan.number]
+        assert claims.requeue_stale_trials(study, kill_marked) == [
+            fresh.number, silent.number, orphan.number]
         assert leftover.wait(timeout=120) == -9, "a dead owner's leftovers are killed"
     finally:
         leftover.kill()
     states = {t.number: (t.state, t.user_attrs.get(TrialKey.ATTEMPT)) for t in study.trials}
-    assert states == {fresh.number: (TrialState.RUNNING, None),
+    assert states == {fresh.number: (TrialState.WAITING, 0),
                       silent.number: (TrialState.WAITING, 2),
                       orphan.number: (TrialState.WAITING, 1),
                       3: (TrialState.COMPLETE, None)}
