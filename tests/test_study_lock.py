@@ -41,6 +41,15 @@ trial.set_user_attr("owner", "other-host:1")
 """
 
 
+def claim_one(study, url: str | None, total: int):
+    """One claim by a grid sweep's `TrialSource`, as a sweep makes it."""
+    source = TrialSource(study, url, total, samples=False, kill_leftovers=kill_marked)
+    try:
+        return source.claim()
+    finally:
+        source.close()
+
+
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_a_claim_whose_write_lost_to_another_process_takes_the_next_trial(
         workdir: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,12 +76,7 @@ def test_a_claim_whose_write_lost_to_another_process_takes_the_next_trial(
         return original(trial_id, state, values)
 
     monkeypatch.setattr(storage, "set_trial_state_values", after_the_other_claim)
-    source = TrialSource(study, url, spec.n_trials(), samples=False,
-                         kill_leftovers=kill_marked)
-    try:
-        trial = source.claim()
-    finally:
-        source.close()
+    trial = claim_one(study, url, spec.n_trials())
     assert raced == [study.trials[0]._trial_id], "the race happened at trial 0's claim"
     assert trial is not None and trial.number == 1
     trials = {t.number: (t.state, t.user_attrs.get(TrialKey.OWNER))
@@ -198,12 +202,7 @@ def test_a_claim_cut_short_before_its_owner_mark_is_taken_again(workdir: Path) -
     study, _ = open_study(spec, None)
     cut = pop_waiting(study)  # the claim's first write, and no owner mark: its process died
     assert cut.number == 0 and TrialKey.OWNER not in study.trials[0].user_attrs
-    source = TrialSource(study, None, spec.n_trials(), samples=False,
-                         kill_leftovers=kill_marked)
-    try:
-        trial = source.claim()
-    finally:
-        source.close()
+    trial = claim_one(study, None, spec.n_trials())
     assert trial is not None and trial.number == 0
     attrs = study.trials[0].user_attrs
     assert attrs[TrialKey.ATTEMPT] == 0, "a claim cut short spends no attempt"
