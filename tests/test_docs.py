@@ -170,8 +170,11 @@ def test_the_readme_is_a_first_page_with_the_commands_ci_runs() -> None:
     assert len(readme.splitlines()) <= 150
     assert ("python3 -m venv .venv && .venv/bin/pip install -e . && "
             ".venv/bin/msexp sweep sweeps/accum.yaml") in readme
+    ci = (ROOT / ".ci/run").read_text(encoding="utf-8")
+    fast_tier = re.search(r"^(\.venv/bin/pytest -q -m \"not slow\"[^#\n]*?) +#", ci, re.M)
+    assert fast_tier, ".ci/run runs no fast tier"
     assert ('python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && '
-            '.venv/bin/pytest -q -m "not slow"') in readme
+            f"{fast_tier[1]}\n") in readme, "the README's test command is not .ci/run's"
     tabled = set(re.findall(r"^\| `msexp (\w+)", readme, re.M))
     assert tabled == set(typer.main.get_command(app).commands), "the commands table is stale"
 
