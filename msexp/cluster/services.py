@@ -9,12 +9,10 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
-import json
 import os
 import pwd
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -25,8 +23,9 @@ from pathlib import Path
 
 import psutil
 
+from msexp.cluster.pid_files import record_process, recorded_process, stop_group
 from msexp.errors import MsexpError
-from msexp.execution.process import alive, descendants, free_port, kill_processes
+from msexp.execution.process import free_port
 from msexp.paths import SERVICES_DIR
 
 USER = "msexp"
@@ -204,13 +203,13 @@ def down(root: Path = SERVICES_DIR) -> list[str]:
     stopped = []
     proxy = root / "proxy.pid"
     if proxy.exists():
-        if (server := recorded_process(proxy)) is not None and _stop_group(server):
+        if (server := recorded_process(proxy)) is not None and stop_group(server):
             stopped.append("grpc proxy")
         proxy.unlink()
     pid_file = root / "mlflow.pid"
     if pid_file.exists():
         server = recorded_process(pid_file) or _old_record(pid_file, root)
-        if server is not None and _stop_group(server):
+        if server is not None and stop_group(server):
             stopped.append("mlflow server")
         pid_file.unlink()
     data = Services(root, 0, 0).pg_data
@@ -218,27 +217,6 @@ def down(root: Path = SERVICES_DIR) -> list[str]:
             _as_db_owner([pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], data)):
         stopped.append("postgresql")
     return stopped
-
-
-def record_process(pid_file: Path, pid: int) -> None:
-    """Write what `pid` is now (its start time and command line) into `pid_file`, so a
-    later `down` signals only that process, never one that got its pid since."""
-    proc = psutil.Process(pid)
-    pid_file.write_text(json.dumps({"pid": pid, "create_time": proc.create_time(),
-                                    "cmdline": proc.cmdline()}) + "\n")
-
-
-def recorded_process(pid_file: Path) -> psutil.Process | None:
-    """The process `pid_file` records, if it still runs and is that process (same start
-    time and command line); None for a gone process, a reused pid or a file not ours."""
-    try:
-        record = json.loads(pid_file.read_text())
-        proc = psutil.Process(int(record["pid"]))
-        same = (proc.create_time() == record["create_time"]
-                and proc.cmdline() == record["cmdline"])
-    except (OSError, ValueError, TypeError, KeyError, psutil.Error):
-        return None
-    return proc if same else None
 
 
 def _old_record(pid_file: Path, root: Path) -> psutil.Process | None:
@@ -265,20 +243,6 @@ def _is_our_server(argv: list[str], root: Path) -> bool:
     flag = "--artifacts-destination"
     return (argv[1:4] == ["-m", "mlflow", "server"] and flag in argv[:-1]
             and argv[argv.index(flag) + 1] == str(root / "artifacts"))
-
-
-def _stop_group(server: psutil.Process, grace_s: float = 15.0) -> bool:
-    """SIGTERM the process group `server` leads, wait for it to exit, then SIGKILL what is
-    left of it and of the processes it had started; False if it was not running."""
-    if not alive(server):
-        return False
-    family = [server, *descendants(server.pid)]
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(server.pid, signal.SIGTERM)
-    with contextlib.suppress(psutil.NoSuchProcess, psutil.TimeoutExpired):
-        server.wait(grace_s)
-    kill_processes(family)  # psutil refuses a pid reused since
-    return True
 
 
 def _healthy(uri: str) -> bool:

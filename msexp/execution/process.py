@@ -154,6 +154,18 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def group_members(leader: psutil.Process) -> list[psutil.Process]:
+    """The live processes of the group `leader` leads (or led), started since it was: also
+    those forked after it was signalled, never a group that got its id since."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == leader.pid and proc.create_time() >= \
+                    leader.create_time() and alive(proc):
+                found.append(proc)
+    return found
+
+
 def _children_tree(pid: int) -> list[int]:
     """The pids under `pid`, from the kernel's list of each thread's children: the cost
     grows with the tree, not with every process on the machine.

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
-from msexp.cluster import services
+from msexp.cluster import pid_files, services
 from msexp.execution.process import alive, descendants
 from tests.conftest import msexp_cmd
 from tests.fault.conftest import DEADLINE_S, MlflowServer, wait_for
@@ -87,7 +88,7 @@ def test_a_pid_reused_by_another_process_is_never_signalled(workdir: Path) -> No
     try:
         pid_file = Path("mlruns/services/mlflow.pid")
         pid_file.parent.mkdir(parents=True)
-        services.record_process(pid_file, stranger.pid)
+        pid_files.record_process(pid_file, stranger.pid)
         record = json.loads(pid_file.read_text())
         for changed in ({"create_time": record["create_time"] - 5},
                         {"cmdline": [*record["cmdline"][:-1], "other"]}):
@@ -104,9 +105,49 @@ def test_the_recorded_server_and_what_it_started_are_stopped(workdir: Path) -> N
     server = group_leader()
     pid_file = Path("mlruns/services/mlflow.pid")
     pid_file.parent.mkdir(parents=True)
-    services.record_process(pid_file, server.pid)
+    pid_files.record_process(pid_file, server.pid)
     family = [psutil.Process(server.pid), *psutil.Process(server.pid).children(recursive=True)]
     done = down()
     assert done.stdout.strip() == "stopped: mlflow server", done.stdout + done.stderr
     server.wait(timeout=DEADLINE_S)
     assert not any(alive(p) for p in family) and not pid_file.exists()
+
+
+LATE_HELPER = """
+import signal, subprocess, sys, time
+def stop(*_):
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
+    print("started", flush=True)
+    time.sleep(0.5)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.mark.slow  # over 5 s: the fast tier stays quick
+def test_a_helper_the_server_starts_once_signalled_is_stopped_too(workdir: Path) -> None:
+    """As MLflow's job runner starts its consumers: after `down` listed the server's tree
+    and signalled its group. The helper stays in the group, with no parent once the server
+    exits. # mutation: without `group_members` in `stop_group` the helper is left."""
+    server = subprocess.Popen([sys.executable, "-c", LATE_HELPER], start_new_session=True,
+                              stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline() == "ready\n"
+    pid_file = Path("mlruns/services/mlflow.pid")
+    pid_file.parent.mkdir(parents=True)
+    pid_files.record_process(pid_file, server.pid)
+    done = down()
+    assert done.stdout.strip() == "stopped: mlflow server", done.stdout + done.stderr
+    assert server.stdout.readline() == "started\n"
+    server.wait(timeout=DEADLINE_S)
+    left = [p for p in psutil.process_iter() if p.pid != os.getpid() and alive(p)
+            and _group(p) == server.pid]
+    assert not left, [p.cmdline() for p in left]
+
+
+def _group(proc: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except OSError:
+        return None
