@@ -42,6 +42,7 @@ _PLAIN_WORD = re.compile(r"[A-Za-z]+")
 _WORD = re.compile(r"[A-Za-z]+")
 _EVALUATION = {"val", "valid", "validation", "validate", "eval", "evaluate", "evaluation",
                "test", "testing"}
+_EVALUATION_WORD = re.compile(rf"\b(?:{'|'.join(sorted(_EVALUATION))})\b", re.I)
 _VERBS = {"is", "are", "was", "were"}  # "The best validation Top_1_Accuracy is: 10%"
 # status messages, not measurements: a best so far announced (`update best result: 0.125`,
 # `New best val acc: 10%`), or an event (`saving ...`, `loaded ...`)
@@ -114,6 +115,7 @@ def dict_values(text: str) -> tuple[list[Value], str] | None:
 def pairs(text: str) -> list[Value]:
     """The `name: value` and `name=value` pairs of a line, left to right."""
     found: list[Value] = []
+    done = 0  # where the last value read ends
     for separator in _SEPARATOR.finditer(text):
         value = _VALUE.match(text, separator.end())
         if value is None or _is_bar(text, value):
@@ -126,9 +128,11 @@ def pairs(text: str) -> list[Value]:
         if named is None or number is None:
             continue
         name, _, status = named
-        shape = found[-1].shape if found else _line_kind(text, end)
+        shape = _later_kind(text, done, end, found[-1].shape) if found \
+            else _line_kind(text, end)
         found.append(Value(name, number / 100 if value.group(2) == "%" else number,
                            shape, status))
+        done = value.end()
     return found
 
 
@@ -142,6 +146,13 @@ def _line_kind(text: str, end: int) -> str:
     (`Validation Top_1_Accuracy: ...`, `val loss: ...`) or not."""
     words = {word.lower() for word in _WORD.findall(text, 0, end)}
     return "an evaluation line" if words & _EVALUATION else "a training line"
+
+
+def _later_kind(text: str, done: int, end: int, kind: str) -> str:
+    """The kind of a later pair: an evaluation's from an evaluation word on its own since
+    the last value (`train loss=0.53 acc=0.87 | val loss=0.61 acc=0.84`), else the kind
+    of the pair before it; `val_acc`'s `val` is part of a name and switches nothing."""
+    return "an evaluation line" if _EVALUATION_WORD.search(text, done, end) else kind
 
 
 def _name_before(text: str, end: int) -> tuple[str, int, bool] | None:
