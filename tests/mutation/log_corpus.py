@@ -1,7 +1,7 @@
 """How many files of the log corpus (tests/assets/logs/) catch each mutant of the log
 reader (`msexp/execution/log_lines.py`, `log_metrics.py`); issue 40 asks for two or more.
 
-    .venv/bin/python tests/mutation/log_corpus.py [--json OUT] [--show N]
+    .venv/bin/python tests/mutation/log_corpus.py [--json OUT] [--show N] [--only PART...]
 
 The mutants are mutmut's own (its `create_mutations`, the operators `tests/mutation.sh`
 runs), each applied to a fresh copy of the module, named after mutmut's scheme
@@ -126,6 +126,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every mutant's result here")
     parser.add_argument("--show", type=int, default=1,
                         help="list the mutants caught by at most this many files")
+    parser.add_argument("--only", nargs="+", metavar="PART",
+                        help="judge only the mutants whose name holds one of these "
+                             "(`x_pairs__`, `monitor__mutmut_19`)")
     args = parser.parse_args()
     signal.signal(signal.SIGALRM, _timeout)
     import tests.test_log_metrics as corpus  # noqa: PLC0415 - after sys.path is set
@@ -135,6 +138,8 @@ def main() -> None:
     results = []
     for module in MODULES:
         for name, line, change, source in mutants(module):
+            if args.only and not any(part in name for part in args.only):
+                continue
             caught = catching_files({module: source}, logs)
             results.append({"name": name, "line": line, "change": change, "files": caught})
     counts = Counter(min(len(r["files"]), 2) for r in results)

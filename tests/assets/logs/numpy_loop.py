@@ -2,21 +2,24 @@
 prints the way small research scripts do, in two styles of output (--style):
 
 - columns: `print(args)` (argparse's `Namespace(...)`), the configuration as indented
-  JSON, the classes seen (a set), a step line of fixed-width columns
-  (`epoch 1  step 7  lr: 0.5000  loss: ...`), a validation line of the same columns
-  (`val  loss: ...  acc: ...`), top-5 accuracy of both sets on one line
+  JSON and its optimizer as a dict on one line, the classes seen (a set), a step line of
+  fixed-width columns (`epoch 1  step 7  lr: 0.5000  loss: ...`), a validation line of
+  the same columns (`val  loss: ...  acc: ...`), top-5 accuracy of both sets on one line
   (`epoch 1 | train top5: ... | val top5: ...`), the epoch's two results as dicts on one
   line, and a final table of aligned `name   =   value` rows;
 - pipes: the same header, then Lightning-style epoch lines of both phases
   (`epoch 1/3 | train loss=... acc=... | val loss=... acc=...`) after step lines of
   `loss=... acc=...`, PyTorch's MNIST example's `Test set: Average loss: ..., Accuracy:
-  332/397 (84%)`, a closing `Test: loss=..., acc=...` and the same table.
+  332/397 (84%)`, a closing `Test: loss=..., acc=...`, the test's top-5 accuracy logged
+  in the model zoo's format (`...,123:INFO:test_top5: 0.9874, ..., errors: [52]`), the
+  train and test results as two dicts after a pair, and the same table.
 
 Run with stdout and stderr into one file, it wrote tests/assets/logs/numpy_columns.log
 and numpy_pipes.log (tests/assets/logs/README.md)."""
 
 import argparse
 import json
+import logging
 import time
 
 import numpy as np
@@ -36,6 +39,7 @@ digits = load_digits()
 images, labels = digits.data / 16.0, digits.target
 train_x, train_y, val_x, val_y = images[:1400], labels[:1400], images[1400:], labels[1400:]
 print(f"classes: {set(int(c) for c in train_y)}")
+print(f"optimizer: {config['optim']}")
 print(f"train samples: {len(train_x)}, val samples: {len(val_x)}")
 rng = np.random.default_rng(0)
 limit = np.sqrt(6 / (64 + 10))
@@ -93,12 +97,20 @@ for epoch in range(1, args.epochs + 1):
               f"'val_acc': {val_acc:.4f}}}")
     else:
         print(f"epoch {epoch}/{args.epochs} | lr={lr} | train loss={loss:.4f} acc={acc:.4f} "
-              f"| val loss={val_loss:.4f} acc={val_acc:.4f} | {epoch_ms:.1f}ms")
+              f"top5={top5(train_x, train_y):.4f} | val loss={val_loss:.4f} acc={val_acc:.4f} "
+              f"top5={top5(val_x, val_y):.4f} | {epoch_ms:.1f}ms")
         correct = int(round(val_acc * len(val_y)))
         print(f"\nTest set: Average loss: {val_loss:.4f}, Accuracy: {correct}/{len(val_y)} "
               f"({100. * correct / len(val_y):.0f}%)\n")
 if args.style == "pipes":
     print(f"Test: loss={val_loss:.4f}, acc={val_acc:.4f}")
+    logging.basicConfig(format="%(asctime)s:%(levelname)s:%(message)s", level=logging.INFO)
+    errors = (val_probs.argmax(1) != val_y).sum(keepdims=True)  # a numpy array: `[52]`
+    logging.info(f"test_top5: {top5(val_x, val_y):.4f}, top1 acc: {val_acc:.4f}, "
+                 f"errors: {errors}")
+    print(f"done: seconds={time.time() - start:.2f} train {{'train_top5': "
+          f"{top5(train_x, train_y):.4f}, 'train_acc': {acc:.4f}}} test {{'test_loss': "
+          f"{val_loss:.4f}, 'test_acc': {val_acc:.4f}}}")
 print(f"Total time of the whole training: {time.time() - start:.2f}s")
 for name, value in [("best_val_acc", best), ("train_seconds", time.time() - start)]:
     print(f"{name:<16}=   {value:.4f}")
