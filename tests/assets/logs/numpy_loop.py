@@ -4,9 +4,10 @@ prints the way small research scripts do, in two styles of output (--style):
 - columns: `print(args)` (argparse's `Namespace(...)`), the configuration as indented
   JSON and its optimizer as a dict on one line, the classes seen (a set), a step line of
   fixed-width columns (`epoch 1  step 7  lr: 0.5000  loss: ...`), a validation line of
-  the same columns (`val  loss: ...  acc: ...`), top-5 accuracy of both sets on one line
-  (`epoch 1 | train top5: ... | val top5: ...`), the epoch's two results as dicts on one
-  line, and a final table of aligned `name   =   value` rows;
+  the same columns (`val  loss: ...  acc: ...  top1 err: ...`), top-5 accuracy of both
+  sets on one line (`epoch 1 time: 1.2ms | train top5: ... | val top5: ...`), the
+  epoch's two results as dicts on one line, and a final table of aligned
+  `name   =   value` rows;
 - pipes: the same header, then Lightning-style epoch lines of both phases
   (`epoch 1/3 | train loss=... acc=... | val loss=... acc=...`) after step lines of
   `loss=... acc=...`, PyTorch's MNIST example's `Test set: Average loss: ..., Accuracy:
@@ -89,9 +90,9 @@ for epoch in range(1, args.epochs + 1):
     best = max(best, val_acc)
     epoch_ms = 1000 * (time.time() - tick)
     if args.style == "columns":
-        print(f"val  loss: {val_loss:.4f}  acc: {val_acc:.4f}")
-        print(f"epoch {epoch} | train top5: {top5(train_x, train_y):.4f} | "
-              f"val top5: {top5(val_x, val_y):.4f}")
+        print(f"val  loss: {val_loss:.4f}  acc: {val_acc:.4f}  top1 err: {1 - val_acc:.4f}")
+        print(f"epoch {epoch} time: {epoch_ms:.1f}ms | train top5: {top5(train_x, train_y):.4f}"
+              f" | val top5: {top5(val_x, val_y):.4f}")
         print(f"epoch {epoch} time: {epoch_ms:.1f}ms train {{'train_loss': {loss:.4f}, "
               f"'train_acc': {acc:.4f}}} val {{'val_loss': {val_loss:.4f}, "
               f"'val_acc': {val_acc:.4f}}}")
