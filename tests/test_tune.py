@@ -187,14 +187,26 @@ def test_the_pick_is_what_trained_fastest_of_the_kept_and_the_baseline() -> None
     from msexp.tune.measure import Profile
     from msexp.tune.outcome import choose
 
-    def verdict(ratio: float, rejected: str | None = None, fits: bool = True) -> Verdict:
+    def verdict(ratio: float, rejected: str | None = None, fits: bool = True,
+                spread: float = 0.01) -> Verdict:
         profile = Profile(Candidate({"lr": ratio}, {"lr": ratio}))
         # samples/s unpaired, measured under another load: never what picks
-        return Verdict(profile, [0.9], 1000.0 / ratio, 1.0, rejected, fits, ratio=ratio)
+        return Verdict(profile, [0.9], 1000.0 / ratio, 1.0, rejected, fits, ratio=ratio,
+                       ratio_spread=spread)
 
     base = verdict(1.0)
     first, second = verdict(0.9), verdict(1.04)  # ranked first by its profile, slower
     assert choose([first, second], base) is second
+    # faster within twice its spread: no gain over the baseline the noise can show
+    # mutation: the margin not doubled, or the spread left out
+    assert choose([verdict(1.04, spread=0.025)], base) is base
+    assert choose([verdict(1.06, spread=0.025)], base).ratio == 1.06
+    # one seed: the spread of its probes' ratios stands in for the seeds'
+    one_seed = verdict(1.06, spread=math.inf)
+    assert choose([one_seed], base) is base  # nothing measured its noise
+    one_seed.profile.spreads = [0.01]
+    assert choose([one_seed], base) is one_seed
+    assert choose([verdict(1.001, spread=0.04)], verdict(1.0, fits=False)).ratio == 1.001
     assert choose([first], base) is base  # nothing kept trained faster
     assert choose([verdict(1.8, "worse")], base) is base
     assert choose([first], verdict(1.0, fits=False)) is first
@@ -341,8 +353,10 @@ def test_a_tune_run_drops_what_breaks_the_budget_and_picks_the_fastest_kept(
                   key=lambda c: c["throughput_ratio"][-1])  # the baseline's is 1
     assert found["confirmed"][0]["config"] == fastest["config"]
     base = found["baseline"]  # --tolerance 1 keeps every candidate: the fastest trained wins
-    assert base["throughput_ratio"] == 1.0
-    trained = max(found["confirmed"] + [base], key=lambda v: v["throughput_ratio"])
+    assert base["throughput_ratio"] == 1.0  # over the baseline only beyond twice its spread
+    beyond = [v for v in found["confirmed"] if v["throughput_spread"] is not None
+              and v["throughput_ratio"] > 1 + 2 * v["throughput_spread"]]
+    trained = max(beyond + [base], key=lambda v: v["throughput_ratio"])
     assert pick["config"] == trained["config"]
     assert base["config"] == {"micro_size": 1, "batch_size": 64}
     assert len(base["objective"]) == 2  # budget.repeats seeds

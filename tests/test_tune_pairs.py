@@ -197,13 +197,22 @@ def test_each_candidates_fate_says_where_it_stood() -> None:
     base, fast, slower, third, fourth = (Profile(Candidate({"i": i}, {"i": i}))
                                          for i in range(5))
     fourth.dropped = "out of memory"
-    verdicts = [Verdict(fast, [0.9], 2.0, None), Verdict(slower, [0.9], 1.5, None)]
+    verdicts = [Verdict(fast, [0.9], 2.0, None, ratio=2.0, ratio_spread=0.05),
+                Verdict(slower, [0.9], 1.5, None, ratio=1.5, ratio_spread=0.05)]
     outcome = Outcome([base, fast, slower, third, fourth], [fast, base, slower, third],
                       0.01, 2, Verdict(base, [0.9], 1.0, None), verdicts, verdicts[0])
     assert [fate(outcome, p) for p in (fast, slower, base, third, fourth)] == [
         "the pick", "kept, trained slower than the pick",
         "the baseline: trained as the reference",
         "ranked 4 of 4 by probes: not among the 2 confirmed", "dropped: out of memory"]
+    # a kept candidate faster within its noise leaves the baseline the pick, and says so
+    # mutation: the spread not doubled, or the baseline's fate worded as before
+    verdicts[1].ratio, verdicts[1].ratio_spread = 1.07, 0.04
+    outcome.verdicts, outcome.pick = verdicts[1:], outcome.baseline
+    assert [fate(outcome, p) for p in (slower, base)] == [
+        "kept, 1.070x the baseline: not beyond twice its spread (4.0%)",
+        "the pick: the baseline, as nothing that kept the objective trained faster beyond "
+        "its noise"]
     # candidates equal but for batch_size and micro_size share a memory group
     # mutation: the group made of batch_size and micro_size alone
     one = Candidate({}, {"batch_size": 64, "micro_size": 1, "amp_level": "O0"})

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from msexp.tune import rules
 from msexp.tune.measure import Profile
 from msexp.tune.phases import Verdict
 
@@ -43,12 +44,22 @@ def choose(verdicts: list[Verdict], baseline: Verdict | None) -> Verdict | None:
     one whose confirm trainings ran fastest against the baseline's trainings of the same
     seeds (its ratio; the baseline's is 1). Those trainings, the sweep's epochs each,
     measure throughput better than a probe (THOR's inverses, for one, come every
-    `frequency` updates); None if nothing is kept and the baseline does not fit."""
-    chosen = [v for v in verdicts if v.rejected is None and v is not baseline]
+    `frequency` updates). A candidate is taken over a fitting baseline only where it is
+    faster beyond its noise (`rules.beats_reference`), so that load on the machine does
+    not pick between equals. None if nothing is kept and the baseline does not fit."""
+    kept = [v for v in verdicts
+            if v.rejected is None and v is not baseline and math.isfinite(v.ratio)]
     if baseline is not None and baseline.fits:
-        chosen.append(baseline)
-    return max(chosen, default=None, key=lambda v: (
-        v.ratio if math.isfinite(v.ratio) else -math.inf))
+        kept = [v for v in kept if rules.beats_reference(v.ratio, noise(v))] + [baseline]
+    return max(kept, default=None, key=lambda v: v.ratio)
+
+
+def noise(verdict: Verdict) -> float:
+    """The relative spread of a trained configuration's ratio to the baseline: over its
+    seeds, else (one seed) over its probes."""
+    if math.isfinite(verdict.ratio_spread):
+        return verdict.ratio_spread
+    return verdict.profile.spreads[-1] if verdict.profile.spreads else math.inf
 
 
 def fate(outcome: Outcome, profile: Profile) -> str:
@@ -59,10 +70,20 @@ def fate(outcome: Outcome, profile: Profile) -> str:
     if confirmed is not None:
         chosen = outcome.pick is confirmed
         return "the pick" if chosen else (f"not kept: {confirmed.rejected}" if confirmed.rejected
-                                          else "kept, trained slower than the pick")
+                                          else _short_of(outcome, confirmed))
     if outcome.baseline is not None and outcome.baseline.profile is profile:
-        return ("the pick: the baseline, as nothing that kept the objective trained faster"
+        return ("the pick: the baseline, as nothing that kept the objective trained faster "
+                "beyond its noise"
                 if outcome.pick is outcome.baseline else "the baseline: trained as the reference")
     rank = outcome.standing.index(profile) + 1
     return (f"ranked {rank} of {len(outcome.standing)} by probes: not among the "
             f"{len(outcome.verdicts)} confirmed")
+
+
+def _short_of(outcome: Outcome, kept: Verdict) -> str:
+    """Why a kept candidate is not the pick."""
+    reference = outcome.baseline is not None and outcome.baseline.fits
+    if reference and not rules.beats_reference(kept.ratio, noise(kept)):
+        return (f"kept, {kept.ratio:.3f}x the baseline: not beyond twice its spread "
+                f"({noise(kept):.1%})")
+    return "kept, trained slower than the pick"

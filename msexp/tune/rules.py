@@ -101,6 +101,13 @@ def settled(rates: Mapping[Hashable, float], measured_spread: float) -> bool:
     return margin(rates) > 2 * measured_spread
 
 
+def beats_reference(ratio: float, ratio_spread: float) -> bool:
+    """Whether a configuration ran faster than the reference it was measured beside by
+    more than twice its ratio's relative spread (the margin that settles halving): what
+    the measurements cannot tell from the reference's own speed is no gain."""
+    return ratio > 1 + 2 * ratio_spread
+
+
 def leaders_spread(rates: Mapping[Hashable, float], spreads: Mapping[Hashable, float]
                    ) -> float:
     """The spread that the leader's margin is judged against: the larger within-probe

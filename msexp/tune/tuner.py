@@ -73,8 +73,9 @@ def report_path(spec: SweepSpec, runner: Runner, kind: str, suffix: str) -> Path
 def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -> Outcome:
     """Profile every candidate, halve, confirm the top k against the baseline (and the next
     k where none of them keeps the objective); the pick is the one that trained fastest
-    against the baseline among those kept and the baseline (`choose`). Trials that fail
-    are dropped with their reason. Says a line as each phase starts and ends."""
+    against the baseline among those kept and the baseline, beyond the noise (`choose`).
+    Trials that fail are dropped with their reason. Says a line as each phase starts and
+    ends."""
     check_tunable(spec)
     check_noise(spec, settings.tolerance)
     found, say = candidates(spec), runner.say
