@@ -42,6 +42,7 @@ train_x, train_y, val_x, val_y = images[:1400], labels[:1400], images[1400:], la
 print(f"classes: {set(int(c) for c in train_y)}")
 print(f"optimizer: {config['optim']}")
 print(f"train samples: {len(train_x)}, val samples: {len(val_x)}")
+print(f"-epochs: {args.epochs} -lr: {args.lr} -batch_size: {args.batch_size}")
 rng = np.random.default_rng(0)
 limit = np.sqrt(6 / (64 + 10))
 weights, bias = rng.uniform(-limit, limit, (64, 10)), np.zeros(10)
@@ -73,19 +74,22 @@ def step(x, y, lr):
     return loss, acc
 
 
-start, best = time.time(), 0.0
+print(f"[0/{args.epochs}] initial loss: {evaluate(train_x, train_y)[0]:.4f}")
+start, best, losses, steps = time.time(), 0.0, [], 0
 for epoch in range(1, args.epochs + 1):
     lr = args.lr * (0.5 if epoch >= 2 else 1.0)
     tick = time.time()
     for number, first in enumerate(range(0, len(train_x), args.batch_size), 1):
         loss, acc = step(train_x[first:first + args.batch_size],
                          train_y[first:first + args.batch_size], lr)
+        steps += 1
         if args.style == "columns" and number % 7 == 0:
             print(f"epoch {epoch}  step {number:2d}  lr: {lr:.4f}  loss: {loss:.4f}  "
                   f"acc: {acc:.4f}")
         elif number % 7 == 0:
             print(f"epoch {epoch}/{args.epochs} step {number}/{len(train_x) // args.batch_size}"
                   f" | loss={loss:.4f} acc={acc:.4f}")
+    losses.append(loss)
     val_loss, val_acc, val_probs = evaluate(val_x, val_y)
     best = max(best, val_acc)
     epoch_ms = 1000 * (time.time() - tick)
@@ -93,25 +97,32 @@ for epoch in range(1, args.epochs + 1):
         print(f"val  loss: {val_loss:.4f}  acc: {val_acc:.4f}  top1 err: {1 - val_acc:.4f}")
         print(f"epoch {epoch} time: {epoch_ms:.1f}ms | train top5: {top5(train_x, train_y):.4f}"
               f" | val top5: {top5(val_x, val_y):.4f}")
-        print(f"epoch {epoch} time: {epoch_ms:.1f}ms train {{'train_loss': {loss:.4f}, "
+        print(f"epoch {epoch} elapsed: {epoch_ms:.1f}ms train {{'train_loss': {loss:.4f}, "
               f"'train_acc': {acc:.4f}}} val {{'val_loss': {val_loss:.4f}, "
-              f"'val_acc': {val_acc:.4f}}}")
+              f"'val_acc': {val_acc:.4f}}}gap={acc - val_acc:.4f}")
     else:
         print(f"epoch {epoch}/{args.epochs} | lr={lr} | train loss={loss:.4f} acc={acc:.4f} "
               f"top5={top5(train_x, train_y):.4f} | val loss={val_loss:.4f} acc={val_acc:.4f} "
               f"top5={top5(val_x, val_y):.4f} | {epoch_ms:.1f}ms")
+        print(f"val: err={1 - val_acc:.4f}")
         correct = int(round(val_acc * len(val_y)))
         print(f"\nTest set: Average loss: {val_loss:.4f}, Accuracy: {correct}/{len(val_y)} "
               f"({100. * correct / len(val_y):.0f}%)\n")
-if args.style == "pipes":
-    print(f"Test: loss={val_loss:.4f}, acc={val_acc:.4f}")
+if args.style == "columns":
+    print(f"test  loss: {val_loss:.4f}  acc: {val_acc:.4f}  top1 err: {1 - val_acc:.4f}")
+else:
+    print(f"Test: loss={val_loss:.4f}, acc={val_acc:.4f}, err={1 - val_acc:.4f}")
     logging.basicConfig(format="%(asctime)s:%(levelname)s:%(message)s", level=logging.INFO)
     errors = (val_probs.argmax(1) != val_y).sum(keepdims=True)  # a numpy array: `[52]`
     logging.info(f"test_top5: {top5(val_x, val_y):.4f}, top1 acc: {val_acc:.4f}, "
                  f"errors: {errors}")
     print(f"done: seconds={time.time() - start:.2f} train {{'train_top5': "
           f"{top5(train_x, train_y):.4f}, 'train_acc': {acc:.4f}}} test {{'test_loss': "
-          f"{val_loss:.4f}, 'test_acc': {val_acc:.4f}}}")
+          f"{val_loss:.4f}, 'test_acc': {val_acc:.4f}}}gap={acc - val_acc:.4f}")
+print(f"over {args.epochs} epochs (mean loss: {np.mean(losses):.4f}), "
+      f"opt_global_step: {steps}")
+print(f"seconds per epoch on average: {(time.time() - start) / args.epochs:.4f}")
+print(f"final grad norm: {np.linalg.norm(velocity[0]):.2e}")
 print(f"Total time of the whole training: {time.time() - start:.2f}s")
 for name, value in [("best_val_acc", best), ("train_seconds", time.time() - start)]:
     print(f"{name:<16}=   {value:.4f}")
