@@ -1,19 +1,25 @@
 """Softmax regression on scikit-learn's digits in plain numpy, a loop of its own that
 prints the way small research scripts do, in two styles of output (--style):
 
-- columns: `print(args)` (argparse's `Namespace(...)`), the configuration as indented
-  JSON and its optimizer as a dict on one line, the classes seen (a set), a step line of
-  fixed-width columns (`epoch 1  step 7  lr: 0.5000  loss: ...`), a validation line of
-  the same columns (`val  loss: ...  acc: ...  top1 err: ...`), top-5 accuracy of both
-  sets on one line (`epoch 1 time: 1.2ms | train top5: ... | val top5: ...`), the
-  epoch's two results as dicts on one line, and a final table of aligned
+- both: `print(args)` (argparse's `Namespace(...)`), the configuration as indented JSON
+  and its optimizer as a dict on one line, the classes seen (a set), the schedule as
+  single-dash options (`-epochs: 3 -lr: 0.5 ...`), a first training line marked only by
+  its progress (`[0/3] initial loss: ...`), and after training `over 3 epochs (mean loss:
+  ...), opt_global_step: 42`, five words of prose (`seconds per epoch on average: ...`),
+  a value in exponent form (`final grad norm: 4.96e-01`) and a table of aligned
   `name   =   value` rows;
-- pipes: the same header, then Lightning-style epoch lines of both phases
-  (`epoch 1/3 | train loss=... acc=... | val loss=... acc=...`) after step lines of
-  `loss=... acc=...`, PyTorch's MNIST example's `Test set: Average loss: ..., Accuracy:
-  332/397 (84%)`, a closing `Test: loss=..., acc=...`, the test's top-5 accuracy logged
+- columns: a step line of fixed-width columns (`epoch 1  step 7  lr: 0.5000  loss: ...`),
+  a validation line of the same columns (`val  loss: ...  acc: ...  top1 err: ...`),
+  top-5 accuracy of both sets on one line (`epoch 1 time: 1.2ms | train top5: ... | val
+  top5: ...`), the epoch's two results as dicts on one line after a pair, the last one
+  touching a pair (`epoch 1 elapsed: 1.2ms train {...} val {...}gap=0.0212`: a missing
+  space), and a closing test line of the validation's columns (`test  loss: ...`);
+- pipes: Lightning-style epoch lines of both phases (`epoch 1/3 | train loss=... acc=...
+  | val loss=... acc=...`) after step lines of `loss=... acc=...`, each followed by `val:
+  err=...`, PyTorch's MNIST example's `Test set: Average loss: ..., Accuracy: 332/397
+  (84%)`, a closing `Test: loss=..., acc=..., err=...`, the test's top-5 accuracy logged
   in the model zoo's format (`...,123:INFO:test_top5: 0.9874, ..., errors: [52]`), the
-  train and test results as two dicts after a pair, and the same table.
+  train and test results as two dicts after a pair, the last one touching `gap=...`.
 
 Run with stdout and stderr into one file, it wrote tests/assets/logs/numpy_columns.log
 and numpy_pipes.log (tests/assets/logs/README.md)."""
