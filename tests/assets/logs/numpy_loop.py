@@ -3,12 +3,12 @@ prints the way small research scripts do, in two styles of output (--style):
 
 - both: `print(args)` (argparse's `Namespace(...)`), the configuration as indented JSON
   and its optimizer as a dict on one line, the classes seen (a set), the schedule as
-  single-dash options (`-epochs: 3 -lr: 0.5 ...`), a first training line marked only by
-  its progress (`[0/3] initial loss: ...`), and after training `over 3 epochs (mean loss:
+  single-dash options (`-epochs: 3 -lr: 0.5 ...`), and after training `over 3 epochs (mean loss:
   ...), opt_global_step: 42`, five words of prose (`seconds per epoch on average: ...`),
   a value in exponent form (`final grad norm: 4.96e-01`) and a table of aligned
   `name   =   value` rows;
-- columns: a step line of fixed-width columns (`epoch 1  step 7  lr: 0.5000  loss: ...`),
+- columns: a first training line marked only by its progress (`[0/3] initial loss:
+  ...`), a step line of fixed-width columns (`epoch 1  step 7  lr: 0.5000  loss: ...`),
   a validation line of the same columns (`val  loss: ...  acc: ...  top1 err: ...`),
   top-5 accuracy of both sets on one line (`epoch 1 time: 1.2ms | train top5: ... | val
   top5: ...`), the epoch's two results as dicts on one line after a pair, the last one
@@ -21,8 +21,8 @@ prints the way small research scripts do, in two styles of output (--style):
   in the model zoo's format (`...,123:INFO:test_top5: 0.9874, ..., errors: [52]`), the
   train and test results as two dicts after a pair, the last one touching `gap=...`.
 
-Run with stdout and stderr into one file, it wrote tests/assets/logs/numpy_columns.log
-and numpy_pipes.log (tests/assets/logs/README.md)."""
+Run with stdout and stderr into one file, it wrote tests/assets/logs/numpy_columns.log,
+numpy_pipes.log and numpy_pipes_short.log (tests/assets/logs/README.md)."""
 
 import argparse
 import json
@@ -80,7 +80,8 @@ def step(x, y, lr):
     return loss, acc
 
 
-print(f"[0/{args.epochs}] initial loss: {evaluate(train_x, train_y)[0]:.4f}")
+if args.style == "columns":  # its first training line; the pipes' is `epoch 1/3 step 7/14`
+    print(f"[0/{args.epochs}] initial loss: {evaluate(train_x, train_y)[0]:.4f}")
 start, best, losses, steps = time.time(), 0.0, [], 0
 for epoch in range(1, args.epochs + 1):
     lr = args.lr * (0.5 if epoch >= 2 else 1.0)
