@@ -19,6 +19,8 @@ from msexp.spec import trial_params
 from tests.conftest import ROOT
 from tests.test_warm import TIMEOUT_S, same_training
 
+pytestmark = pytest.mark.slow  # every knob trained twice: the fast tier's longest file
+
 EXPERIMENT = "mlp_digits"
 BASE = {"epochs": 1, "hidden": 16}  # small and short: most of a trial is its compile
 
