@@ -49,5 +49,7 @@ def stop_group(server: psutil.Process, grace_s: float = 15.0) -> bool:
         server.wait(grace_s)
     kill_processes(family)  # psutil refuses a pid reused since
     for _ in range(3):  # a member killed as it forks may leave a child
-        kill_processes(group_members(server))
+        if not (late := group_members(server)):
+            break
+        kill_processes(late)
     return True

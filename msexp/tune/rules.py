@@ -13,6 +13,7 @@ from typing import Callable
 OVERFLOW_LIMIT = 0.5  # a profile overflowing in more of its updates overflows persistently
 MAX_ROUNDS = 3
 CONFIRM_GROUPS = 2  # the top k, then once the next k: at most 2k + 1 configurations train
+SPREADS = 2  # a difference counts once it exceeds twice the measured spread
 NOTCH = 1.57  # McGill, Tukey & Larsen (1978): median +- 1.57 IQR / sqrt(n), about 95%
 
 
@@ -69,7 +70,7 @@ def halve(rates: Mapping[Hashable, float], measured_spread: float = math.inf
     order = ranked(rates)
     half = order[:max(min(2, len(order)), math.ceil(len(order) / 2))]
     leader = rates[order[0]] if order else 0.0
-    contenders = [key for key in half if rates[key] * (1 + 2 * measured_spread) >= leader]
+    contenders = [key for key in half if rates[key] * (1 + SPREADS * measured_spread) >= leader]
     return contenders if len(contenders) > 1 else half[:2]
 
 
@@ -98,14 +99,14 @@ def margin(rates: Mapping[Hashable, float]) -> float:
 
 def settled(rates: Mapping[Hashable, float], measured_spread: float) -> bool:
     """Halving stops once the leader's margin exceeds twice the measured spread."""
-    return margin(rates) > 2 * measured_spread
+    return margin(rates) > SPREADS * measured_spread
 
 
 def beats_reference(ratio: float, ratio_spread: float) -> bool:
     """Whether a configuration ran faster than the reference it was measured beside by
     more than twice its ratio's relative spread (the margin that settles halving): what
     the measurements cannot tell from the reference's own speed is no gain."""
-    return ratio > 1 + 2 * ratio_spread
+    return ratio > 1 + SPREADS * ratio_spread
 
 
 def leaders_spread(rates: Mapping[Hashable, float], spreads: Mapping[Hashable, float]
