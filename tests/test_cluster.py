@@ -123,6 +123,7 @@ def test_mlflow_outage_loses_no_result_and_secrets_stay_out(cluster, workdir: Pa
     assert password not in output
 
 
+@pytest.mark.slow  # with the services the slow tier starts anyway: about 20 s a start
 def test_the_database_has_connections_for_many_workers(cluster) -> None:
     import sqlalchemy
 

@@ -123,6 +123,43 @@ def test_a_status_message_is_no_measurement(line: str) -> None:
     assert list(reader.left_out.values()) == [STATUS]
 
 
+# Every word of the reader's vocabularies, each alone (a real log uses one or two of a
+# list's words, so the corpus cannot tell one missing word: these lines can). Written out
+# here, not imported: a word lost from the reader's list is still tested.
+@pytest.mark.parametrize("word", ["val", "valid", "validation", "validate", "eval",
+                                  "evaluate", "evaluation", "test", "testing"])
+def test_each_evaluation_word_makes_its_line_an_evaluations(word: str) -> None:
+    reader = read(["epoch 1 step 2 Top_1: 0.5", f"{word.title()} Top_1: 0.6",
+                   f"epoch 2 step 1 loss=0.9 | {word} loss=0.95 acc=0.8", "epoch 2 step 2 acc=0.7"])
+    assert reader.ambiguous == {"Top_1": ["a training line", "an evaluation line"],
+                                "acc": ["a training line", "an evaluation line"]}
+
+
+@pytest.mark.parametrize("word", [
+    "best", "new", "update", "updated", "updating", "saving", "saved", "loaded", "loading",
+    "found", "reached", "restored", "resumed", "resuming", "finished"])
+def test_each_status_word_makes_a_status_message(word: str) -> None:
+    reader = read(["epoch 1 step 2 loss: 0.5", f"{word.title()} val acc: 0.25"])
+    assert reader.last == {"loss": 0.5}
+    assert reader.left_out == {f"{word.title()}_val_acc": STATUS}
+
+
+@pytest.mark.parametrize("word", ["is", "are", "was", "were"])
+def test_each_verb_ends_prose_not_a_name(word: str) -> None:
+    assert read(["epoch 1 step 2 loss: 0.5", f"the mean loss {word}: 0.25"]).last == \
+        {"loss": 0.5}
+
+
+@pytest.mark.parametrize("word", [
+    "epoch", "epochs", "step", "steps", "iter", "iters", "iteration", "iterations", "batch",
+    "batches", "global_step", "cur_step", "cur_epoch", "current_epoch", "current_step",
+    "opt_global_step"])
+def test_each_counter_word_is_a_progress_counter(word: str) -> None:
+    reader = read(["epoch 1 step 2 loss: 0.5", f"{word}: 3, acc: 0.75"])
+    assert reader.last == {"loss": 0.5, "acc": 0.75}
+    assert reader.left_out == {word: COUNTER}
+
+
 def test_a_name_a_script_chose_is_a_metric_even_if_it_says_best() -> None:
     line = "epoch time: 13833.125, avg loss: 3.917, eval_acc: 0.09375, best_acc: 0.104167"
     assert MetricReader().feed(line) == {"epoch_time": 13833.125, "avg_loss": 3.917,

@@ -93,7 +93,8 @@ def test_the_newest_version_of_a_name_missing_from_the_storage_is_its_highest() 
     assert newest({}, "w") == "w"
 
 
-@pytest.fixture(params=["journal", "sqlite", "postgresql"])
+# PostgreSQL in the slow tier, where its services start anyway (about 20 s a start)
+@pytest.fixture(params=["journal", "sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def storage_url(request: pytest.FixtureRequest, workdir: Path,
                 monkeypatch: pytest.MonkeyPatch) -> str | None:
     """Each kind of study lock: a file lock beside the journal or the SQLite file, and

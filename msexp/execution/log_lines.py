@@ -38,7 +38,6 @@ _PHRASE_WORDS = 4
 _TOKEN_CHAR = re.compile(r"[\w.\-/]")
 _TOKEN = re.compile(r"[A-Za-z_][\w.\-/]*")
 _BEFORE_NAME = re.compile(r"[\w.\-/'\"]")  # a character a name cannot follow
-_PLAIN_WORD = re.compile(r"[A-Za-z]+")
 _WORD = re.compile(r"[A-Za-z]+")
 _EVALUATION = {"val", "valid", "validation", "validate", "eval", "evaluate", "evaluation",
                "test", "testing"}
@@ -165,15 +164,15 @@ def _name_before(text: str, end: int) -> tuple[str, int, bool] | None:
     phrase: list[str] = []
     for word in reversed(words):
         token = _tail_token(word)
-        if not token or (phrase and not _PLAIN_WORD.fullmatch(token)):
+        if not token or (phrase and not _WORD.fullmatch(token)):
             break
         phrase.insert(0, token)
-        if token != word or not _PLAIN_WORD.fullmatch(token):
+        if token != word or not _WORD.fullmatch(token):
             break
     start = end - len(" ".join(phrase))
     if not phrase or (start > 0 and _BEFORE_NAME.match(text, start - 1)):
         return None
-    if not _PLAIN_WORD.fullmatch(phrase[-1]):
+    if not _WORD.fullmatch(phrase[-1]):
         return phrase[-1], end - len(phrase[-1]), False
     if len(phrase) > _PHRASE_WORDS or phrase[-1] in _VERBS:
         return None  # prose, not a name

@@ -42,8 +42,6 @@ UI_PORT = 5000
 # MLflow 3.17's UI picks its GenAI or model-training view from the browser (this URL
 # parameter, else localStorage, default GenAI), no longer from EXPERIMENT_KIND
 UI_TRAINING_VIEW = "?workflowType=machine_learning"
-_CHUNK = 1000  # MLflow accepts at most 1000 entries (metrics and params) per log_batch call
-_PARAMS = 100  # of which at most 100 params
 
 _RUN_STATUS = {Status.COMPLETE: "FINISHED", Status.PRUNED: "KILLED",
                Status.FAILED: "FAILED", Status.TIMEOUT: "FAILED"}
@@ -159,8 +157,8 @@ class Tracker:
                 RunTag.ROLE: "sweep", RunTag.STUDY: study, **tags}))
             logged = [Param(k, redact(param_text(redact_value(k, v)))[:6000])
                       for k, v in (params or {}).items()]
-            for i in range(0, len(logged), 100):
-                self.client.log_batch(run.info.run_id, params=logged[i:i + 100])
+            for part, _, _ in in_batches(logged, [], []):
+                self.client.log_batch(run.info.run_id, params=part)
             if sweep_file.is_file():
                 self._log_redacted(run.info.run_id, sweep_file,
                                    known_secrets({**(params or {}), **(values or {})}))
