@@ -13,7 +13,7 @@ import numpy as np
 import psutil
 import pytest
 
-from msexp.execution.process import alive, exit_reason, tail
+from msexp.execution.process import alive, exit_reason, tail, wait_exit
 from msexp.execution.protocol import (
     Checkpointing,
     Command,
@@ -160,6 +160,18 @@ def test_an_exit_code_reads_as_how_the_process_ended() -> None:
     assert exit_reason(0) == "trial process exited with code 0"
     assert exit_reason(-signal.SIGKILL) == "trial process was killed by SIGKILL"
     assert exit_reason(-200, "rank 1") == "rank 1 was killed by signal 200"
+
+
+def test_the_wait_for_a_command_wakes_at_its_exit_not_at_the_timeout() -> None:
+    # mutation: a plain sleep of the timeout (the poll it replaced) waits the whole 30 s
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    began = time.monotonic()
+    while proc.poll() is None:
+        wait_exit(proc.pid, 30)
+    assert time.monotonic() - began < 15
+    began = time.monotonic()
+    wait_exit(proc.pid, 0.2)  # reaped: its pid may be another's, so the timeout is slept
+    assert time.monotonic() - began >= 0.2
 
 
 def test_older_records_without_newer_fields_still_load() -> None:

@@ -33,6 +33,7 @@ from msexp.execution.process import (
     exit_reason,
     kill_leftovers,
     msrun_argv,
+    wait_exit,
 )
 from msexp.execution.protocol import Command, Epoch, EventReader, Start, TrialRequest
 from msexp.execution.script_help import switches
@@ -103,7 +104,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
             if stop_requested() and not stopped:
                 stopped = True
                 proc.send_signal(signal.SIGUSR1)
-            time.sleep(POLL_S)
+            wait_exit(proc.pid, POLL_S)
         kill_leftovers(kept, adopts=adopts)  # a daemon it left would hold its output open
         lines.join(DRAIN_S)
         epochs.forward()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import shutil
 import signal
 import socket
@@ -64,6 +65,20 @@ def die_with_parent() -> None:
     """In a child: get SIGKILL when the parent dies, even by kill -9 (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def wait_exit(pid: int, timeout: float) -> None:
+    """Wait up to `timeout`, returning the moment the child `pid` exits (Linux's pidfd): a
+    plain sleep costs every trial half a poll on average after its command ends."""
+    try:
+        handle = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd here, or the child is reaped already
+        time.sleep(timeout)
+        return
+    try:
+        select.select([handle], [], [], timeout)
+    finally:
+        os.close(handle)
 
 
 def become_subreaper() -> bool:
