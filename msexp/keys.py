@@ -60,6 +60,7 @@ class RunTag:
     NOTE = "mlflow.note.content"  # the run's description in the UI
     BATCH_STAT_LAYERS = "batch_stat_layers"  # how many BatchNorm layers the network holds
     BATCH_STATISTICS = "batch_statistics"  # what they change at the trial's micro_size
+    OWNER = "msexp.owner"  # on a tune phase's parent run: the tune process (host:pid)
 
 
 class TrialEnv:

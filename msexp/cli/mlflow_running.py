@@ -10,22 +10,26 @@ from typing import Any
 from msexp.cli.options import console
 from msexp.paths import MLFLOW_DB
 from msexp.tracking.runs import Tracker
-from msexp.tracking.store import has_running_runs
+from msexp.tracking.store import read_running_runs
 
 
 def mlflow_running(experiment: str, tracking_uri: str | None) -> list[dict[str, Any]]:
     """The RUNNING runs of MLflow experiment `experiment` (none where the embedded store
     was never made): `left` where the tune process that made them is gone."""
-    from msexp.tune.record import gone, running_runs  # lazy: tune imports the engine
+    from msexp.tune.record import gone, running_runs, with_makers  # lazy: tune imports the engine
 
-    if tracking_uri is None and os.environ.get("MLFLOW_TRACKING_URI") is None and (
-            not MLFLOW_DB.exists() or has_running_runs(MLFLOW_DB, experiment) is False):
+    embedded = tracking_uri is None and os.environ.get("MLFLOW_TRACKING_URI") is None
+    if embedded and not MLFLOW_DB.exists():
         return []
-    tracker = Tracker(tracking_uri)
-    found = tracker.client.get_experiment_by_name(experiment)
-    runs = running_runs(tracker, found.experiment_id) if found else []
-    return [{"run_id": run.info.run_id, "name": run.info.run_name, "made_by": maker,
-             "left": gone(maker)} for run, maker in runs]
+    found = read_running_runs(MLFLOW_DB, experiment) if embedded else None
+    if found is not None:
+        runs = with_makers(found)
+    else:  # a server, or a store SQLite cannot read: MLflow (its import takes seconds)
+        tracker = Tracker(tracking_uri)
+        known = tracker.client.get_experiment_by_name(experiment)
+        runs = running_runs(tracker, known.experiment_id) if known else []
+    return [{"run_id": run.run_id, "name": run.name, "made_by": maker, "left": gone(maker)}
+            for run, maker in runs]
 
 
 def show_mlflow_running(runs: list[dict[str, Any]], file: Path | None) -> None:

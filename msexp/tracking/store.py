@@ -11,13 +11,28 @@ import contextlib
 import os
 import sqlite3
 from pathlib import Path
+from typing import NamedTuple
+
+from msexp.keys import RunTag
 
 _PARTIAL = ".creating-"
-# MLflow's own tables (unchanged since MLflow 1.0): does an experiment have an active run
-# that is RUNNING?
-_RUNNING = ("SELECT 1 FROM runs JOIN experiments ON runs.experiment_id = "
-            "experiments.experiment_id WHERE experiments.name = ? AND runs.status = "
-            "'RUNNING' AND runs.lifecycle_stage = 'active' LIMIT 1")
+# MLflow's own tables (unchanged since MLflow 1.0): an experiment's active RUNNING runs,
+# newest first (as `search_runs` orders them), each with its parent and owner tags
+_RUNNING = ("SELECT runs.run_uuid, runs.name, parent.value, owner.value FROM runs "
+            "JOIN experiments ON runs.experiment_id = experiments.experiment_id "
+            "LEFT JOIN tags AS parent ON parent.run_uuid = runs.run_uuid AND parent.key = ? "
+            "LEFT JOIN tags AS owner ON owner.run_uuid = runs.run_uuid AND owner.key = ? "
+            "WHERE experiments.name = ? AND runs.status = 'RUNNING' AND "
+            "runs.lifecycle_stage = 'active' ORDER BY runs.start_time DESC")
+
+
+class RunningRun(NamedTuple):
+    """A RUNNING MLflow run: its id, name, parent run's id and owner tag (a tune's)."""
+
+    run_id: str
+    name: str
+    parent: str | None
+    owner: str | None
 
 
 def create_sqlite_store(path: Path) -> None:
@@ -41,14 +56,15 @@ def create_sqlite_store(path: Path) -> None:
     os.replace(partial, path)
 
 
-def has_running_runs(path: Path, experiment: str) -> bool | None:
-    """Whether the embedded store at `path` holds an active RUNNING run of `experiment`,
-    read with SQLite alone, read-only (MLflow's import takes seconds: `msexp status` pays
-    it only where the answer is yes); None where the store does not answer (not one, or
-    tables MLflow changed): ask MLflow."""
+def read_running_runs(path: Path, experiment: str) -> list[RunningRun] | None:
+    """The active RUNNING runs of `experiment` in the embedded store at `path`, read with
+    SQLite alone, read-only (MLflow's import takes seconds, and `msexp status` during a
+    sweep always finds its runs RUNNING); None where the store does not answer (not one,
+    or tables MLflow changed): ask MLflow."""
     try:
         with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro",
                                                 uri=True, timeout=30)) as store:
-            return store.execute(_RUNNING, (experiment,)).fetchone() is not None
+            rows = store.execute(_RUNNING, (RunTag.PARENT, RunTag.OWNER, experiment))
+            return [RunningRun(*row) for row in rows.fetchall()]
     except sqlite3.Error:
         return None

@@ -10,11 +10,11 @@ from msexp.keys import RunTag
 from msexp.search.heartbeat import owner_is_dead
 from msexp.tracking.delivery import record_trial
 from msexp.tracking.runs import Tracker
+from msexp.tracking.store import RunningRun
 from msexp.tune.runner import Ran
 
 PHASE = "msexp.tune.phase"
 DROPPED = "msexp.tune.dropped"
-OWNER = "msexp.owner"  # on a phase's parent run: the tune process (host:pid) that made it
 
 
 class PhaseRuns:
@@ -30,7 +30,7 @@ class PhaseRuns:
         """The parent run of `phase`, created on first use."""
         if phase not in self.parents:
             self.parents[phase] = self.tracker.parent_run(
-                self.experiment_id, f"{self.name}-{phase}", {PHASE: phase, OWNER: owner()},
+                self.experiment_id, f"{self.name}-{phase}", {PHASE: phase, RunTag.OWNER: owner()},
                 self.sweep_file, params)
         return self.parents[phase]
 
@@ -56,7 +56,7 @@ class PhaseRuns:
         """End as KILLED what a killed tune of this host left RUNNING in the experiment:
         each phase's parent run whose process is gone, and its child in flight; returns
         their ids, children first."""
-        left = [run.info.run_id for run, maker in running_runs(self.tracker,
+        left = [run.run_id for run, maker in running_runs(self.tracker,
                                                                self.experiment_id)
                 if gone(maker)]
         with self.tracker.writing():
@@ -65,14 +65,20 @@ class PhaseRuns:
         return left
 
 
-def running_runs(tracker: Tracker, experiment_id: str) -> list[tuple[Any, str | None]]:
-    """The experiment's RUNNING runs, children before their parents, each with the tune
-    process (host:pid) that made it or its parent, or None (a sweep's runs)."""
+def running_runs(tracker: Tracker, experiment_id: str) -> list[tuple[RunningRun, str | None]]:
+    """The experiment's RUNNING runs, asked of MLflow: see `with_makers`."""
     runs = tracker.client.search_runs([experiment_id], "attributes.status = 'RUNNING'")
-    makers = {run.info.run_id: run.data.tags.get(OWNER) for run in runs}
-    found = [(run, makers.get(run.data.tags.get(RunTag.PARENT, ""), makers[run.info.run_id]))
-             for run in runs]
-    return sorted(found, key=lambda pair: RunTag.PARENT not in pair[0].data.tags)
+    return with_makers([RunningRun(run.info.run_id, run.info.run_name,
+                                   run.data.tags.get(RunTag.PARENT),
+                                   run.data.tags.get(RunTag.OWNER)) for run in runs])
+
+
+def with_makers(runs: list[RunningRun]) -> list[tuple[RunningRun, str | None]]:
+    """RUNNING runs, children before their parents, each with the tune process (host:pid)
+    that made it or its parent, or None (a sweep's runs)."""
+    owners = {run.run_id: run.owner for run in runs}
+    found = [(run, owners.get(run.parent or "", run.owner)) for run in runs]
+    return sorted(found, key=lambda pair: pair[0].parent is None)
 
 
 def gone(maker: str | None) -> bool:

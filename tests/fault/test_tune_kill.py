@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from msexp.tune.record import OWNER, PHASE
+from msexp.keys import RunTag
+from msexp.tune.record import PHASE
 from tests.conftest import msexp_cmd, write
 from tests.fault.conftest import (
     DEADLINE_S,
@@ -43,7 +44,7 @@ def runs_of(experiment: str) -> list:
 def profiled(pid: int) -> bool:
     """Whether tune `pid`'s profile phase has its parent run and a child of it."""
     runs = runs_of("killed-tune")
-    parents = {r.info.run_id for r in runs if r.data.tags.get(OWNER, "").endswith(f":{pid}")}
+    parents = {r.info.run_id for r in runs if r.data.tags.get(RunTag.OWNER, "").endswith(f":{pid}")}
     return any(r.data.tags.get("mlflow.parentRunId") in parents for r in runs)
 
 
