@@ -486,6 +486,23 @@ def test_a_pools_hosts_share_the_cores_and_number_the_slots(tmp_path):
     assert all(h.pid is None for h in hosts)
 
 
+def mindspore_mapped(pid: int) -> bool:
+    return "mindspore" in Path(f"/proc/{pid}/maps").read_text()
+
+
+# mutation: MSEXP_PRELOAD ignored (every host imports MindSpore: seconds per host, and a
+# fork of a 400 MB process per command trial)
+def test_a_command_sweeps_hosts_import_no_mindspore_and_run_its_trials(tmp_path):
+    with HostPool(1, tmp_path, preload=False) as pool:
+        (host,) = pool.hosts
+        result = host.run(script(tmp_path, "t", "print('score: 0.5')"), TIMEOUT_S)
+        assert (result.status, result.metrics) == (Status.COMPLETE, {"score": 0.5})
+        assert not mindspore_mapped(host.pid)
+    with HostPool(1, tmp_path) as pool:
+        assert wait_for("MindSpore in the host", lambda: mindspore_mapped(pool.hosts[0].pid)), \
+            "a workload's host imports MindSpore before its first trial"
+
+
 # -- HostPool: one host and one thread per concurrent trial ----------------------------
 
 @SLOW

@@ -278,7 +278,7 @@ def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
     if workers > cores:
         err_console.print(f"warning: {workers} workers on {cores} CPU cores: trials compete "
                           "for the cores and each gets one thread", highlight=False)
-    hosts = HostPool(workers)  # MindSpore imports there
+    hosts = HostPool(workers, preload=spec.command is None)  # MindSpore imports there
     from msexp.search.sweep import run_sweep  # lazy: Optuna and MLflow import meanwhile
 
     optuna_to_log()

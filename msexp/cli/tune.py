@@ -114,7 +114,7 @@ def _say(line: str) -> None:
 
 @contextmanager
 def _runner(spec: SweepSpec, hosts: int) -> Iterator[Runner]:
-    with HostPool(hosts, warm=warm_children(spec)) as pool:
+    with HostPool(hosts, warm=warm_children(spec), preload=spec.command is None) as pool:
         yield Runner(spec, pool, run_folder(spec).resolve(), _say)
 
 

@@ -28,7 +28,7 @@ def run_sweep(spec: SweepSpec, progress: Subscriber, hosts: HostPool | None = No
     `hosts` (default: `budget.workers` of them) run the trials and are killed when this
     returns.
     """
-    with hosts or HostPool(spec.budget.workers) as pool:
+    with hosts or HostPool(spec.budget.workers, preload=spec.command is None) as pool:
         return _run(spec, progress, pool, tracking_uri, storage_url, study_name, rerun,
                     restart)
 

@@ -14,14 +14,18 @@ from msexp.execution.host.proxy import Host
 
 class HostPool:
     """`count` hosts. Host i gets cores / count CPU threads and, on GPU or Ascend, device
-    i modulo the device count; each keeps the graphs of its last `warm` signatures.
+    i modulo the device count; each keeps the graphs of its last `warm` signatures. With
+    `preload` False (a command experiment: its trials run their own processes) no host
+    imports MindSpore: a host starts in a fraction of a second, and forks a small process.
 
     As a context manager it kills every host (and the trial each runs) on exit.
     """
 
-    def __init__(self, count: int, cwd: Path | None = None, warm: int = 1):
+    def __init__(self, count: int, cwd: Path | None = None, warm: int = 1,
+                 preload: bool = True):
         threads = max(1, (os.cpu_count() or 1) // count)
-        self.hosts = [Host(threads, cwd or Path.cwd(), slot, warm) for slot in range(count)]
+        self.hosts = [Host(threads, cwd or Path.cwd(), slot, warm, preload)
+                      for slot in range(count)]
         for host in self.hosts:
             host.prewarm()
 

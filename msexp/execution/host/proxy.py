@@ -64,8 +64,9 @@ class Host:
     """
 
     def __init__(self, threads: int | None = None, cwd: Path | None = None,
-                 slot: int | None = None, warm: int = 1):
+                 slot: int | None = None, warm: int = 1, preload: bool = True):
         self.threads, self.cwd, self.slot, self.warm = threads, cwd, slot, warm
+        self.preload = preload  # False: a command's trials, each its own process
         self.marker = f"{owner()}/{uuid.uuid4().hex[:12]}"
         self._family = Family(self.marker, warm)  # the processes its trials started
         self._proc: subprocess.Popen | None = None
@@ -83,6 +84,7 @@ class Host:
         if self.slot is not None:
             env["MSEXP_SLOT"] = str(self.slot)
         env["MSEXP_WARM"] = str(self.warm)
+        env["MSEXP_PRELOAD"] = "1" if self.preload else "0"
         env.setdefault("GLOG_v", "2")
         link, theirs = socket_pair()
         with theirs:

@@ -52,7 +52,10 @@ def serve(channel: int) -> None:
 
 
 def _preload() -> bool:
-    """Import what every trial needs; return whether trials may run in forked children."""
+    """Import what every trial needs; return whether trials may run in forked children.
+    A command's trials (MSEXP_PRELOAD=0) need nothing imported: each runs its own process."""
+    if os.environ.get("MSEXP_PRELOAD") == "0":
+        return os.environ.get("MSEXP_FORK", "1") != "0"
     try:  # a failure here re-raises inside the trial, where its log shows it
         import mindspore as ms  # here, not at the top: a failure must reach the trial's log
 
