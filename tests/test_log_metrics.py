@@ -110,6 +110,8 @@ def test_colour_codes_do_not_hide_a_metric() -> None:
     # rich's hyperlink round a path; mutation: only colour codes removed (`id` = 7 read)
     link = "\x1b]8;id=7;file:///x/train.py\x1b\\train.py\x1b]8;;\x1b\\"
     assert MetricReader().feed(f"loss = \x1b[1;36m0.5\x1b[0m {link}") == {"loss": 0.5}
+    # tqdm's cursor moves end in capitals (erase line, up a line); mutation: `[a-za-z]`
+    assert MetricReader().feed("\x1b[2K\x1b[Aloss: 0.25") == {"loss": 0.25}
 
 
 @pytest.mark.parametrize("line", [
@@ -195,12 +197,13 @@ def test_a_name_on_lines_of_two_kinds_is_left_out_and_one_kind_keeps_its_last_va
 def test_an_evaluation_word_later_on_a_line_makes_the_pairs_after_it_an_evaluations() -> None:
     # mutation: every pair of a line of the kind its first name's words say (the reader as
     # it was) records the validation's acc 0.8 as acc, a training metric
-    reader = read(["epoch 1/2 | train loss=0.9 acc=0.7 | val loss=0.95 acc=0.8 | 3.0ms",
+    # (`Val`, capitalised: mutation, the word matched in lower case only)
+    reader = read(["epoch 1/2 | train loss=0.9 acc=0.7 | Val loss=0.95 acc=0.8 | 3.0ms",
                    # a name's own `val` switches nothing: acc5 stays one kind
                    "epoch 2/2: acc5=0.9, val_acc=0.85, acc5=0.95",
                    "epoch 2/2 step 3: acc5=0.97"])
     assert reader.ambiguous == {"acc": ["a training line", "an evaluation line"]}
-    assert reader.last == {"train_loss": 0.9, "val_loss": 0.95, "val_acc": 0.85, "acc5": 0.97}
+    assert reader.last == {"train_loss": 0.9, "Val_loss": 0.95, "val_acc": 0.85, "acc5": 0.97}
 
 
 def test_msexp_metrics_says_what_it_leaves_out_and_why() -> None:
