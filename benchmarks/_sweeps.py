@@ -9,12 +9,16 @@ claims, the MLflow and Optuna writes, the trial's workload build, events.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +29,25 @@ from msexp.execution.protocol import Result, Start, read_events  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 IMPORTS = "import mindspore, msexp.training.loop"
+
+
+def _die_with_parent() -> None:
+    """In a busy child: SIGKILL when this benchmark dies, even by SIGKILL (Linux)."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
+@contextmanager
+def busy(count: int) -> Iterator[None]:
+    """`count` processes spinning on a CPU each (`while True: pass`), killed on leaving
+    however it is left: the contention a loaded run is measured under."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                 preexec_fn=_die_with_parent) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 @dataclass

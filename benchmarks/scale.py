@@ -15,8 +15,10 @@ about 1.5 hours at 2 workers).
 `--no-shell` runs only msexp's side and prints its wall against the physical limit
 (N x 1 s / workers): a 10,000-trial study without the shell loop's own 1.5 hours.
 
+`--busy 1` runs both sides beside one process spinning on a core (the loaded condition).
+
 Usage: python benchmarks/scale.py [--sizes 100 1000] [--slow] [--method grid]
-                                  [--workers 2] [--no-shell]
+                                  [--workers 2] [--no-shell] [--busy 1]
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import optuna  # noqa: E402
+from _sweeps import busy  # noqa: E402
 
 WORKERS = 2
 SLEEP_S = 1.0
@@ -172,13 +176,17 @@ def main() -> None:
                         help="concurrent trials, on both sides")
     parser.add_argument("--no-shell", action="store_true",
                         help="msexp's side only, against N x 1 s / workers")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="processes spinning on a core each, beside both sides")
     args = parser.parse_args()
     global WORKERS  # every helper reads it: the one run's parallelism
     WORKERS = args.workers
     sizes = [*args.sizes, *([10_000] if args.slow else [])]
-    print(f"{os.cpu_count()} CPUs, {WORKERS} workers, load {load()}", flush=True)
-    for trials in sizes:
-        one_size(trials, args.method, shell=not args.no_shell)
+    print(f"{os.cpu_count()} CPUs, {WORKERS} workers, {args.busy} busy processes, load "
+          f"{load()}", flush=True)
+    with busy(args.busy):
+        for trials in sizes:
+            one_size(trials, args.method, shell=not args.no_shell)
 
 
 if __name__ == "__main__":

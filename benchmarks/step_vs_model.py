@@ -45,6 +45,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _sweeps import busy  # noqa: E402
 
 BATCH = {"tutorial_lenet": 32, "small_resnet": 32, "mlp_digits": 64, "lenet_digits": 32}
 USERS = {"tutorial_lenet": "TutorialLeNet5", "small_resnet": "SmallResNet"}  # networks.py
@@ -320,10 +323,9 @@ def main() -> None:
     if args.only:
         w, m, a = args.only.split(":")
         rows = [(w, int(m), a)]
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
     print(f"threads {args.threads}, model in {args.model_mode} mode, busy {args.busy}, "
           f"load average {os.getloadavg()[0]:.1f}; median ms (min-max) of {args.repeats}")
-    try:
+    with busy(1 if args.busy else 0):
         for row in rows:
             columns = args.peers.split(",") if args.peers else peers(row[1])
             runs: dict[str, list[float]] = {p: [] for p in columns}
@@ -331,9 +333,6 @@ def main() -> None:
                 for peer in runs:
                     runs[peer].append(run_cell(args, row, peer))
             print_row(row, runs)
-    finally:
-        if busy is not None:
-            busy.kill()
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -20,7 +20,6 @@ Usage: python benchmarks/tune_load.py [FILE] [--runs 5]
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import signal
@@ -29,14 +28,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _sweeps import ENV, ROOT  # noqa: E402
+from _sweeps import ENV, ROOT, busy  # noqa: E402
 
 DEFAULT_FILE = ROOT / "benchmarks/lenet-tune-load.yaml"
 BUSY = 2  # busy processes beside a loaded run
@@ -50,24 +47,6 @@ class TuneRun:
     ratio: float | None
     wall_s: float
     load: float  # the 1-minute load average as the run started
-
-
-def _die_with_parent() -> None:
-    """In a busy child: SIGKILL when this benchmark dies, even by SIGKILL (Linux)."""
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-
-
-@contextmanager
-def busy(count: int) -> Iterator[None]:
-    """`count` processes spinning on a CPU each, killed on leaving however it is left."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                 preexec_fn=_die_with_parent) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
 
 
 def tune(sweep_file: Path, condition: str) -> TuneRun:
