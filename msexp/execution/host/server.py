@@ -54,8 +54,9 @@ def serve(channel: int) -> None:
 def _preload() -> bool:
     """Import what every trial needs; return whether trials may run in forked children.
     A command's trials (MSEXP_PRELOAD=0) need nothing imported: each runs its own process."""
+    fork = os.environ.get("MSEXP_FORK", "1") != "0"
     if os.environ.get("MSEXP_PRELOAD") == "0":
-        return os.environ.get("MSEXP_FORK", "1") != "0"
+        return fork
     try:  # a failure here re-raises inside the trial, where its log shows it
         import mindspore as ms  # here, not at the top: a failure must reach the trial's log
 
@@ -71,7 +72,7 @@ def _preload() -> bool:
             ms.set_device(device, int(slot) % max(1, count))
     except Exception:
         return False
-    return device == "CPU" and os.environ.get("MSEXP_FORK", "1") != "0"
+    return device == "CPU" and fork
 
 
 if __name__ == "__main__":
