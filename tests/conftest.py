@@ -128,7 +128,10 @@ def shared_services(tmp_path_factory):
     running = services.up(root)
     yield running
     services.down(root)
+    log = (running.pg_data / "postgres.log").read_text(errors="replace")
     shutil.rmtree(running.pg_data, ignore_errors=True)  # as root, it is outside tmp_path
+    killed = [line for line in log.splitlines() if "terminated by signal" in line]
+    assert not killed, f"a test killed the shared PostgreSQL's processes: {killed[0]}"
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -426,6 +429,21 @@ def test_a_command_that_fails_or_reports_nothing_fails_its_trial(workdir: Path) 
     quiet, _, _ = run_script(workdir / "q", mode="quiet")
     assert isinstance(quiet, RuntimeError) and not isinstance(quiet, CommandFailed)
     assert str(quiet).startswith("the command reported no metric")
+
+
+# mutation: process.subreaper leaves the flag set. CI saw it: a test process that had run
+# a command trial adopted the PostgreSQL it started after, and the next trial's
+# kill_leftovers killed the database's workers (crash recovery, "in recovery mode").
+def test_a_command_trial_leaves_its_process_adopting_nothing_after(workdir: Path) -> None:
+    quiet, _, _ = run_script(workdir / "q", mode="quiet")
+    assert str(quiet).startswith("the command reported no metric")
+    detached = subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+                              capture_output=True, text=True, check=True)
+    daemon = psutil.Process(int(detached.stdout))
+    try:
+        assert daemon.ppid() != os.getpid(), "a daemon started after the trial was adopted"
+    finally:
+        daemon.kill()
 
 
 def test_a_stop_request_stops_the_command_after_its_epochs(workdir: Path) -> None:

@@ -437,9 +437,9 @@ def test_more_workers_than_trials_start_only_as_many_as_trials(
     started: list[int] = []
 
     class Counted(HostPool):
-        def __init__(self, count: int, cwd: Path | None = None, warm: int = 1):
+        def __init__(self, count: int, *args, **kwargs):
             started.append(count)
-            super().__init__(count, cwd, warm)
+            super().__init__(count, *args, **kwargs)
 
     monkeypatch.setattr("msexp.cli.sweeps.HostPool", Counted)
     monkeypatch.setattr("os.cpu_count", lambda: 1)

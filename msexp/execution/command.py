@@ -27,12 +27,12 @@ from msexp.execution.arguments import arguments, command_argv, trial_params
 from msexp.execution.log_metrics import MetricReader, read_log
 from msexp.execution.output import copy_redacted
 from msexp.execution.process import (
-    become_subreaper,
     descendants,
     die_with_parent,
     exit_reason,
     kill_leftovers,
     msrun_argv,
+    subreaper,
     wait_exit,
 )
 from msexp.execution.protocol import Command, Epoch, EventReader, Start, TrialRequest
@@ -89,27 +89,27 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     """
     argv, env, outputs = _launch_plan(request)
     command = request.command
-    adopts = become_subreaper()  # helpers that leave the session and the marker stay ours
-    kept = descendants(os.getpid())  # what this process ran before: not the trial's
-    try:
-        proc = subprocess.Popen(argv, cwd=outputs, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace",
-                                preexec_fn=die_with_parent)
-        emit(Start(" ".join(command.argv), proc.pid))
-        reader, lines = _copying(proc, request, log)
-        epochs = _Epochs(EventReader(Path(env[TrialEnv.EVENTS])), emit)
-        stopped = False
-        while proc.poll() is None:
+    with subreaper() as adopts:  # helpers that leave the session and the marker stay ours
+        kept = descendants(os.getpid())  # what this process ran before: not the trial's
+        try:
+            proc = subprocess.Popen(argv, cwd=outputs, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, errors="replace",
+                                    preexec_fn=die_with_parent)
+            emit(Start(" ".join(command.argv), proc.pid))
+            reader, lines = _copying(proc, request, log)
+            epochs = _Epochs(EventReader(Path(env[TrialEnv.EVENTS])), emit)
+            stopped = False
+            while proc.poll() is None:
+                epochs.forward()
+                if stop_requested() and not stopped:
+                    stopped = True
+                    proc.send_signal(signal.SIGUSR1)
+                wait_exit(proc.pid, POLL_S)
+            kill_leftovers(kept, adopts=adopts)  # a daemon it left would hold its output open
+            lines.join(DRAIN_S)
             epochs.forward()
-            if stop_requested() and not stopped:
-                stopped = True
-                proc.send_signal(signal.SIGUSR1)
-            wait_exit(proc.pid, POLL_S)
-        kill_leftovers(kept, adopts=adopts)  # a daemon it left would hold its output open
-        lines.join(DRAIN_S)
-        epochs.forward()
-    finally:
-        _forget_private_params(env)
+        finally:
+            _forget_private_params(env)
     if stopped:
         raise Stopped(f"stopped after epoch {epochs.count}")
     if proc.returncode:

@@ -11,7 +11,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import psutil
@@ -81,15 +81,25 @@ def wait_exit(pid: int, timeout: float) -> None:
         os.close(handle)
 
 
-def become_subreaper() -> bool:
-    """Adopt this process's orphaned descendants (Linux PR_SET_CHILD_SUBREAPER): a helper
-    that left its session with `setsid` and cleared its environment stays a descendant,
-    so `adopted` finds it. False where the platform does not allow it."""
+@contextlib.contextmanager
+def subreaper() -> Iterator[bool]:
+    """Adopt this process's orphaned descendants (Linux PR_SET_CHILD_SUBREAPER) while in
+    the block: a helper that left its session with `setsid` and cleared its environment
+    stays a descendant, so `kill_leftovers` finds it. Yields False where the platform does
+    not allow it. The flag is put back after: a process that stayed a subreaper would
+    adopt every daemon it starts later (a database server), and a later `kill_leftovers`
+    would kill that daemon's workers."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
-        return False
-    return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+        yield False
+        return
+    before = ctypes.c_int(0)
+    libc.prctl(37, ctypes.byref(before), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+    try:
+        yield libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    finally:
+        libc.prctl(36, before.value, 0, 0, 0)
 
 
 def kill_leftovers(kept: Iterable[psutil.Process] = (), wait_s: float = REAP_S,

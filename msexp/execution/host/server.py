@@ -29,26 +29,26 @@ def serve(channel: int) -> None:
     its last trial's graphs stay in this process for the next.
     """
     fork = _preload()
-    adopts = process.become_subreaper()  # what a trial orphans stays in this tree, to be killed
-    zygote = Zygote(channel, int(os.environ.get("MSEXP_WARM", "1")))
-    stop, warm = StopFlag(), WarmGraphs()
-    if fork:  # a trial child that ignores its stop is killed; this process stays
-        link = HostEnd(channel, lambda: zygote.signal(signal.SIGUSR1),
-                       lambda: zygote.signal(signal.SIGKILL))
-    else:  # the trial runs here: one that ignores its stop takes this process with it
-        link = HostEnd(channel, stop.stop, lambda: os.kill(os.getpid(), signal.SIGKILL))
-    link.say_ready(adopts)  # the sweep's trial clocks start now
-    try:
-        for line in link:
-            zygote.reap()
-            request = TrialRequest.from_json(line)
-            if fork:
-                zygote.run(request, line)
-            else:
-                run_logged(request, stop, warm)
-            link.say_ended()
-    finally:
-        zygote.close()
+    with process.subreaper() as adopts:  # what a trial orphans stays in this tree, to be killed
+        zygote = Zygote(channel, int(os.environ.get("MSEXP_WARM", "1")))
+        stop, warm = StopFlag(), WarmGraphs()
+        if fork:  # a trial child that ignores its stop is killed; this process stays
+            link = HostEnd(channel, lambda: zygote.signal(signal.SIGUSR1),
+                           lambda: zygote.signal(signal.SIGKILL))
+        else:  # the trial runs here: one that ignores its stop takes this process with it
+            link = HostEnd(channel, stop.stop, lambda: os.kill(os.getpid(), signal.SIGKILL))
+        link.say_ready(adopts)  # the sweep's trial clocks start now
+        try:
+            for line in link:
+                zygote.reap()
+                request = TrialRequest.from_json(line)
+                if fork:
+                    zygote.run(request, line)
+                else:
+                    run_logged(request, stop, warm)
+                link.say_ended()
+        finally:
+            zygote.close()
 
 
 def _preload() -> bool:
