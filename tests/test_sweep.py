@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import subprocess
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from msexp.cli import app
+from msexp.search.driver import AHEAD
+from msexp.tracking import recorder
 from tests.conftest import mlflow_client, msexp_cmd, write
 from tests.fault.conftest import DEADLINE_S, MARK, assert_no_process_left, wait_for
 
@@ -277,3 +281,57 @@ def test_a_worker_runs_budget_workers_trials_at_once(workdir: Path) -> None:
     assert len(starts) == 2
     assert [s["warm"] for s in starts] == [False, False], starts
     assert starts[0]["pid"] != starts[1]["pid"]
+
+
+# mutation: driver._may_wait answers False (every end waits for MLflow's opening: a slot
+# runs one trial until it opens), True for a failure, or lets ends wait past AHEAD
+@pytest.mark.parametrize(("failing", "ended"), [(False, AHEAD + 1), (True, 1)],
+                         ids=["ahead", "failing"])
+def test_a_slot_runs_on_while_mlflow_opens_but_not_past_a_failure_or_ahead(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, failing: bool, ended: int) -> None:
+    gate = threading.Event()
+
+    class SlowToOpen(recorder.Tracker):
+        def __init__(self, *args, **kwargs):
+            gate.wait(DEADLINE_S)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(recorder, "Tracker", SlowToOpen)
+    (workdir / "job.py").write_text(
+        "import sys\nsys.exit(3) if '--x=0' in sys.argv else print('score: 1')\n")
+    points = list(range(0 if failing else 1, AHEAD + 3))
+    sweep = write(workdir / "opens.yaml", f"""
+        name: opens
+        experiment: {{command: python job.py}}
+        objective: {{metric: score, direction: maximize}}
+        budget: {{workers: 1}}
+        params: {{x: {points}}}
+    """)
+    outcome: list = []
+    thread = threading.Thread(target=lambda: outcome.append(CliRunner().invoke(
+        app, ["sweep", str(sweep)], env={"COLUMNS": "200"})))
+    thread.start()
+    try:
+        assert _ended_while_shut("opens") == ended, "trials ended before MLflow opened"
+    finally:
+        gate.set()
+        thread.join(DEADLINE_S)
+    _, parents, children = runs_of("opens")
+    assert len(parents) == 1 and len(children) == len(points), outcome[0].output
+    study = optuna.load_study(study_name="opens", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend("mlruns/optuna.journal")))
+    assert sorted(t.state.name for t in study.trials) == \
+        ["COMPLETE"] * (len(points) - failing) + ["FAIL"] * failing
+
+
+def _ended_while_shut(name: str) -> int:
+    """How many trials of the sweep `name` ended, once no more end for 3 s."""
+    def ended() -> int:
+        return sum('"end"' in p.read_text()
+                   for p in Path("mlruns/trials", name).glob("*/events.jsonl"))
+    count, since = -1, time.monotonic()
+    while time.monotonic() - since < 3:
+        if ended() != count:
+            count, since = ended(), time.monotonic()
+        time.sleep(0.1)
+    return count

@@ -66,6 +66,11 @@ class Recorder(Subscriber):
     told of each trial before the others, its record kept before Optuna is told. The
     sweep stops when it can no longer record."""
 
+    def ready(self) -> bool:
+        """Whether `failure` answers at once (a store that opens in the background has
+        opened, or failed to)."""
+        return True
+
     def failure(self) -> BaseException | None:
         """Why it cannot record any more (the sweep then stops), or None."""
         return None

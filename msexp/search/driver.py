@@ -11,6 +11,7 @@ import dataclasses
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from msexp.search.tell import best_so_far, judge, tell
 from msexp.spec import SweepSpec
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C; Slurm, Kubernetes and systemd
+AHEAD = 10  # trials a slot may end while MLflow opens (a new store takes seconds)
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Sweep:
         self.stopping = threading.Event()
         self.results: dict[int, TrialResult] = {}
         self.running: dict[int, Host] = {}  # trial number: the host running it
+        self.waiting: list[threading.Thread] = []  # ends waiting for MLflow to open
         source.listen(self._lost, self._record_failed)
         self.interrupted = 0
         self.error: Exception | None = None  # what stopped the sweep outside any trial
@@ -74,7 +77,10 @@ class Sweep:
         try:
             with handled(STOP_SIGNALS, self._interrupt):
                 try:
-                    self.hosts.each(self._work, self._stop_if_unrecordable)
+                    self.hosts.each(lambda host: self._guarded(self._work, host),
+                                    self._stop_if_unrecordable)
+                    for waiting in self.waiting:
+                        waiting.join()
                 finally:
                     self.hosts.close()  # a stop has killed them already
             if self.fail_fast.stopped is not None and self.error is None:
@@ -118,12 +124,15 @@ class Sweep:
         self.hosts.stop()
 
     def _work(self, host: Host) -> None:
-        """Run trials in `host` until none are left; an error outside any trial stops
-        the sweep."""
+        """Run trials in `host` until none are left."""
+        while not self.stopping.is_set() and self.fail_fast.stopped is None and \
+                (handle := self.source.claim()) is not None:
+            self._run_trial(handle, host)
+
+    def _guarded(self, call: Callable[..., None], *args: Any) -> None:
+        """`call(*args)` in a thread of the sweep: an error outside any trial stops it."""
         try:
-            while not self.stopping.is_set() and self.fail_fast.stopped is None and \
-                    (handle := self.source.claim()) is not None:
-                self._run_trial(handle, host)
+            call(*args)
         except Exception as exc:
             self.error = self.error or exc
             self._stop()
@@ -132,8 +141,9 @@ class Sweep:
         try:
             trial, request = prepare_trial(self.spec, self.study, handle)
         except Exception as exc:  # params that cannot be sampled fail the trial, not the sweep
-            self._end(unprepared(self.spec, handle), TrialResult(Status.FAILED,
-                                                                 error=describe(exc)))
+            trial, result = unprepared(self.spec, handle), TrialResult(
+                Status.FAILED, error=describe(exc))
+            self._end(trial, result, judge(self.spec, trial, result))
             return
         for watcher in self.watchers:  # the recorder's MLflow run is made while it trains
             watcher.on_trial_start(trial)
@@ -147,12 +157,32 @@ class Sweep:
                                  wall_s=time.time() - trial.started)
         finally:
             self.running.pop(trial.number, None)
+        kept = judge(self.spec, trial, result, self.fail_fast.unreported(trial))
+        if self.recorder.ready() or not self._may_wait(result):
+            self._close(handle, trial, result, kept)
+            return
+        waiting = threading.Thread(target=self._guarded, daemon=True,  # the slot goes on
+                                   args=(self._close, handle, trial, result, kept))
+        self.waiting.append(waiting)
+        waiting.start()
+
+    def _may_wait(self, result: TrialResult) -> bool:
+        """Whether a trial's end may wait for MLflow's opening while its slot runs the next
+        trial: one that ran (a failure is seen at once, for `fail_fast`), while fewer than
+        AHEAD ends per slot wait (the work put back if MLflow never opens)."""
+        waiting = sum(thread.is_alive() for thread in self.waiting)
+        return result.status in (Status.COMPLETE, Status.PRUNED) and \
+            waiting < AHEAD * len(self.hosts.hosts)
+
+    def _close(self, handle: optuna.Trial, trial: TrialInfo, result: TrialResult,
+               kept: dict[str, Any]) -> None:
+        """End the trial; put it back instead when the sweep stops or MLflow cannot record."""
         if self.stopping.is_set() or self.recorder.failure() is not None:
             reason = "interrupted" if self.recorder.failure() is None else "MLflow unreachable"
             self.source.put_back(handle, reason)  # not finished: the next run continues it
             self._dropped(trial)
             return
-        self._end(trial, result)
+        self._end(trial, result, kept)
 
     def _lost(self, number: int) -> None:
         """Another process holds trial `number` now: stop this process's run of it (its
@@ -175,10 +205,10 @@ class Sweep:
             watcher.on_trial_epoch(trial, epoch)
         return self.pruning.should_stop(trial) or self.fail_fast.should_stop(trial)
 
-    def _end(self, trial: TrialInfo, result: TrialResult) -> None:
-        """The one order of a trial's end: judged, recorded in MLflow, told to Optuna,
-        shown. A trial whose claim another process took meanwhile is left to it."""
-        kept = judge(self.spec, trial, result, self.fail_fast.unreported(trial))
+    def _end(self, trial: TrialInfo, result: TrialResult, kept: dict[str, Any]) -> None:
+        """The one order of a judged trial's end (`kept`: what its judge keeps): recorded
+        in MLflow, told to Optuna, shown. A trial whose claim another process took
+        meanwhile is left to it."""
         if not self.source.still_held(trial.handle):
             self.source.done(trial.handle)
             self._dropped(trial)

@@ -31,7 +31,8 @@ class MlflowRecorder(Recorder):
     """Records each trial as a child run of the sweep's parent run.
 
     MLflow opens in the background while the first trials train: a new store takes
-    seconds to create, and no trial needs it before its result is in. The MLflow writes
+    seconds to create, and no trial needs it before its result is in (the ends of those
+    that ran wait for it while their slots go on: `search.driver`). The MLflow writes
     run in one background thread, off the path between two trials: a trial's run is
     made, with its params, while it trains (before the ends of earlier trials are
     logged, which its own end waits for); at its end its record goes to the
@@ -59,6 +60,9 @@ class MlflowRecorder(Recorder):
             self.opened.set_result((tracker, experiment_id, parent_id))
         except BaseException as exc:
             self.opened.set_exception(exc)
+
+    def ready(self) -> bool:
+        return self.opened.done()
 
     def failure(self) -> BaseException | None:
         """Why MLflow cannot be recorded to, once it has opened or failed (this waits)."""
