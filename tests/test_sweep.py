@@ -284,11 +284,15 @@ def test_a_worker_runs_budget_workers_trials_at_once(workdir: Path) -> None:
 
 
 # mutation: driver._may_wait answers False (every end waits for MLflow's opening: a slot
-# runs one trial until it opens), True for a failure, or lets ends wait past AHEAD
-@pytest.mark.parametrize(("failing", "ended"), [(False, AHEAD + 1), (True, 1)],
-                         ids=["ahead", "failing"])
+# runs one trial until it opens), True for a failure or for a sampler that reads earlier
+# results (TPE), or lets ends wait past AHEAD. (A pruner's case: test_workload's
+# test_an_own_metric_can_be_the_pruned_objective.)
+@pytest.mark.parametrize(("method", "failing", "ended"), [
+    ("grid", False, AHEAD + 1), ("grid", True, 1), ("tpe", False, 1)],
+    ids=["ahead", "failing", "tpe"])
 def test_a_slot_runs_on_while_mlflow_opens_but_not_past_a_failure_or_ahead(
-        workdir: Path, monkeypatch: pytest.MonkeyPatch, failing: bool, ended: int) -> None:
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, method: str, failing: bool,
+        ended: int) -> None:
     gate = threading.Event()
 
     class SlowToOpen(recorder.Tracker):
@@ -302,9 +306,10 @@ def test_a_slot_runs_on_while_mlflow_opens_but_not_past_a_failure_or_ahead(
     points = list(range(0 if failing else 1, AHEAD + 3))
     sweep = write(workdir / "opens.yaml", f"""
         name: opens
+        method: {method}
         experiment: {{command: python job.py}}
         objective: {{metric: score, direction: maximize}}
-        budget: {{workers: 1}}
+        budget: {{workers: 1, trials: {len(points)}}}
         params: {{x: {points}}}
     """)
     outcome: list = []

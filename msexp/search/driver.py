@@ -26,7 +26,7 @@ from msexp.search.prepare import prepare_trial, stale, unprepared
 from msexp.search.pruning import PruningBridge
 from msexp.search.source import TrialSource
 from msexp.search.tell import best_so_far, judge, tell
-from msexp.spec import SweepSpec
+from msexp.spec import Method, SweepSpec
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C; Slurm, Kubernetes and systemd
 AHEAD = 10  # trials a slot may end while MLflow opens (a new store takes seconds)
@@ -53,6 +53,7 @@ class Sweep:
         self.spec, self.study, self.source, self.hosts = spec, study, source, hosts
         self.recorder = recorder
         self.pruning, self.fail_fast = PruningBridge(spec), FailFast(spec)
+        self.blind = spec.method in (Method.grid, Method.random) and not self.pruning.enabled
         self.watchers: list[Subscriber] = [recorder, self.pruning, self.fail_fast, *watchers]
         self.stopping = threading.Event()
         self.results: dict[int, TrialResult] = {}
@@ -168,10 +169,12 @@ class Sweep:
 
     def _may_wait(self, result: TrialResult) -> bool:
         """Whether a trial's end may wait for MLflow's opening while its slot runs the next
-        trial: one that ran (a failure is seen at once, for `fail_fast`), while fewer than
-        AHEAD ends per slot wait (the work put back if MLflow never opens)."""
+        trial: where no choice reads earlier results (`blind`: a grid or random search
+        without a pruner), for one that ran (a failure is seen at once, for `fail_fast`),
+        while fewer than AHEAD ends per slot wait (the work put back if MLflow never opens).
+        """
         waiting = sum(thread.is_alive() for thread in self.waiting)
-        return result.status in (Status.COMPLETE, Status.PRUNED) and \
+        return self.blind and result.status in (Status.COMPLETE, Status.PRUNED) and \
             waiting < AHEAD * len(self.hosts.hosts)
 
     def _close(self, handle: optuna.Trial, trial: TrialInfo, result: TrialResult,
