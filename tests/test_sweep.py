@@ -340,3 +340,79 @@ def _ended_while_shut(name: str) -> int:
             count, since = ended(), time.monotonic()
         time.sleep(0.1)
     return count
+
+
+# mutation: MlflowRecorder._start looks at the spool at every start (a look at each of its
+# files: with short trials 6,000 records waited at once and each start read them all), or
+# not again after a record was kept
+@pytest.mark.parametrize("refused", [0, 1], ids=["delivered", "one-refused"])
+def test_a_sweep_looks_at_the_spool_as_it_starts_and_after_a_record_is_kept(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, refused: int) -> None:
+    looks: list[int] = []
+    flush = recorder.flush_spool
+    monkeypatch.setattr(recorder, "flush_spool",
+                        lambda tracker: looks.append(1) or flush(tracker))
+    finish = recorder.Tracker.finish_trial
+    left = [refused]
+
+    def finish_trial(self, *args, **kwargs):
+        if left[0]:
+            left[0] -= 1
+            raise ConnectionError("MLflow went away")
+        return finish(self, *args, **kwargs)
+
+    monkeypatch.setattr(recorder.Tracker, "finish_trial", finish_trial)
+    recorder.Tracker(None)  # the store, made: MLflow opens before the first trial ends
+    (workdir / "job.py").write_text("import time\ntime.sleep(0.3)\nprint('score: 1')\n")
+    sweep = write(workdir / "looks.yaml", """
+        name: looks
+        experiment: {command: python job.py}
+        objective: {metric: score, direction: maximize}
+        budget: {workers: 1}
+        params: {x: [1, 2, 3, 4, 5, 6]}
+    """)
+    result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert len(looks) == 2 + refused, "as the first trial starts, after a kept one, at the end"
+    _, _, children = runs_of("looks")
+    assert len(children) == 6 and not list(Path("mlruns/spool").glob("*.json"))
+
+
+# mutation: MlflowRecorder.on_trial_ending holds records without waiting on the backlog
+# (trials that end faster than MLflow logs them held a file open each: 6,585 at once)
+def test_trials_that_end_faster_than_mlflow_logs_them_wait_for_it(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recorder, "BACKLOG", 2)
+    finish = recorder.Tracker.finish_trial
+
+    def slow_finish(self, *args, **kwargs):
+        time.sleep(0.4)
+        return finish(self, *args, **kwargs)
+
+    monkeypatch.setattr(recorder.Tracker, "finish_trial", slow_finish)
+    (workdir / "job.py").write_text("print('score: 1')\n")
+    sweep = write(workdir / "fast.yaml", """
+        name: fast
+        experiment: {command: python job.py}
+        objective: {metric: score, direction: maximize}
+        budget: {workers: 1}
+        params: {x: [1, 2, 3, 4, 5, 6, 7, 8]}
+    """)
+    held, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            held[0] = max(held[0], len(list(Path("mlruns/spool").glob("*.json"))))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
+    finally:
+        done.set()
+        watcher.join()
+    assert result.exit_code == 0, result.output
+    assert 1 <= held[0] <= 2, "records held at once"
+    _, _, children = runs_of("fast")
+    assert len(children) == 8 and all(r.info.status == "FINISHED" for r in children)

@@ -25,6 +25,7 @@ from msexp.tracking.spool import Held
 
 _log = logging.getLogger("msexp")
 PARENT_WAIT_S = 30.0
+BACKLOG = 32  # ends held for the writer at once (a file open each); more wait for it
 
 
 class MlflowRecorder(Recorder):
@@ -48,6 +49,8 @@ class MlflowRecorder(Recorder):
         self.opened: Future = Future()  # (tracker, experiment id, parent run id)
         self.writes = _Writes()
         self.runs: dict[int, Future] = {}  # trial number: its run id (None: not made)
+        self.spooled = True  # records may wait in the spool: an earlier sweep's, or kept
+        self.backlog = threading.BoundedSemaphore(BACKLOG)
         threading.Thread(target=self._open, args=(tracking_uri, created, storage_label),
                          daemon=True).start()
 
@@ -117,7 +120,9 @@ class MlflowRecorder(Recorder):
 
     def _start(self, trial: TrialInfo) -> str | None:
         tracker, experiment_id, parent_id = self.opened.result()
-        flush_spool(tracker)  # what waits goes first
+        if self.spooled:  # what waits goes first (what still waits then goes at `close`)
+            self.spooled = False  # not at every start: a look at every file of the spool
+            flush_spool(tracker)
         try:
             return tracker.start_trial(experiment_id, parent_id, trial.number, trial.logged,
                                        trial.started, trial.name, replace=trial.later_attempt)
@@ -141,33 +146,46 @@ class MlflowRecorder(Recorder):
         if self.spec.constraints:
             tags[TrialKey.FEASIBLE] = str(self.spec.feasible(result.metrics)).lower()
         run_id = self._run_of(trial)
-        held = tracker.spool.hold(tracker.uri, experiment_id, parent_id, trial.number,
-                                  trial.logged, result, trial.started, run_id=run_id,
-                                  name=trial.name, tags=tags)
+        self.backlog.acquire()  # where trials end faster than MLflow logs them, they wait
+        try:
+            held = tracker.spool.hold(tracker.uri, experiment_id, parent_id, trial.number,
+                                      trial.logged, result, trial.started, run_id=run_id,
+                                      name=trial.name, tags=tags)
+        except BaseException:
+            self.backlog.release()
+            raise
         self.writes.submit(self._finish, tracker, held, trial, result, tags, run_id)
         return {TrialKey.RUN_ID: run_id or "spooled"}
 
     def _finish(self, tracker: Tracker, held: Held, trial: TrialInfo, result: TrialResult,
                 tags: dict[str, Any], run_id: str | None) -> None:
         try:
-            if run_id is None:  # MLflow did not take it at its start
-                _, experiment_id, parent_id = self.opened.result()
-                run_id = tracker.start_trial(experiment_id, parent_id, trial.number,
-                                             trial.logged, trial.started, trial.name,
-                                             replace=True)
-            tracker.finish_trial(run_id, result, trial.started, tags,
-                                 log_checkpoint=self.spec.checkpoint.log == "all",
-                                 params=trial.logged)
-            if trial.later_attempt:  # what an earlier attempt made while this one started goes
-                _, experiment_id, parent_id = self.opened.result()
-                with tracker.writing():
-                    tracker.delete_trial_runs(experiment_id, parent_id, trial.number,
-                                              keep=run_id)
+            self._log_end(tracker, trial, result, tags, run_id)
         except Exception as exc:  # unreachable server, broken store: the record waits
             held.release()
+            self.spooled = True
             warn_kept(tracker, trial.number, exc, held.path)
-            return
-        held.delivered()
+        else:
+            held.delivered()
+        finally:
+            self.backlog.release()
+
+    def _log_end(self, tracker: Tracker, trial: TrialInfo, result: TrialResult,
+                 tags: dict[str, Any], run_id: str | None) -> None:
+        """Log the trial's end into the run made as it started (or a new one)."""
+        if run_id is None:  # MLflow did not take it at its start
+            _, experiment_id, parent_id = self.opened.result()
+            run_id = tracker.start_trial(experiment_id, parent_id, trial.number,
+                                         trial.logged, trial.started, trial.name,
+                                         replace=True)
+        tracker.finish_trial(run_id, result, trial.started, tags,
+                             log_checkpoint=self.spec.checkpoint.log == "all",
+                             params=trial.logged)
+        if trial.later_attempt:  # what an earlier attempt made while this one started goes
+            _, experiment_id, parent_id = self.opened.result()
+            with tracker.writing():
+                tracker.delete_trial_runs(experiment_id, parent_id, trial.number,
+                                          keep=run_id)
 
     def on_trial_dropped(self, trial: TrialInfo) -> None:
         """This process records no end of the trial (put back, or taken by another
