@@ -8,6 +8,7 @@ its callbacks: the driver only asks and tells; where trials come from is the
 from __future__ import annotations
 
 import dataclasses
+import math
 import signal
 import threading
 import time
@@ -30,6 +31,7 @@ from msexp.spec import Method, SweepSpec
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C; Slurm, Kubernetes and systemd
 AHEAD = 10  # trials a slot may end while MLflow opens (a new store takes seconds)
+BEST_EVERY_S = 1.0  # the shown best is looked up at most this often: a look reads every trial
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Sweep:
         self.results: dict[int, TrialResult] = {}
         self.running: dict[int, Host] = {}  # trial number: the host running it
         self.waiting: list[threading.Thread] = []  # ends waiting for MLflow to open
+        self.best, self.best_at = "-", -math.inf  # the shown best, and when it was looked up
         source.listen(self._lost, self._record_failed)
         self.interrupted = 0
         self.error: Exception | None = None  # what stopped the sweep outside any trial
@@ -221,9 +224,15 @@ class Sweep:
         tell(self.study, self.spec, trial, result, kept)
         self.source.done(trial.handle)
         self.results[trial.number] = result
-        told = dataclasses.replace(trial, best=best_so_far(self.study, self.spec))
+        told = dataclasses.replace(trial, best=self._best())
         for watcher in self.watchers:
             watcher.on_trial_end(told, result)
+
+    def _best(self) -> str:
+        """The study's best, looked up again once BEST_EVERY_S have passed."""
+        if time.monotonic() - self.best_at >= BEST_EVERY_S:
+            self.best, self.best_at = best_so_far(self.study, self.spec), time.monotonic()
+        return self.best
 
     def _dropped(self, trial: TrialInfo) -> None:
         for watcher in self.watchers:
