@@ -283,6 +283,21 @@ def test_a_worker_runs_budget_workers_trials_at_once(workdir: Path) -> None:
     assert starts[0]["pid"] != starts[1]["pid"]
 
 
+def command_sweep(workdir: Path, name: str, job: str, points: list[int],
+                  method: str = "grid") -> Path:
+    """A one-worker sweep of `python job.py --x=POINT` (`job`: the script), maximizing the
+    `score` it prints."""
+    (workdir / "job.py").write_text(job)
+    return write(workdir / f"{name}.yaml", f"""
+        name: {name}
+        method: {method}
+        experiment: {{command: python job.py}}
+        objective: {{metric: score, direction: maximize}}
+        budget: {{workers: 1, trials: {len(points)}}}
+        params: {{x: {points}}}
+    """)
+
+
 # mutation: driver._may_wait answers False (every end waits for MLflow's opening: a slot
 # runs one trial until it opens), True for a failure or for a sampler that reads earlier
 # results (TPE), or lets ends wait past AHEAD. (A pruner's case: test_workload's
@@ -301,17 +316,9 @@ def test_a_slot_runs_on_while_mlflow_opens_but_not_past_a_failure_or_ahead(
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(recorder, "Tracker", SlowToOpen)
-    (workdir / "job.py").write_text(
-        "import sys\nsys.exit(3) if '--x=0' in sys.argv else print('score: 1')\n")
     points = list(range(0 if failing else 1, AHEAD + 3))
-    sweep = write(workdir / "opens.yaml", f"""
-        name: opens
-        method: {method}
-        experiment: {{command: python job.py}}
-        objective: {{metric: score, direction: maximize}}
-        budget: {{workers: 1, trials: {len(points)}}}
-        params: {{x: {points}}}
-    """)
+    sweep = command_sweep(workdir, "opens", "import sys\nsys.exit(3) if '--x=0' in sys.argv "
+                          "else print('score: 1')\n", points, method)
     outcome: list = []
     thread = threading.Thread(target=lambda: outcome.append(CliRunner().invoke(
         app, ["sweep", str(sweep)], env={"COLUMNS": "200"})))
@@ -363,14 +370,8 @@ def test_a_sweep_looks_at_the_spool_as_it_starts_and_after_a_record_is_kept(
 
     monkeypatch.setattr(recorder.Tracker, "finish_trial", finish_trial)
     recorder.Tracker(None)  # the store, made: MLflow opens before the first trial ends
-    (workdir / "job.py").write_text("import time\ntime.sleep(0.3)\nprint('score: 1')\n")
-    sweep = write(workdir / "looks.yaml", """
-        name: looks
-        experiment: {command: python job.py}
-        objective: {metric: score, direction: maximize}
-        budget: {workers: 1}
-        params: {x: [1, 2, 3, 4, 5, 6]}
-    """)
+    sweep = command_sweep(workdir, "looks", "import time\ntime.sleep(0.3)\nprint('score: 1')\n",
+                          [1, 2, 3, 4, 5, 6])
     result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert len(looks) == 2 + refused, "as the first trial starts, after a kept one, at the end"
@@ -390,14 +391,7 @@ def test_trials_that_end_faster_than_mlflow_logs_them_wait_for_it(
         return finish(self, *args, **kwargs)
 
     monkeypatch.setattr(recorder.Tracker, "finish_trial", slow_finish)
-    (workdir / "job.py").write_text("print('score: 1')\n")
-    sweep = write(workdir / "fast.yaml", """
-        name: fast
-        experiment: {command: python job.py}
-        objective: {metric: score, direction: maximize}
-        budget: {workers: 1}
-        params: {x: [1, 2, 3, 4, 5, 6, 7, 8]}
-    """)
+    sweep = command_sweep(workdir, "fast", "print('score: 1')\n", [1, 2, 3, 4, 5, 6, 7, 8])
     held, done = [0], threading.Event()
 
     def watch() -> None:
@@ -429,14 +423,8 @@ def test_the_shown_best_is_looked_up_at_most_once_a_period(
     monkeypatch.setattr(driver, "BEST_EVERY_S", 600.0)
     monkeypatch.setattr(driver, "best_so_far",
                         lambda *args: looks.append(best_so_far(*args)) or looks[-1])
-    (workdir / "job.py").write_text("import sys\nprint('score:', sys.argv[1][4:])\n")
-    sweep = write(workdir / "best.yaml", """
-        name: best
-        experiment: {command: python job.py}
-        objective: {metric: score, direction: maximize}
-        budget: {workers: 1}
-        params: {x: [1, 2, 3, 4]}
-    """)
+    sweep = command_sweep(workdir, "best", "import sys\nprint('score:', sys.argv[1][4:])\n",
+                          [1, 2, 3, 4])
     result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert looks == ["score=1 (#0)"], "one look in the period: the first trial's end"
