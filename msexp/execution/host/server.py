@@ -30,25 +30,29 @@ def serve(channel: int) -> None:
     """
     fork = _preload()
     with process.subreaper() as adopts:  # what a trial orphans stays in this tree, to be killed
-        zygote = Zygote(channel, int(os.environ.get("MSEXP_WARM", "1")))
-        stop, warm = StopFlag(), WarmGraphs()
-        if fork:  # a trial child that ignores its stop is killed; this process stays
-            link = HostEnd(channel, lambda: zygote.signal(signal.SIGUSR1),
-                           lambda: zygote.signal(signal.SIGKILL))
-        else:  # the trial runs here: one that ignores its stop takes this process with it
-            link = HostEnd(channel, stop.stop, lambda: os.kill(os.getpid(), signal.SIGKILL))
-        link.say_ready(adopts)  # the sweep's trial clocks start now
-        try:
-            for line in link:
-                zygote.reap()
-                request = TrialRequest.from_json(line)
-                if fork:
-                    zygote.run(request, line)
-                else:
-                    run_logged(request, stop, warm)
-                link.say_ended()
-        finally:
-            zygote.close()
+        _serve(channel, fork, adopts)
+
+
+def _serve(channel: int, fork: bool, adopts: bool) -> None:
+    zygote = Zygote(channel, int(os.environ.get("MSEXP_WARM", "1")))
+    stop, warm = StopFlag(), WarmGraphs()
+    if fork:  # a trial child that ignores its stop is killed; this process stays
+        link = HostEnd(channel, lambda: zygote.signal(signal.SIGUSR1),
+                       lambda: zygote.signal(signal.SIGKILL))
+    else:  # the trial runs here: one that ignores its stop takes this process with it
+        link = HostEnd(channel, stop.stop, lambda: os.kill(os.getpid(), signal.SIGKILL))
+    link.say_ready(adopts)  # the sweep's trial clocks start now
+    try:
+        for line in link:
+            zygote.reap()
+            request = TrialRequest.from_json(line)
+            if fork:
+                zygote.run(request, line)
+            else:
+                run_logged(request, stop, warm)
+            link.say_ended()
+    finally:
+        zygote.close()
 
 
 def _preload() -> bool:
