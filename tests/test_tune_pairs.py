@@ -219,3 +219,52 @@ def test_each_candidates_fate_says_where_it_stood() -> None:
     same = Candidate({}, {"batch_size": 256, "micro_size": 4, "amp_level": "O0"})
     other = Candidate({}, {"batch_size": 64, "micro_size": 1, "amp_level": "O2"})
     assert group_of(one) == group_of(same) != group_of(other)
+
+
+class FallingLoad:
+    """Answers each confirm training from a table of true samples/s (by micro_size), sped
+    up by a load that falls by 5% of its start with every training, as a finished
+    neighbour's does: what is under test is the order of the trainings, not the training."""
+
+    def __init__(self, true_rate: dict[int, float]):
+        self.true_rate, self.names = true_rate, []
+
+    def run(self, jobs, hosts=None):
+        from msexp.tune.runner import Ran
+
+        ran = []
+        for job in jobs:
+            speedup = 1 / (1 - 0.05 * len(self.names))
+            self.names.append(job.name)
+            ran.append(Ran(job, TrialResult(Status.COMPLETE, {
+                "eval_accuracy": 0.9, "train_mem_mb": 1.0,
+                "samples_per_s": self.true_rate[job.params["micro_size"]] * speedup}), 0.0))
+        return ran
+
+
+@pytest.mark.parametrize("seeds", [[0, 1], [0, 1, 2, 3]])
+def test_a_load_that_falls_through_confirm_picks_no_equal_over_the_baseline(seeds) -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Budget, Profile
+    from msexp.tune.outcome import choose
+    from msexp.tune.phases import confirm
+
+    def profile(micro: int) -> Profile:
+        return Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),
+                       ratios=[1.0], spreads=[0.01])
+
+    def picked(true_rate: dict[int, float]) -> tuple[Verdict | None, list[str]]:
+        base, load = profile(1), FallingLoad(true_rate)
+        baseline, verdicts = confirm(load, [profile(4), base], 1, base, seeds,
+                                     "eval_accuracy", True, 0.0, Budget([], None),
+                                     lambda ran, dropped: None)
+        return choose(verdicts, baseline), load.names
+
+    # the same speed: trained after the baseline in every seed, the falling load would
+    # make micro_size 4 1.05-1.06x faster in each, beyond their spread, and pick it
+    pick, names = picked({1: 100.0, 4: 100.0})
+    assert pick.profile.candidate.point == {"micro_size": 1}, "the baseline, not an equal"
+    assert names[:4] == ["confirm-micro_size1-seed0", "confirm-micro_size4-seed0",
+                         "confirm-micro_size4-seed1", "confirm-micro_size1-seed1"]
+    pick, _ = picked({1: 100.0, 4: 150.0})  # a real gain still shows through the mirror
+    assert pick.profile.candidate.point == {"micro_size": 4} and pick.ratio > 1.4

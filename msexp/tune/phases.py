@@ -155,15 +155,17 @@ def _judge(verdict: Verdict, base: Verdict, objective: str, maximize: bool,
 
 def _train(runner: Runner, baseline: Profile, group: list[Profile], seeds: list[int | None],
            objective: str, budget: Budget, record: Record) -> tuple[Verdict, list[Verdict]]:
-    """Train the baseline and each of `group` with each seed, seed by seed: the baseline's
-    training of a seed first, then the group's beside it (all at once on several hosts).
-    Returns the baseline's verdict (judged on its objective only; `fits` says whether it
+    """Train the baseline and each of `group` with each seed, seed by seed, in mirrored
+    order: the baseline first for the first seed, last for the second, and so on (at once
+    on several hosts), so that a load rising or falling through the phase moves the ratios
+    of alternate seeds apart, a spread, instead of all the same way, a gain. Returns the baseline's verdict (judged on its objective only; `fits` says whether it
     keeps the budget) and the group's, each with its throughput ratio to the baseline's
     trainings of the same seeds."""
     members = [baseline] + [p for p in group if p is not baseline]
+    order = list(enumerate(members))
     jobs = [Job((i, seed), f"confirm-{folder_name(p.candidate)}-seed{seed}",
                 {**p.candidate.params, **({} if seed is None else {"seed": seed})})
-            for seed in seeds for i, p in enumerate(members)]
+            for turn, seed in enumerate(seeds) for i, p in order[::-1 if turn % 2 else 1]]
     ran = runner.run(jobs)
     record(ran, {})
     runs = [[r for r in ran if r.job.key[0] == i] for i in range(len(members))]
