@@ -58,13 +58,19 @@ def test_halving_drops_those_that_cannot_lead_within_twice_the_spread() -> None:
     assert rules.halve({"a": 100.0, "b": 50.0, "c": 40.0}, 0.01) == ["a", "b"]
 
 
-def test_halving_stops_when_the_margin_exceeds_twice_the_spread() -> None:
+def test_halving_stops_once_no_more_than_the_confirmed_can_lead() -> None:
     before, now = {"a": 100.0, "b": 80.0}, {"a": 110.0, "b": 84.0}
     assert rules.spread(before, now) == pytest.approx(0.10)  # a: |110 - 100| / 100
-    assert rules.margin(now) == pytest.approx(110 / 84 - 1)  # 0.3095 > 2 * 0.10
+    assert rules.contenders(now, 0.10) == ["a"]  # 84 x 1.2 = 100.8 < 110
     assert rules.settled(now, rules.spread(before, now))
-    assert not rules.settled({"a": 110.0, "b": 100.0}, 0.10)  # 0.10 < 0.20
-    assert rules.margin({"a": 1.0}) == math.inf
+    assert not rules.settled({"a": 110.0, "b": 100.0}, 0.10)  # 100 x 1.2 >= 110
+    assert rules.settled({"a": 1.0}, math.inf) and rules.settled({}, math.inf)
+    # confirm trains the top k: halving stops once at most k can lead, not one
+    rates = {"a": 110.0, "b": 108.0, "c": 100.0, "d": 80.0}
+    assert rules.contenders(rates, 0.02) == ["a", "b"]  # 100 x 1.04 = 104 < 110
+    assert not rules.settled(rates, 0.02) and rules.settled(rates, 0.02, top=2)
+    assert not rules.settled(rates, 0.05, top=2)  # c: 100 x 1.1 = 110 >= 110
+    assert not rules.settled(rates, math.inf, top=3), "nothing measured: all can lead"
 
 
 def test_a_probes_spread_is_the_median_notch_over_the_median() -> None:
@@ -98,9 +104,14 @@ def test_halving_stops_at_round_0_when_the_profiles_spread_settles_it() -> None:
 
     fast, slow, slower = profile(1, 300.0, 0.04), profile(2, 200.0, 0.10), profile(4, 90.0, 0.9)
     # margin 300 / 200 - 1 = 0.5 > 2 * 0.10: no round runs, so no runner is needed
-    standing, spread, rounds = halve(None, [slow, fast, slower], Budget([], None), 10,
+    standing, spread, rounds = halve(None, [slow, fast, slower], Budget([], None), 10, 1,
                                      lambda ran, dropped: None)
     assert standing == [fast, slow, slower] and spread == 0.10 and rounds == 0
+    # two leaders tied within the noise, and confirm trains both: no round either
+    tied = profile(8, 295.0, 0.04)
+    standing, _, rounds = halve(None, [slow, fast, tied, slower], Budget([], None), 10, 2,
+                                lambda ran, dropped: None)
+    assert standing[:2] == [fast, tied] and rounds == 0
 
 
 def test_the_keep_rule_allows_the_seed_spread_or_the_tolerance_and_says_which() -> None:

@@ -120,7 +120,7 @@ def test_candidates_rank_by_their_ratio_to_the_baseline_beside_them_under_drifti
     assert second.ratios == [pytest.approx(160 / 136, rel=0.01)]
     assert base.ratios == [1.0] and first.sides[1] == pytest.approx(64 * 1000 / 120, rel=0.01)
     assert 0.0 < first.spreads[0] < 0.2
-    standing, _, rounds = halve(load, profiles, Budget([], None), 9,
+    standing, _, rounds = halve(load, profiles, Budget([], None), 9, 1,
                                 lambda ran, dropped: None)
     assert standing[:2] == [second, first], "paired, the faster ranks first"
     assert rounds >= 1 and len(second.ratios) == rounds + 1

@@ -68,14 +68,15 @@ def profile_all(runner: Runner, found: list[Candidate], budget: Budget, updates:
     return profiles
 
 
-def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
+def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int, top: int,
           record: Record) -> tuple[list[Profile], float | None, int]:
     """Successive halving on the throughput ratio: each round probes again, between
     baseline probes, the faster half that can still lead (`rules.halve`) with as many
     updates again as their profiles have run (so each doubles), and ranks them on every
-    step time measured against the baseline's beside them; stop when the leader's margin
-    exceeds twice the measured spread (at round 0 the profiles' spread, after a round the
-    larger of that and the change between rounds), or after `rules.MAX_ROUNDS` rounds.
+    step time measured against the baseline's beside them; stop once at most `top` (the
+    confirm phase's) can still lead (`rules.settled`: within twice the measured spread of
+    the leader; at round 0 the profiles' spread, after a round the larger of that and the
+    change between rounds), or after `rules.MAX_ROUNDS` rounds.
     Returns the standing, fastest first, the last spread measured (None: fewer than two
     candidates stood, or nothing measured it) and the rounds run."""
     standing = [p for p in profiles if p.dropped is None]
@@ -84,7 +85,7 @@ def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
         spread = rules.leaders_spread(*_latest(standing))
     pairs = Pairs(runner, profiles[0], budget, record)
     for round_ in range(1, rules.MAX_ROUNDS + 1):
-        if len(standing) < 2 or rules.settled(_latest(standing)[0], spread):
+        if rules.settled(_latest(standing)[0], spread, top):
             break
         before = _latest(standing)[0]
         kept = [p for p in standing if id(p) in rules.halve(before, spread)]
@@ -158,7 +159,8 @@ def _train(runner: Runner, baseline: Profile, group: list[Profile], seeds: list[
     """Train the baseline and each of `group` with each seed, seed by seed, in mirrored
     order: the baseline first for the first seed, last for the second, and so on (at once
     on several hosts), so that a load rising or falling through the phase moves the ratios
-    of alternate seeds apart, a spread, instead of all the same way, a gain. Returns the baseline's verdict (judged on its objective only; `fits` says whether it
+    of alternate seeds apart, a spread, instead of all the same way, a gain. Returns the
+    baseline's verdict (judged on its objective only; `fits` says whether it
     keeps the budget) and the group's, each with its throughput ratio to the baseline's
     trainings of the same seeds."""
     members = [baseline] + [p for p in group if p is not baseline]

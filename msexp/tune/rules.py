@@ -62,16 +62,24 @@ def ranked(rates: Mapping[Hashable, float]) -> list[Hashable]:
     return sorted(rates, key=lambda key: -rates[key])
 
 
+def contenders(rates: Mapping[Hashable, float], measured_spread: float = math.inf
+               ) -> list[Hashable]:
+    """Those that can still lead, fastest first: slower than the leader by no more than
+    twice the measured spread (all of them while nothing measured it)."""
+    order = ranked(rates)
+    leader = rates[order[0]] if order else 0.0
+    return [key for key in order if rates[key] * (1 + SPREADS * measured_spread) >= leader]
+
+
 def halve(rates: Mapping[Hashable, float], measured_spread: float = math.inf
           ) -> list[Hashable]:
     """The faster half (rounded up, at least two while two remain), fastest first, less
-    those that cannot lead: slower than the leader by more than twice the measured spread
-    (the margin that settles halving)."""
+    those that cannot lead (`contenders`)."""
     order = ranked(rates)
     half = order[:max(min(2, len(order)), math.ceil(len(order) / 2))]
-    leader = rates[order[0]] if order else 0.0
-    contenders = [key for key in half if rates[key] * (1 + SPREADS * measured_spread) >= leader]
-    return contenders if len(contenders) > 1 else half[:2]
+    can_lead = set(contenders(rates, measured_spread))
+    kept = [key for key in half if key in can_lead]
+    return kept if len(kept) > 1 else half[:2]
 
 
 def next_to_confirm(ranking: Sequence[Hashable], rates: Mapping[Hashable, float],
@@ -89,22 +97,15 @@ def spread(before: Mapping[Hashable, float], now: Mapping[Hashable, float]) -> f
     return max(changes, default=0.0)
 
 
-def margin(rates: Mapping[Hashable, float]) -> float:
-    """How much faster the leader is than the second, relatively (inf when alone)."""
-    order = ranked(rates)
-    if len(order) < 2:
-        return math.inf
-    return rates[order[0]] / rates[order[1]] - 1
-
-
-def settled(rates: Mapping[Hashable, float], measured_spread: float) -> bool:
-    """Halving stops once the leader's margin exceeds twice the measured spread."""
-    return margin(rates) > SPREADS * measured_spread
+def settled(rates: Mapping[Hashable, float], measured_spread: float, top: int = 1) -> bool:
+    """Halving stops once at most `top` can still lead (`contenders`): confirm trains
+    them all and ranks them on whole trainings, so more probes would only rank them twice."""
+    return len(contenders(rates, measured_spread)) <= top
 
 
 def beats_reference(ratio: float, ratio_spread: float) -> bool:
     """Whether a configuration ran faster than the reference it was measured beside by
-    more than twice its ratio's relative spread (the margin that settles halving): what
+    more than twice its ratio's relative spread (the margin that settles who can lead): what
     the measurements cannot tell from the reference's own speed is no gain."""
     return ratio > 1 + SPREADS * ratio_spread
 

@@ -85,8 +85,9 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
     profiles = phases.profile_all(runner, found, budget, settings.updates,
                                   lambda ran, dropped: runs.children("profile", ran, dropped))
     say(f"profile: {sum(p.dropped is None for p in profiles)} of {len(found)} stand")
-    standing, spread, rounds = phases.halve(runner, profiles, budget, settings.updates,
-                                    lambda ran, dropped: runs.children("halve", ran, dropped))
+    standing, spread, rounds = phases.halve(
+        runner, profiles, budget, settings.updates, settings.top,
+        lambda ran, dropped: runs.children("halve", ran, dropped))
     say(f"halve: {rounds} round(s); ranking: " + ", ".join(
         f"{p.candidate.label} {p.ratios[-1]:.2f}x" for p in standing[:settings.top + 2]))
     objective = spec.objectives[0]
