@@ -12,9 +12,10 @@ how many loaded picks equal the idle modal pick. Disagreement is a result, not a
 the exit status is 1 only if a tune run fails.
 
 FILE defaults to benchmarks/lenet-tune-load.yaml (sweeps/lenet-tune.yaml, smaller; why
-in its comment).
+in its comment). `--keep DIR` writes each run's JSON there (run-NN-CONDITION.json), so
+that a pick can be traced to the figures it came from.
 
-Usage: python benchmarks/tune_load.py [FILE] [--runs 5]
+Usage: python benchmarks/tune_load.py [FILE] [--runs 5] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ class TuneRun:
     load: float  # the 1-minute load average as the run started
 
 
-def tune(sweep_file: Path, condition: str) -> TuneRun:
-    """One `msexp tune --json` in a fresh folder; raises SystemExit if it fails."""
+def tune(sweep_file: Path, condition: str, keep: Path | None) -> TuneRun:
+    """One `msexp tune --json` in a fresh folder, its JSON written to `keep` if given;
+    raises SystemExit if it fails."""
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as folder:
         began = time.perf_counter()
@@ -60,6 +62,8 @@ def tune(sweep_file: Path, condition: str) -> TuneRun:
     if done.returncode not in (0, NO_PICK):
         raise SystemExit(f"msexp tune {sweep_file} ({condition}) exited {done.returncode}:\n"
                          + done.stderr[-2000:])
+    if keep is not None:
+        keep.write_text(done.stdout)
     pick = json.loads(done.stdout)["pick"]
     if pick is None:
         return TuneRun(condition, "no pick", None, wall, load)
@@ -73,11 +77,11 @@ def order(runs: int) -> list[str]:
     return [condition for pair in pairs for condition in pair]
 
 
-def run(sweep_file: Path, condition: str) -> TuneRun:
+def run(sweep_file: Path, condition: str, keep: Path | None) -> TuneRun:
     if condition == "idle":
-        return tune(sweep_file, condition)
+        return tune(sweep_file, condition, keep)
     with busy(BUSY):
-        return tune(sweep_file, condition)
+        return tune(sweep_file, condition, keep)
 
 
 def report(results: list[TuneRun]) -> None:
@@ -105,12 +109,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("file", nargs="?", type=Path, default=DEFAULT_FILE)
     parser.add_argument("--runs", type=int, default=5, help="runs of each condition")
+    parser.add_argument("--keep", type=Path, help="a folder for each run's JSON")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _exit_on_term)
     sweep_file = args.file.resolve()
     results = []
-    for condition in order(args.runs):
-        results.append(run(sweep_file, condition))
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    for i, condition in enumerate(order(args.runs), 1):
+        keep = args.keep / f"run-{i:02d}-{condition}.json" if args.keep else None
+        results.append(run(sweep_file, condition, keep))
         r = results[-1]
         print(f"  {condition}: {r.pick}, {r.wall_s:.0f} s", file=sys.stderr, flush=True)
     report(results)
