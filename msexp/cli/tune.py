@@ -44,7 +44,8 @@ UpdatesOpt = Annotated[int, typer.Option(
                              "each halving round doubles them.")]
 TopOpt = Annotated[int, typer.Option(
     "--top", min=1, help="Fastest candidates the confirm phase trains against the baseline; "
-                         "as many again where none of them keeps the objective.")]
+                         "as many again where none of them keeps the objective. Halving "
+                         "stops once no more than these can lead.")]
 ToleranceOpt = Annotated[float, typer.Option(
     "--tolerance", min=0, help="How much worse than the baseline's objective a candidate "
                                "may be, where that exceeds the seed-to-seed spread.")]
