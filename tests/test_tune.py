@@ -66,11 +66,15 @@ def test_halving_stops_once_no_more_than_the_confirmed_can_lead() -> None:
     assert not rules.settled({"a": 110.0, "b": 100.0}, 0.10)  # 100 x 1.2 >= 110
     assert rules.settled({"a": 1.0}, math.inf) and rules.settled({}, math.inf)
     # confirm trains the top k: halving stops once at most k can lead, not one
-    rates = {"a": 110.0, "b": 108.0, "c": 100.0, "d": 80.0}
-    assert rules.contenders(rates, 0.02) == ["a", "b"]  # 100 x 1.04 = 104 < 110
-    assert not rules.settled(rates, 0.02) and rules.settled(rates, 0.02, top=2)
-    assert not rules.settled(rates, 0.05, top=2)  # c: 100 x 1.1 = 110 >= 110
+    rates = {"a": 110.0, "b": 106.0, "c": 95.0, "d": 80.0}
+    assert rules.contenders(rates, 0.03) == ["a", "b"]  # 95 x 1.06 = 100.7 < 110
+    assert not rules.settled(rates, 0.03) and rules.settled(rates, 0.03, top=2)
+    assert not rules.settled(rates, 0.08, top=2)  # c: 95 x 1.16 = 110.2 >= 110
     assert not rules.settled(rates, math.inf, top=3), "nothing measured: all can lead"
+    # a tie: all that can lead are within TIE (5%) of the leader once twice the spread is
+    assert rules.TIE == 0.05
+    assert rules.settled(rates, 0.025) and rules.contenders(rates, 0.025) == ["a", "b"]
+    assert not rules.settled(rates, 0.0251), "twice the spread just over the tie"
 
 
 def test_a_probes_spread_is_the_median_notch_over_the_median() -> None:

@@ -14,6 +14,7 @@ OVERFLOW_LIMIT = 0.5  # a profile overflowing in more of its updates overflows p
 MAX_ROUNDS = 3
 CONFIRM_GROUPS = 2  # the top k, then once the next k: at most 2k + 1 configurations train
 SPREADS = 2  # a difference counts once it exceeds twice the measured spread
+TIE = 0.05  # speeds within 5% of each other are one speed: halving does not order them
 NOTCH = 1.57  # McGill, Tukey & Larsen (1978): median +- 1.57 IQR / sqrt(n), about 95%
 
 
@@ -99,8 +100,11 @@ def spread(before: Mapping[Hashable, float], now: Mapping[Hashable, float]) -> f
 
 def settled(rates: Mapping[Hashable, float], measured_spread: float, top: int = 1) -> bool:
     """Halving stops once at most `top` can still lead (`contenders`): confirm trains
-    them all and ranks them on whole trainings, so more probes would only rank them twice."""
-    return len(contenders(rates, measured_spread)) <= top
+    them all and ranks them on whole trainings, so more probes would only rank them twice;
+    or once those that can lead are all within `TIE` of the leader (twice the spread is
+    no more than TIE): a tie, which probes could only order by noise-sized differences."""
+    return (SPREADS * measured_spread <= TIE
+            or len(contenders(rates, measured_spread)) <= top)
 
 
 def beats_reference(ratio: float, ratio_spread: float) -> bool:
