@@ -116,8 +116,8 @@ def beats_reference(ratio: float, ratio_spread: float) -> bool:
 
 def leaders_spread(rates: Mapping[Hashable, float], spreads: Mapping[Hashable, float]
                    ) -> float:
-    """The spread that the leader's margin is judged against: the larger within-probe
-    spread of the leader and the second (0 when one is alone)."""
+    """The spread that who can still lead is judged against (`contenders`): the larger
+    within-probe spread of the leader and the second (0 when one is alone)."""
     order = ranked(rates)
     return max((spreads[key] for key in order[:2]), default=0.0) if len(order) > 1 else 0.0
 
