@@ -17,7 +17,7 @@ probe costs (probes, how many compiled, their compile and update seconds) are re
 its trial folders.
 
 Usage: python benchmarks/tune.py [--experiment lenet_digits] [--epochs EPOCHS]
-       [--batch 64 128] [--runs 3] [--fixed KEY=VALUE ...]
+       [--batch 64 128] [--runs 3] [--fixed KEY=VALUE ...] [--tune-only]
 """
 
 from __future__ import annotations
@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--fixed", nargs="*", default=[], metavar="KEY=VALUE",
                         help="more fixed params, e.g. width=8 for resnet_cifar")
+    parser.add_argument("--tune-only", action="store_true",
+                        help="run tune alone: its wall, probes and pick, no grid")
     args = parser.parse_args()
     fixed = {k: yaml.safe_load(v) for k, _, v in (item.partition("=") for item in args.fixed)}
     spec = sweep_file(args.experiment, args.epochs, args.batch, fixed)
@@ -120,6 +122,9 @@ def main() -> None:
         print(f"tune wall {tune_wall:.1f} s, load {_load()}; halving rounds "
               f"{tuned['rounds']}, spread {tuned['spread']}; {_probe_costs(Path(tune_dir))}",
               flush=True)
+        if args.tune_only:
+            print(f"tune pick: {(tuned['pick'] or {}).get('config')}\n{out.strip()}")
+            return
         grid_wall, groups = grid(Path(grid_dir))
         print(f"grid wall {grid_wall:.1f} s, load {_load()}", flush=True)
         base = groups[0]

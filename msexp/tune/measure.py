@@ -1,7 +1,7 @@
-"""What a probe measures, and how a candidate is ranked on it: each probe of a candidate
-runs between two probes of the baseline, and the candidate's throughput is its ratio to
-the baseline's measured beside it in time, so that a load that comes and goes falls on
-both sides of the ratio alike."""
+"""What a probe measures, and how a candidate is ranked on it: candidates are probed in
+turns between two probes of the baseline, and a candidate's throughput is its ratio to
+the baseline's measured around it, interpolated to its time, so that a load that comes
+and goes falls on both sides of the ratio alike."""
 
 from __future__ import annotations
 
@@ -73,15 +73,17 @@ class Budget:
 
 
 class Pairs:
-    """Probes candidates, each between two probes of the baseline of the same length (a
-    baseline probe after one candidate is the one before the next), and ranks each on its
-    step times against the baseline's beside them (`rules.paired`)."""
+    """Probes candidates in turns of up to `rules.BETWEEN`, each turn between two probes of
+    the baseline of the same length (the probe after one turn is the one before the next),
+    and ranks each candidate on its step times against the baseline's beside it,
+    interpolated to the candidate's time (`rules.paired`)."""
 
     def __init__(self, runner: Runner, baseline: Profile, budget: Budget,
                  record: Callable[[list[Ran], dict[int, str]], None]):
         self.runner, self.baseline, self.budget, self.record = runner, baseline, budget, record
-        self.last: list[float] | None = None  # the latest baseline probe's step times
-        self.length = 0  # its updates
+        self.last: Ran | None = None  # the latest baseline probe, where it gave step times
+        self.length, self.phase = 0, ""  # its updates and phase
+        self.turn: list[tuple[Profile, list[float], Ran]] = []  # probed since, to rank
         self.count = 0
 
     def probe_baseline(self, phase: str, updates: int) -> list[float] | None:
@@ -92,34 +94,42 @@ class Pairs:
         ran = self.runner.run([job], hosts=1)[0]
         steps = absorb(self.baseline, ran, self.budget)
         self.record([ran], {0: self.baseline.dropped} if self.baseline.dropped else {})
-        self.last, self.length = (steps or None), updates
-        return self.last
+        self.last, self.length, self.phase = (ran if steps else None), updates, phase
+        return steps or None
 
     def probe(self, profile: Profile, phase: str, updates: int) -> None:
-        """Probe `profile`'s candidate for `updates` updates between two baseline probes
-        and rank it on all it measured so far; the baseline itself is measured by those."""
+        """Probe `profile`'s candidate for `updates` updates after a baseline probe of that
+        length; it is ranked on all it measured so far once the baseline's next probe ran
+        (`settle`, at the end of a turn); the baseline itself is measured by those."""
         if profile is self.baseline:
             return
         if self.last is None or self.length != updates:
+            self.settle()
             self.probe_baseline(phase, updates)
-        before = self.last
         ran = self.runner.run([Job(phase, f"{phase}-{folder_name(profile.candidate)}",
                                    profile.candidate.params, Probe(updates))], hosts=1)[0]
         steps = absorb(profile, ran, self.budget)
         self.record([ran], {0: profile.dropped} if profile.dropped else {})
-        after = self.probe_baseline(phase, updates)
-        if not steps:
+        if steps:
+            self.turn.append((profile, steps, ran))
+        if len(self.turn) >= rules.BETWEEN:
+            self.settle()
+
+    def settle(self) -> None:
+        """End the turn: probe the baseline after it and rank the turn's candidates."""
+        if not self.turn:
             return
+        turn, before = self.turn, self.last
+        self.turn = []
+        self.probe_baseline(self.phase, self.length)
+        after = self.last
         if not (before or after):
-            profile.dropped = profile.dropped or "not ranked: no baseline probe beside it ran"
+            for profile, _, _ in turn:
+                profile.dropped = profile.dropped or "not ranked: no baseline probe beside it ran"
             return
-        batch = profile.candidate.params["batch_size"]
-        ratio, spread = rules.paired(steps, before or [], after or [], batch,
-                                     self.baseline.candidate.params["batch_size"])
-        profile.probes.append((ratio, spread, updates))
-        profile.sides = (rules.samples_per_s(batch, steps),
-                         rules.samples_per_s(batch, steps) / ratio)
-        _rank(profile)
+        for profile, steps, ran in turn:
+            _pair(profile, ran, steps, before, after,
+                  self.baseline.candidate.params["batch_size"])
 
     def rank_baseline(self) -> None:
         """Rank the baseline after a round: its ratio is 1, its spread that of all its step
@@ -131,6 +141,27 @@ class Pairs:
                 self.baseline.steps), 1)]
             self.baseline.sides = (rate, rate)
             _rank(self.baseline)
+
+
+def _pair(profile: Profile, ran: Ran, steps: list[float], before: Ran | None,
+          after: Ran | None, baseline_batch: int) -> None:
+    """Rank a probed candidate on its steps against the baseline probes around it."""
+    batch = profile.candidate.params["batch_size"]
+    ratio, spread = rules.paired(steps, step_ms(before.result) if before else [],
+                                 step_ms(after.result) if after else [], batch,
+                                 baseline_batch, position(ran, before, after))
+    profile.probes.append((ratio, spread, ran.job.probe.updates))
+    profile.sides = (rules.samples_per_s(batch, steps),
+                     rules.samples_per_s(batch, steps) / ratio)
+    _rank(profile)
+
+
+def position(ran: Ran, before: Ran | None, after: Ran | None) -> float:
+    """Where `ran` ran between two runs, by their middles in time: 0 at `before`, 1 at
+    `after` (0.5 where one is missing or they ran at one time)."""
+    if before is None or after is None or after.middle <= before.middle:
+        return 0.5
+    return min(1.0, max(0.0, (ran.middle - before.middle) / (after.middle - before.middle)))
 
 
 def _rank(profile: Profile) -> None:

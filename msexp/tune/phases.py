@@ -41,10 +41,11 @@ Record = Callable[[list[Ran], dict[int, str]], None]
 
 def profile_all(runner: Runner, found: list[Candidate], budget: Budget, updates: int,
                 record: Record) -> list[Profile]:
-    """Profile each candidate once, one at a time, between two probes of the baseline (the
-    first candidate), and rank it on the ratio. Within a group of candidates equal but for
-    batch_size and micro_size, micro-batches run smallest first, and a micro-batch larger
-    than one that broke the memory budget is skipped: memory grows with the micro-batch."""
+    """Profile each candidate once, one at a time, in turns between two probes of the
+    baseline (the first candidate), and rank it on the ratio (`measure.Pairs`). Within a
+    group of candidates equal but for batch_size and micro_size, micro-batches run
+    smallest first, and a micro-batch larger than one that broke the memory budget is
+    skipped: memory grows with the micro-batch."""
     profiles = [Profile(c) for c in found]
     base = profiles[0]
     pairs = Pairs(runner, base, budget, record)
@@ -64,13 +65,14 @@ def profile_all(runner: Runner, found: list[Candidate], budget: Budget, updates:
         pairs.probe(profile, "profile", updates)
         if profile.dropped and profile.dropped.startswith(MEMORY):
             too_big[group] = min(too_big.get(group, 1 << 60), profile.candidate.micro_batch)
+    pairs.settle()
     pairs.rank_baseline()
     return profiles
 
 
 def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int, top: int,
           record: Record) -> tuple[list[Profile], float | None, int]:
-    """Successive halving on the throughput ratio: each round probes again, between
+    """Successive halving on the throughput ratio: each round probes again, in turns between
     baseline probes, the faster half that can still lead (`rules.halve`) with as many
     updates again as their profiles have run (so each doubles), and ranks them on every
     step time measured against the baseline's beside them; stop once at most `top` (the
@@ -91,6 +93,7 @@ def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
         kept = [p for p in standing if id(p) in rules.halve(before, spread)]
         for profile in kept:
             pairs.probe(profile, f"halve{round_}", updates * 2 ** (round_ - 1))
+        pairs.settle()
         if profiles[0] in kept:
             pairs.rank_baseline()
         standing, rounds = [p for p in kept if p.dropped is None], round_

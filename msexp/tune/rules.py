@@ -15,6 +15,7 @@ MAX_ROUNDS = 3
 CONFIRM_GROUPS = 2  # the top k, then once the next k: at most 2k + 1 configurations train
 SPREADS = 2  # a difference counts once it exceeds twice the measured spread
 TIE = 0.05  # speeds within 5% of each other are one speed: halving does not order them
+BETWEEN = 3  # candidates probed between two probes of the baseline
 NOTCH = 1.57  # McGill, Tukey & Larsen (1978): median +- 1.57 IQR / sqrt(n), about 95%
 
 
@@ -35,17 +36,20 @@ def samples_per_s(batch_size: int, step_ms: Sequence[float]) -> float:
 
 
 def paired(steps: Sequence[float], before: Sequence[float], after: Sequence[float],
-           batch_size: int, baseline_batch_size: int) -> tuple[float, float]:
-    """A probe's throughput as a ratio to the baseline's probed just before and just after
-    it: (batch / its median step) / (baseline batch / the mean of the two baseline
-    probes' median steps, which a load drifting at a steady pace leaves level with the
-    probe's own time); and the ratio's relative spread, the probe's notch and the larger
-    of the baseline probes' combined (sqrt(a^2 + b^2): independent errors of a quotient).
+           batch_size: int, baseline_batch_size: int, at: float = 0.5) -> tuple[float, float]:
+    """A probe's throughput as a ratio to the baseline's probed before and after it:
+    (batch / its median step) / (baseline batch / the two baseline probes' median steps
+    interpolated to `at`, where the probe ran between them in time, 0 at the first and 1
+    at the second: a load drifting at a steady pace leaves that level with the probe's
+    own time); and the ratio's relative spread, the probe's notch and the larger of the
+    baseline probes' combined (sqrt(a^2 + b^2): independent errors of a quotient).
     One of `before` and `after` may be empty."""
-    beside = [statistics.median(found) for found in (before, after) if found]
-    reference = samples_per_s(baseline_batch_size, [statistics.mean(beside)])
+    if before and after:
+        step = (1 - at) * statistics.median(before) + at * statistics.median(after)
+    else:
+        step = statistics.median(before or after)
     noise = max(probe_spread(found) for found in (before, after) if found)
-    return (samples_per_s(batch_size, steps) / reference,
+    return (samples_per_s(batch_size, steps) / samples_per_s(baseline_batch_size, [step]),
             math.hypot(probe_spread(steps), noise))
 
 

@@ -32,11 +32,17 @@ class Job:
 
 @dataclass
 class Ran:
-    """A job and what came of it, with the time it started (for MLflow)."""
+    """A job and what came of it, with the times it started (for MLflow) and ended."""
 
     job: Job
     result: TrialResult
     started: float
+    ended: float | None = None  # None: as it started
+
+    @property
+    def middle(self) -> float:
+        """Halfway through it, in time."""
+        return (self.started + (self.started if self.ended is None else self.ended)) / 2
 
 
 class Runner:
@@ -75,7 +81,7 @@ class Runner:
                     return
                 started = time.time()
                 result = host.run(self.request(job), self.spec.budget.trial_timeout)
-                done[id(job)] = Ran(job, result, started)
+                done[id(job)] = Ran(job, result, started, time.time())
                 self._said(done[id(job)])
 
         self.hosts.each(work, slots=hosts)

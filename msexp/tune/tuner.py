@@ -8,7 +8,7 @@ from pathlib import Path
 
 from msexp.paths import REPORTS_DIR, STORE_DIR
 from msexp.spec import SweepSpec
-from msexp.tune import phases
+from msexp.tune import phases, rules
 from msexp.tune.candidates import candidates, check_noise, check_tunable, seeds
 from msexp.tune.measure import MEMORY, Budget
 from msexp.tune.outcome import Outcome, choose
@@ -80,8 +80,8 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
     check_noise(spec, settings.tolerance)
     found, say = candidates(spec), runner.say
     budget = budget_of(spec, settings.memory_mb)
-    say(f"profile: {len(found)} candidates, {settings.updates} updates each, each between "
-        "two probes of the baseline")
+    say(f"profile: {len(found)} candidates, {settings.updates} updates each, in turns of "
+        f"{rules.BETWEEN} between two probes of the baseline")
     profiles = phases.profile_all(runner, found, budget, settings.updates,
                                   lambda ran, dropped: runs.children("profile", ran, dropped))
     say(f"profile: {sum(p.dropped is None for p in profiles)} of {len(found)} stand")
