@@ -61,6 +61,26 @@ def test_the_pareto_set_is_that_of_the_feasible_trials() -> None:
     assert sorted(t.number for t in best_trials(study)) == [0, 1, 4]
 
 
+@pytest.mark.parametrize("directions", [("maximize", "minimize"),
+                                        ("minimize", "minimize", "maximize")])
+def test_the_pareto_set_is_every_trial_no_other_dominates(directions) -> None:
+    import random
+
+    from msexp.tracking.report import _pareto_front
+
+    signs = [1 if d == "maximize" else -1 for d in directions]
+    generator = random.Random(7)
+    for size in (1, 2, 5, 40, 200):  # small integer values: many ties and equal points
+        trials = [trial([float(generator.randint(0, 6)) for _ in directions], 0.1)
+                  for _ in range(size)]
+        scored = [[s * v for s, v in zip(signs, t.values)] for t in trials]
+        expected = [t for t, mine in zip(trials, scored)
+                    if not any(other != mine and all(o >= v for o, v in zip(other, mine))
+                               for other in scored)]
+        found = _pareto_front(trials, study_of(directions=directions).directions)
+        assert [id(t) for t in found] == [id(t) for t in expected], size
+
+
 def test_state_counts_use_msexps_status_for_finished_trials() -> None:
     study = study_of(trial(0.5, 0.1), trial(0.6, 0.1), trial(None, 0.2, TrialState.FAIL),
                      trial(None, 0.3, TrialState.FAIL, **{TrialKey.STATUS: "TIMEOUT"}),

@@ -66,16 +66,19 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 def _pareto_front(trials: list[FrozenTrial], directions: list[optuna.study.StudyDirection]
                   ) -> list[FrozenTrial]:
-    """The trials no other trial dominates. (Optuna's `best_trials` ranks every trial, so an
-    infeasible one could hide the feasible front; its own filter is private.)"""
+    """The trials no other trial dominates, in their order. (Optuna's `best_trials` ranks
+    every trial, so an infeasible one could hide the feasible front; its own filter is
+    private.) Best first, a trial can be dominated only by one before it, and then by one
+    on the front: each is compared with the front only."""
     signs = [1 if d == optuna.study.StudyDirection.MAXIMIZE else -1 for d in directions]
-    scored = [(t, [s * v for s, v in zip(signs, t.values)]) for t in trials]
-
-    def dominated(values: list[float]) -> bool:
-        return any(all(o >= v for o, v in zip(other, values)) and other != values
-                   for _, other in scored)
-
-    return [t for t, values in scored if not dominated(values)]
+    scored = sorted(((tuple(s * v for s, v in zip(signs, t.values)), i)
+                     for i, t in enumerate(trials)), reverse=True)
+    front: list[tuple[tuple[float, ...], int]] = []
+    for values, i in scored:
+        if not any(other != values and all(o >= v for o, v in zip(other, values))
+                   for other, _ in front):
+            front.append((values, i))
+    return [trials[i] for i in sorted(i for _, i in front)]
 
 
 def build_report(study: optuna.Study, plots_dir: Path | None = None,
