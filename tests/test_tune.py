@@ -108,13 +108,13 @@ def test_halving_stops_at_round_0_when_the_profiles_spread_settles_it() -> None:
 
     fast, slow, slower = profile(1, 300.0, 0.04), profile(2, 200.0, 0.10), profile(4, 90.0, 0.9)
     # margin 300 / 200 - 1 = 0.5 > 2 * 0.10: no round runs, so no runner is needed
-    standing, spread, rounds = halve(None, [slow, fast, slower], Budget([], None), 10, 1,
-                                     lambda ran, dropped: None)
+    standing, spread, rounds, _ = halve(None, [slow, fast, slower], Budget([], None), 10, 1,
+                                        lambda ran, dropped: None)
     assert standing == [fast, slow, slower] and spread == 0.10 and rounds == 0
     # two leaders tied within the noise, and confirm trains both: no round either
     tied = profile(8, 295.0, 0.04)
-    standing, _, rounds = halve(None, [slow, fast, tied, slower], Budget([], None), 10, 2,
-                                lambda ran, dropped: None)
+    standing, _, rounds, _ = halve(None, [slow, fast, tied, slower], Budget([], None), 10, 2,
+                                   lambda ran, dropped: None)
     assert standing[:2] == [fast, tied] and rounds == 0
 
 
@@ -343,7 +343,8 @@ def test_a_tune_run_drops_what_breaks_the_budget_and_picks_the_fastest_kept(
     assert any(line.startswith("halve: ") for line in said)
     assert said[-1].startswith("confirm: the pick is ")
     probes = [line for line in said if re.match(r" +\d+ (profile|halve\d)-", line)]
-    assert len(probes) >= 2 * 3 + 1 - 1, "3 profiled (one skipped), between baseline probes"
+    assert len(probes) >= 3 + 2, "3 profiled (one skipped), in a turn between baseline probes"
+    assert "halving_stopped" in found and found["halving_stopped"]
     by_config = {(c["config"]["micro_size"], c["config"]["batch_size"]): c
                  for c in found["candidates"]}
     # micro-batch 256 (LeNet5 about 15 MB) breaks the 10 MB budget; micro-batch 64 fits
@@ -363,8 +364,9 @@ def test_a_tune_run_drops_what_breaks_the_budget_and_picks_the_fastest_kept(
         if candidate["throughput_ratio"] and len(candidate["throughput_ratio"]) == 1:
             assert candidate["throughput_ratio"][0] == pytest.approx(
                 candidate["samples_per_s"] / candidate["baseline_samples_per_s"])
-    rounds = max(len(c["throughput_ratio"]) for c in found["candidates"])
-    fastest = max((c for c in found["candidates"] if len(c["throughput_ratio"]) == rounds),
+    standing = [c for c in found["candidates"] if c["dropped"] is None]
+    rounds = max(len(c["throughput_ratio"]) for c in standing)
+    fastest = max((c for c in standing if len(c["throughput_ratio"]) == rounds),
                   key=lambda c: c["throughput_ratio"][-1])  # the baseline's is 1
     assert found["confirmed"][0]["config"] == fastest["config"]
     base = found["baseline"]  # --tolerance 1 keeps every candidate: the fastest trained wins
@@ -513,6 +515,7 @@ def test_a_probe_stops_after_its_updates_and_reports_figures_by_their_units() ->
     metrics, _ = train_request(request, events.append, lambda: False)
     epoch = next(e for e in events if hasattr(e, "series"))
     assert len(epoch.series["train_loss"]) == 70 and metrics["updates"] == 70
+    assert metrics["training_updates"] == 44, "the training it stands for: 1 epoch of 44"
     assert metrics["samples_per_s"] == pytest.approx(32 * 1000 / metrics["step_ms"])
     assert metrics["train_mem_mb"] > 0 and metrics["overflow_rate"] == 0.0
     assert "eval_accuracy" not in metrics  # a probe evaluates nothing

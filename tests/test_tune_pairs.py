@@ -72,8 +72,8 @@ class DriftingLoad:
     test is how tune ranks, not the training. Each probe's steps vary by +-5% around its
     time (a notch to measure)."""
 
-    def __init__(self, true_ms: dict[int, float]):
-        self.true_ms, self.jobs = true_ms, []
+    def __init__(self, true_ms: dict[int, float], training_updates: float | None = None):
+        self.true_ms, self.jobs, self.training = true_ms, [], training_updates
 
     def run(self, jobs, hosts=None):
         from msexp.training.records import Epoch
@@ -87,7 +87,8 @@ class DriftingLoad:
                      for i in range(job.probe.updates)]
             result = TrialResult(Status.COMPLETE, {
                 "samples_per_s": job.params["batch_size"] * 1000 / steps[-1],
-                "train_mem_mb": 1.0, "overflow_rate": 0.0},
+                "train_mem_mb": 1.0, "overflow_rate": 0.0,
+                **({} if self.training is None else {"training_updates": self.training})},
                 epochs=[Epoch(1, job.probe.updates, 0.0, {}, {"step_ms": steps})])
             ran.append(Ran(job, result, load - 1.0, load - 0.8))
         return ran
@@ -122,8 +123,8 @@ def test_candidates_rank_by_their_ratio_to_the_baseline_beside_them_under_drifti
     assert second.ratios == [pytest.approx(140 / 119, rel=0.01)]
     assert base.ratios == [1.0] and first.sides[1] == pytest.approx(64 * 1000 / 120, rel=0.01)
     assert 0.0 < first.spreads[0] < 0.2
-    standing, _, rounds = halve(load, profiles, Budget([], None), 9, 1,
-                                lambda ran, dropped: None)
+    standing, _, rounds, _ = halve(load, profiles, Budget([], None), 9, 1,
+                                   lambda ran, dropped: None)
     assert standing[:2] == [second, first], "paired, the faster ranks first"
     assert rounds >= 1 and len(second.ratios) == rounds + 1
     assert second.ratios[-1] == pytest.approx(100 / 85, rel=0.01)
@@ -133,6 +134,27 @@ def test_candidates_rank_by_their_ratio_to_the_baseline_beside_them_under_drifti
         names = [name for name in halving if name.startswith(f"halve{round_}-")]
         assert [("baseline" in name) for name in names] == [True, False, False, True]
     assert halving[:2] == ["halve1-baseline1-micro_size1", "halve1-micro_size2"]
+
+
+@pytest.mark.parametrize(("training", "rounds"), [(None, 3), (60.0, 2), (30.0, 1), (10.0, 0)])
+def test_halving_never_probes_a_candidate_longer_than_its_training(training, rounds) -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Budget
+    from msexp.tune.phases import halve, profile_all
+
+    found = [Candidate({"micro_size": m}, {"batch_size": 64, "micro_size": m})
+             for m in (1, 2, 3, 4, 5)]
+    # four candidates alike within the probes' noise: only the rounds' limit stops halving
+    load = DriftingLoad({1: 100.0, 2: 90.0, 3: 90.0, 4: 90.0, 5: 90.0}, training)
+    profiles = profile_all(load, found, Budget([], None), 10, lambda ran, dropped: None)
+    _, _, ran, stopped = halve(load, profiles, Budget([], None), 10, 1,
+                               lambda ran, dropped: None)
+    probed = {m: sum(j.probe.updates for j in load.jobs
+                     if j.params["micro_size"] == m and "baseline" not in j.name)
+              for m in (2, 3, 4, 5)}
+    assert ran == rounds, stopped
+    assert max(probed.values()) <= (training or 10 + 10 + 20 + 40)
+    assert ("longer than its training" in stopped) == (training is not None)
 
 
 def test_a_turn_holds_at_most_three_candidates_and_a_failed_one_takes_no_place() -> None:

@@ -34,6 +34,7 @@ def test_a_script_probe_stops_after_its_updates_and_skips_every_eval(workdir: Pa
     epochs = [e for e in events if isinstance(e, Epoch)]
     assert [(e.epoch, e.step) for e in epochs] == [(1, 7)], "one report, at update 7 of 86"
     assert metrics["updates"] == 7 and len(epochs[0].series["step_ms"]) == 7
+    assert metrics["training_updates"] == 86, "the training it stands for: 2 epochs of 43"
     assert epochs[0].series["step_ms"][0] > max(epochs[0].series["step_ms"][1:]), "compiles"
     assert metrics["samples_per_s"] == pytest.approx(32 * 1000 / metrics["step_ms"])
     assert metrics["overflow_rate"] == 0.0 and metrics["train_mem_mb"] > 0

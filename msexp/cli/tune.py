@@ -176,7 +176,7 @@ def summary(outcome: Outcome) -> dict[str, Any]:
     base = outcome.baseline
     document: dict[str, Any] = {
         "candidates": [_candidate(outcome, p) for p in outcome.profiles],
-        "spread": outcome.spread, "rounds": outcome.rounds,
+        "spread": outcome.spread, "rounds": outcome.rounds, "halving_stopped": outcome.stopped,
         "confirmed": [_trained(v) for v in outcome.verdicts],
         "baseline": None if base is None else _trained(base),
         "pick": None, "plot": str(outcome.plot),

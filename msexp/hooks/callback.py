@@ -108,7 +108,7 @@ class MsexpCallback(Callback):
         updates = len(self._update_s)
         series = {**self._epoch.series(), "step_ms": [1000 * s for s in self._update_s]}
         report(args.cur_epoch_num, args.cur_step_num, series=series, **self._epoch.metrics(),
-               **self._timing(args), **counts, updates=updates,
+               **self._timing(args), **counts, **_training_updates(args), updates=updates,
                overflow_rate=counts["overflow_steps"] / max(updates, 1))
         raise SystemExit(0)
 
@@ -199,3 +199,12 @@ def _batch_size(args: Any) -> int | None:
         return int(dataset.get_batch_size()) if dataset is not None else None
     except Exception:  # a dataset without a batch size (unbatched or a generator)
         return None
+
+
+def _training_updates(args: Any) -> dict[str, float]:
+    """The updates of the whole training the probe stands for: Model.train's epochs times
+    its steps an epoch, where it says them."""
+    epochs, steps = getattr(args, "epoch_num", None), getattr(args, "batch_num", None)
+    if isinstance(epochs, int) and isinstance(steps, int) and epochs > 0 and steps > 0:
+        return {"training_updates": float(epochs * steps)}
+    return {}

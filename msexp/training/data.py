@@ -46,6 +46,12 @@ class TrainBatches:
         self.shard = shard
         self._stream: Any = None
 
+    def per_epoch(self) -> int:
+        """Updates in one epoch (the remainder dropped)."""
+        samples = (len(self.data[1]) if isinstance(self.data, (tuple, list))
+                   else self.data.get_dataset_size())
+        return samples // self.batch_size
+
     def epoch(self, epoch: int) -> Iterator[list[Batch]]:
         """One epoch of updates, each a list of `micro_size` micro-batches (remainder dropped)."""
         if isinstance(self.data, (tuple, list)):

@@ -4,7 +4,8 @@
 The first update compiles; step_ms and samples_per_s come from the updates after it.
 The probe reports one epoch record holding every update's loss and step_ms (and learning
 rate, in an lr range test) as series, then its metrics: step_ms, samples_per_s, compile_s,
-train_mem_mb, peak_mem_mb, overflow_rate and updates.
+train_mem_mb, peak_mem_mb, overflow_rate, updates, and training_updates (the updates of
+the trial's whole training, which the probe stands for).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def run_probe(workload: Workload, params: dict[str, Any], graphs: Graphs, probe:
                    {"train_loss": _mean_finite(losses)}, series))
     return {**_timing(update_s, batch), **memory.metrics(graphs.network, graphs.optimizer,
                                                          step.buffers),
-            "overflow_rate": overflow / len(losses), "updates": float(len(losses))}
+            "overflow_rate": overflow / len(losses), "updates": float(len(losses)),
+            "training_updates": float(params["epochs"] * batches.per_epoch())}
 
 
 def _forever(batches: data.TrainBatches) -> Iterator[list]:

@@ -17,6 +17,7 @@ from msexp.tune.candidates import Candidate
 from msexp.tune.runner import Job, Ran, Runner, failure
 
 MEMORY = "train_mem_mb"
+TRAINING = "training_updates"  # a probe's: the updates of the training it stands for
 PROBED = ("samples_per_s", "step_ms", "train_mem_mb", "peak_mem_mb")  # constraints a probe checks
 
 

@@ -26,6 +26,7 @@ class Outcome:
     sweep_file: Path | None = None
     parents: dict[str, str] = field(default_factory=dict)
     experiment_id: str = ""
+    stopped: str = ""  # why halving stopped
 
     @property
     def rejected(self) -> list[Profile]:

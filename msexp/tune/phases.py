@@ -13,7 +13,15 @@ from msexp.tracking.batch_statistics import split_cause
 from msexp.training.records import BatchStatistics
 from msexp.tune import rules
 from msexp.tune.candidates import Candidate
-from msexp.tune.measure import MEMORY, Budget, Pairs, Profile, folder_name, group_of
+from msexp.tune.measure import (
+    MEMORY,
+    TRAINING,
+    Budget,
+    Pairs,
+    Profile,
+    folder_name,
+    group_of,
+)
 from msexp.tune.runner import Job, Ran, Runner, failure
 
 
@@ -71,28 +79,37 @@ def profile_all(runner: Runner, found: list[Candidate], budget: Budget, updates:
 
 
 def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int, top: int,
-          record: Record) -> tuple[list[Profile], float | None, int]:
+          record: Record) -> tuple[list[Profile], float | None, int, str]:
     """Successive halving on the throughput ratio: each round probes again, in turns between
     baseline probes, the faster half that can still lead (`rules.halve`) with as many
     updates again as their profiles have run (so each doubles), and ranks them on every
     step time measured against the baseline's beside them; stop once at most `top` (the
     confirm phase's) can still lead (`rules.settled`: within twice the measured spread of
     the leader; at round 0 the profiles' spread, after a round the larger of that and the
-    change between rounds), or after `rules.MAX_ROUNDS` rounds.
+    change between rounds), once a round would probe a candidate for more updates in all
+    than its whole training (`rules.outlasts`: confirm's trainings measure it better), or
+    after `rules.MAX_ROUNDS` rounds.
     Returns the standing, fastest first, the last spread measured (None: fewer than two
-    candidates stood, or nothing measured it) and the rounds run."""
+    candidates stood, or nothing measured it), the rounds run and why they stopped."""
     standing = [p for p in profiles if p.dropped is None]
-    spread, rounds = math.inf, 0
+    spread, rounds, stopped = math.inf, 0, f"{rules.MAX_ROUNDS} rounds run"
     if len(standing) > 1:
         spread = rules.leaders_spread(*_latest(standing))
     pairs = Pairs(runner, profiles[0], budget, record)
     for round_ in range(1, rules.MAX_ROUNDS + 1):
         if rules.settled(_latest(standing)[0], spread, top):
+            stopped = f"settled: no more than {top} can lead, or those that can are tied"
             break
         before = _latest(standing)[0]
         kept = [p for p in standing if id(p) in rules.halve(before, spread)]
+        length = updates * 2 ** (round_ - 1)
+        if any(rules.outlasts(sum(u for _, _, u in p.probes) + length,
+                              p.metrics.get(TRAINING)) for p in kept if p is not profiles[0]):
+            stopped = (f"a round of {length} more updates would probe a candidate longer "
+                       "than its training")
+            break
         for profile in kept:
-            pairs.probe(profile, f"halve{round_}", updates * 2 ** (round_ - 1))
+            pairs.probe(profile, f"halve{round_}", length)
         pairs.settle()
         if profiles[0] in kept:
             pairs.rank_baseline()
@@ -102,7 +119,7 @@ def halve(runner: Runner, profiles: list[Profile], budget: Budget, updates: int,
                                     rules.spread(before, now))
     rest = [p for p in profiles if p.dropped is None and p not in standing]
     return (_fastest_first(standing) + _fastest_first(rest),
-            spread if math.isfinite(spread) else None, rounds)
+            spread if math.isfinite(spread) else None, rounds, stopped)
 
 
 def _latest(profiles: list[Profile]) -> tuple[dict[int, float], dict[int, float]]:

@@ -111,6 +111,13 @@ def settled(rates: Mapping[Hashable, float], measured_spread: float, top: int = 
             or len(contenders(rates, measured_spread)) <= top)
 
 
+def outlasts(probed: int, training: float | None) -> bool:
+    """Whether `probed` updates of probes exceed the `training`'s updates (None: unknown):
+    probing a candidate longer than its training buys nothing that training it, as
+    confirm does, would not measure better."""
+    return training is not None and probed > training
+
+
 def beats_reference(ratio: float, ratio_spread: float) -> bool:
     """Whether a configuration ran faster than the reference it was measured beside by
     more than twice its ratio's relative spread (the margin that settles who can lead): what

@@ -85,10 +85,10 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
     profiles = phases.profile_all(runner, found, budget, settings.updates,
                                   lambda ran, dropped: runs.children("profile", ran, dropped))
     say(f"profile: {sum(p.dropped is None for p in profiles)} of {len(found)} stand")
-    standing, spread, rounds = phases.halve(
+    standing, spread, rounds, stopped = phases.halve(
         runner, profiles, budget, settings.updates, settings.top,
         lambda ran, dropped: runs.children("halve", ran, dropped))
-    say(f"halve: {rounds} round(s); ranking: " + ", ".join(
+    say(f"halve: {rounds} round(s), stopped: {stopped}; ranking: " + ", ".join(
         f"{p.candidate.label} {p.ratios[-1]:.2f}x" for p in standing[:settings.top + 2]))
     objective = spec.objectives[0]
     baseline_verdict, verdicts = None, []
@@ -101,7 +101,8 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
             lambda ran, dropped: runs.children("confirm", ran, dropped))
     pick = choose(verdicts, baseline_verdict)
     say("confirm: " + (f"the pick is {pick.profile.candidate.label}" if pick else "no pick"))
-    outcome = Outcome(profiles, standing, spread, rounds, baseline_verdict, verdicts, pick)
+    outcome = Outcome(profiles, standing, spread, rounds, baseline_verdict, verdicts, pick,
+                      stopped=stopped)
     _write_files(spec, runner, outcome, budget, {k for c in found for k in c.point})
     for path in (outcome.plot, outcome.sweep_file):
         if path is not None:
