@@ -157,6 +157,29 @@ def test_halving_never_probes_a_candidate_longer_than_its_training(training, rou
     assert ("longer than its training" in stopped) == (training is not None)
 
 
+def test_after_a_failed_baseline_probe_each_turn_still_has_one_on_each_side() -> None:
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Budget
+    from msexp.tune.phases import profile_all
+
+    class FailingBaseline(DriftingLoad):  # the baseline's second and third probes fail
+        def run(self, jobs, hosts=None):
+            ran = super().run(jobs, hosts)
+            if ran[0].job.name.startswith(("profile-baseline2-", "profile-baseline3-")):
+                ran[0].result = TrialResult(Status.FAILED, {}, error="boom")
+            return ran
+
+    found = [Candidate({"micro_size": m}, {"batch_size": 64, "micro_size": m})
+             for m in range(1, 9)]
+    load = FailingBaseline({m: 100.0 - m for m in range(1, 9)})
+    profiles = profile_all(load, found, Budget([], None), 5, lambda ran, dropped: None)
+    kinds = "".join("B" if "baseline" in j.name else "c" for j in load.jobs)
+    # a failed probe is retried before the next candidate; once one succeeds, it ends the
+    # turn and begins the next: no two baseline probes run back to back but for a retry
+    assert kinds == "BcccBBcBcccB"
+    assert all(len(p.ratios) == 1 for p in profiles), "every candidate ranked"
+
+
 def test_a_turn_holds_at_most_three_candidates_and_a_failed_one_takes_no_place() -> None:
     from msexp.tune.candidates import Candidate
     from msexp.tune.measure import Budget, position

@@ -105,7 +105,8 @@ class Pairs:
         if profile is self.baseline:
             return
         if self.last is None or self.length != updates:
-            self.settle()
+            self.settle()  # where it probes the baseline, that may serve this turn too
+        if self.last is None or self.length != updates:
             self.probe_baseline(phase, updates)
         ran = self.runner.run([Job(phase, f"{phase}-{folder_name(profile.candidate)}",
                                    profile.candidate.params, Probe(updates))], hosts=1)[0]
