@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -68,17 +69,34 @@ def _pareto_front(trials: list[FrozenTrial], directions: list[optuna.study.Study
                   ) -> list[FrozenTrial]:
     """The trials no other trial dominates, in their order. (Optuna's `best_trials` ranks
     every trial, so an infeasible one could hide the feasible front; its own filter is
-    private.) Best first, a trial can be dominated only by one before it, and then by one
-    on the front: each is compared with the front only."""
+    private.) Best first, a trial can be dominated only by one before it."""
     signs = [1 if d == optuna.study.StudyDirection.MAXIMIZE else -1 for d in directions]
     scored = sorted(((tuple(s * v for s, v in zip(signs, t.values)), i)
                      for i, t in enumerate(trials)), reverse=True)
+    front = _front_of_two(scored) if len(signs) == 2 else _front_of_many(scored)
+    return [trials[i] for i in sorted(front)]
+
+
+def _front_of_two(scored: list[tuple[tuple[float, ...], int]]) -> list[int]:
+    """Two objectives in one pass (n log n with the sort): a trial stands where its second
+    value beats every second value of the trials before it, its equals left out."""
+    front, best = [], -math.inf
+    for values, equal in itertools.groupby(scored, key=lambda found: found[0]):
+        if values[1] > best:
+            front += [i for _, i in equal]
+        best = max(best, values[1])
+    return front
+
+
+def _front_of_many(scored: list[tuple[tuple[float, ...], int]]) -> list[int]:
+    """Any number of objectives: a trial dominated by another is dominated by one on the
+    front, so each is compared with the front only."""
     front: list[tuple[tuple[float, ...], int]] = []
     for values, i in scored:
         if not any(other != values and all(o >= v for o, v in zip(other, values))
                    for other, _ in front):
             front.append((values, i))
-    return [trials[i] for i in sorted(i for _, i in front)]
+    return [i for _, i in front]
 
 
 def build_report(study: optuna.Study, plots_dir: Path | None = None,
