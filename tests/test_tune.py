@@ -166,7 +166,7 @@ def test_confirm_trains_the_next_k_only_when_none_of_the_top_k_keeps_the_objecti
             self.trained.append(sorted({j.params["micro_size"] for j in jobs}))
             return [Ran(j, TrialResult(Status.COMPLETE, {
                 "eval_accuracy": self.accuracy[j.params["micro_size"]], "samples_per_s": 1.0,
-                "train_mem_mb": 1.0}), 0.0) for j in jobs]
+                "train_mem_mb": 1.0}), 0.0, 0.0) for j in jobs]
 
     def profile(micro: int, rate: float) -> Profile:
         return Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),

@@ -316,7 +316,8 @@ class FallingLoad:
             self.names.append(job.name)
             ran.append(Ran(job, TrialResult(Status.COMPLETE, {
                 "eval_accuracy": 0.9, "train_mem_mb": 1.0,
-                "samples_per_s": self.true_rate[job.params["micro_size"]] * speedup}), 0.0))
+                "samples_per_s": self.true_rate[job.params["micro_size"]] * speedup}), 0.0,
+                0.0))
         return ran
 
 

@@ -84,7 +84,7 @@ class Pairs:
         self.runner, self.baseline, self.budget, self.record = runner, baseline, budget, record
         self.last: Ran | None = None  # the latest baseline probe, where it gave step times
         self.length, self.phase = 0, ""  # its updates and phase
-        self.turn: list[tuple[Profile, list[float], Ran]] = []  # probed since, to rank
+        self.turn: list[tuple[Profile, Ran]] = []  # probed since, with step times, to rank
         self.count = 0
 
     def probe_baseline(self, phase: str, updates: int) -> list[float] | None:
@@ -113,7 +113,7 @@ class Pairs:
         steps = absorb(profile, ran, self.budget)
         self.record([ran], {0: profile.dropped} if profile.dropped else {})
         if steps:
-            self.turn.append((profile, steps, ran))
+            self.turn.append((profile, ran))
         if len(self.turn) >= rules.BETWEEN:
             self.settle()
 
@@ -126,12 +126,11 @@ class Pairs:
         self.probe_baseline(self.phase, self.length)
         after = self.last
         if not (before or after):
-            for profile, _, _ in turn:
+            for profile, _ in turn:
                 profile.dropped = profile.dropped or "not ranked: no baseline probe beside it ran"
             return
-        for profile, steps, ran in turn:
-            _pair(profile, ran, steps, before, after,
-                  self.baseline.candidate.params["batch_size"])
+        for profile, ran in turn:
+            _pair(profile, ran, before, after, self.baseline.candidate.params["batch_size"])
 
     def rank_baseline(self) -> None:
         """Rank the baseline after a round: its ratio is 1, its spread that of all its step
@@ -145,10 +144,10 @@ class Pairs:
             _rank(self.baseline)
 
 
-def _pair(profile: Profile, ran: Ran, steps: list[float], before: Ran | None,
-          after: Ran | None, baseline_batch: int) -> None:
+def _pair(profile: Profile, ran: Ran, before: Ran | None, after: Ran | None,
+          baseline_batch: int) -> None:
     """Rank a probed candidate on its steps against the baseline probes around it."""
-    batch = profile.candidate.params["batch_size"]
+    batch, steps = profile.candidate.params["batch_size"], step_ms(ran.result)
     ratio, spread = rules.paired(steps, step_ms(before.result) if before else [],
                                  step_ms(after.result) if after else [], batch,
                                  baseline_batch, position(ran, before, after))

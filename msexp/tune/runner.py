@@ -37,12 +37,12 @@ class Ran:
     job: Job
     result: TrialResult
     started: float
-    ended: float | None = None  # None: as it started
+    ended: float
 
     @property
     def middle(self) -> float:
         """Halfway through it, in time."""
-        return (self.started + (self.started if self.ended is None else self.ended)) / 2
+        return (self.started + self.ended) / 2
 
 
 class Runner:
