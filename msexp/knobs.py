@@ -159,13 +159,13 @@ def graph_params(params: Mapping[str, Any]) -> dict[str, Any]:
 RESOLVED = ("thor_impl",)  # a trial resolves these for its device: MLflow logs what ran
 
 METRICS = (
-    "train_loss", "eval_loss", "eval_accuracy", "samples_per_s", "step_ms", "compile_s",
-    "peak_mem_mb", "train_mem_mb", "wall_s", "overflow_steps", "skipped_updates", "loss_scale",
-    "epochs_to_target", "time_to_target_s", "thor_inverse_s",
+    "train_loss", "train_loss_epoch", "eval_loss", "eval_accuracy", "samples_per_s", "step_ms",
+    "compile_s", "peak_mem_mb", "train_mem_mb", "wall_s", "overflow_steps", "skipped_updates",
+    "loss_scale", "epochs_to_target", "time_to_target_s", "thor_inverse_s",
 )
 """Metric names, one vocabulary for trial events, Optuna objectives and MLflow."""
 
-EPOCH_METRICS = ("eval_loss", "eval_accuracy", "train_loss")
+EPOCH_METRICS = ("eval_loss", "eval_accuracy", "train_loss", "train_loss_epoch")
 """Metrics reported once per epoch, so they can drive pruning."""
 
 

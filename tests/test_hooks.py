@@ -136,7 +136,9 @@ def test_a_hooked_model_reports_each_epoch_by_updates(trial: Path, micro_size: i
     for epoch in (first, second):
         assert len(epoch["series"]["train_loss"]) == len(epoch["series"]["loss_scale"]) == 5
         metrics = epoch["metrics"]
-        assert metrics["train_loss"] == pytest.approx(np.mean(epoch["series"]["train_loss"]))
+        assert metrics["train_loss"] == epoch["series"]["train_loss"][-1]
+        assert metrics["train_loss_epoch"] == pytest.approx(
+            np.mean(epoch["series"]["train_loss"]))
         assert metrics["step_ms"] > 0 and metrics["samples_per_s"] == pytest.approx(
             BATCH * 1000 / metrics["step_ms"])
         assert metrics["train_mem_mb"] > 0 and metrics["peak_mem_mb"] > metrics["train_mem_mb"]
@@ -301,10 +303,11 @@ def test_the_callback_reports_each_epoch_and_stops_when_told(in_a_trial) -> None
     assert [(e, s) for e, s, _ in epochs] == [(1, 4), (2, 8)]
     assert len(set(steps.losses)) == 8  # each epoch's mean differs from any one of its steps
     for (_, _, metrics), losses in zip(epochs, (steps.losses[:4], steps.losses[4:])):
-        assert metrics["train_loss"] == pytest.approx(np.mean(losses), rel=1e-6)
+        assert metrics["train_loss"] == pytest.approx(losses[-1], rel=1e-6)
+        assert metrics["train_loss_epoch"] == pytest.approx(np.mean(losses), rel=1e-6)
     for _, _, metrics in epochs:
-        assert set(metrics) == {"train_loss", "step_ms", "samples_per_s", "peak_mem_mb",
-                                "eval_accuracy", "train_mem_mb", "compile_s",
+        assert set(metrics) == {"train_loss", "train_loss_epoch", "step_ms", "samples_per_s",
+                                "peak_mem_mb", "eval_accuracy", "train_mem_mb", "compile_s",
                                 "overflow_steps", "skipped_updates"}
         assert 0 <= metrics["eval_accuracy"] <= 1 and metrics["peak_mem_mb"] > 0
         assert metrics["samples_per_s"] > 0 and metrics["step_ms"] > 0

@@ -16,11 +16,13 @@ from msexp.hooks.accumulate import AccumulatingTrainStep
 from msexp.hooks.channel import active, report, should_stop
 from msexp.keys import TrialEnv
 from msexp.training.memory import PeakMemory
+from msexp.training.records import loss_metrics
 
 
 class MsexpCallback(Callback):
     """Reports each epoch of `Model.train` as msexp's own loop does, counting optimizer
-    updates: train_loss (and its per-update series), step_ms (per update), compile_s,
+    updates: train_loss (the last update's; and its per-update series), train_loss_epoch
+    (the epoch's mean), step_ms (per update), compile_s,
     samples_per_s, peak_mem_mb, train_mem_mb, overflow_steps, skipped_updates and the
     loss-scale series, and, given the model and an eval dataset, the model's own metrics
     as `eval_<name>`. Stops training cleanly when msexp prunes the trial. In a probe of
@@ -160,7 +162,7 @@ class _EpochSeries:
             self.scales.append(scale)
 
     def metrics(self) -> dict[str, float]:
-        return {"train_loss": float(np.mean(self.losses))} if self.losses else {}
+        return loss_metrics(self.losses) if self.losses else {}
 
     def series(self) -> dict[str, list[float]]:
         """train_loss and loss_scale per update (MLflow's step axis), when each step was

@@ -19,7 +19,7 @@ from msexp.training import data
 from msexp.training.checkpoint import CheckpointPlan, Checkpoints, load_into
 from msexp.training.graphs import Graphs
 from msexp.training.memory import PeakMemory
-from msexp.training.records import Diverged, Epoch, Stopped, Target
+from msexp.training.records import Diverged, Epoch, Stopped, Target, loss_metrics
 from msexp.training.step import tensors_of, timed_update
 
 OnEpoch = Callable[[Epoch], None]
@@ -167,7 +167,7 @@ def _evaluated(network: Any, evaluate: Callable[[], dict[str, float]], losses: l
     metrics = evaluate()
     if not math.isfinite(metrics["eval_loss"]):
         raise Diverged(f"eval_loss is {metrics['eval_loss']} after epoch {epoch}")
-    metrics["train_loss"] = float(np.mean([v for v in losses if math.isfinite(v)] or [np.nan]))
+    metrics.update(loss_metrics(losses))
     series = {"train_loss": losses, **({"loss_scale": scales} if scales else {})}
     record = Epoch(epoch, run.step, time.perf_counter() - start, metrics, series)
     run.history.append(record)

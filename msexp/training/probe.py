@@ -21,7 +21,7 @@ from msexp.experiment import Workload
 from msexp.training import data
 from msexp.training.graphs import Graphs
 from msexp.training.memory import PeakMemory
-from msexp.training.records import Diverged, Epoch, Probe, Stopped
+from msexp.training.records import Diverged, Epoch, Probe, Stopped, loss_metrics
 from msexp.training.step import timed_update
 
 
@@ -65,7 +65,7 @@ def run_probe(workload: Workload, params: dict[str, Any], graphs: Graphs, probe:
     if probe.lr_high:
         series["lr"] = range_rates(probe)[:len(losses)]
     on_epoch(Epoch(1, len(losses), time.perf_counter() - start,
-                   {"train_loss": _mean_finite(losses)}, series))
+                   loss_metrics(losses), series))
     return {**_timing(update_s, batch), **memory.metrics(graphs.network, graphs.optimizer,
                                                          step.buffers),
             "overflow_rate": overflow / len(losses), "updates": float(len(losses)),
@@ -84,8 +84,3 @@ def _timing(update_s: list[float], batch: int) -> dict[str, float]:
     step_s = statistics.median(update_s[1:] or update_s)
     return {"step_ms": step_s * 1000, "samples_per_s": batch / step_s,
             "compile_s": max(0.0, update_s[0] - step_s)}
-
-
-def _mean_finite(values: list[float]) -> float:
-    kept = [v for v in values if math.isfinite(v)]
-    return sum(kept) / len(kept) if kept else math.nan

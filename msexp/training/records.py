@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -49,6 +50,17 @@ class Epoch:
     elapsed_s: float
     metrics: dict[str, float]
     series: dict[str, list[float]] = field(default_factory=dict)
+
+
+def loss_metrics(losses: list[float]) -> dict[str, float]:
+    """An epoch's two loss figures, one name each, for every kind of trial: `train_loss` is
+    its last finite update's loss (the per-update series' last point, as MLflow shows it, and
+    what a script's last `LossMonitor` line says), `train_loss_epoch` the mean of its finite
+    update losses. Both NaN when no update was finite."""
+    finite = [float(v) for v in losses if math.isfinite(v)]
+    if not finite:
+        return {"train_loss": math.nan, "train_loss_epoch": math.nan}
+    return {"train_loss": finite[-1], "train_loss_epoch": sum(finite) / len(finite)}
 
 
 @dataclass(frozen=True)
