@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -324,7 +325,15 @@ def test_a_held_spool_record_is_passed_by_until_released_or_its_writer_dies(
     held = spool.hold("http://host:5000", "1", "p", 0, {"lr": 0.1}, finished(), 1.0,
                       run_id="r0")
     assert [f.name for f in spool.files()] == ["p-00000.json"]
-    assert list(spool.pending("http://host:5000")) == [], "its writer delivers it"
+    # mutation: the lock taken blocking (no LOCK_NB): this process waits on the lock it
+    # holds itself, so the listing runs in a thread that must end within seconds
+    listed: list = []
+    lister = threading.Thread(target=lambda: listed.extend(spool.pending("http://host:5000")),
+                              daemon=True)
+    lister.start()
+    lister.join(timeout=10)
+    assert not lister.is_alive(), "the listing waited for the record's lock"
+    assert listed == [], "its writer delivers it"
     held.release()
     ((path, record),) = spool.pending("http://host:5000")
     assert (path, record.run_id, record.number) == (held.path, "r0", 0)
