@@ -42,11 +42,22 @@ def train_network(network: nn.Cell, loss_fn: Any, optimizer: nn.Optimizer,
 
     An optimizer built with `loss_scale=L` divides every gradient it gets by L (MindSpore
     pairs it with `FixedLossScaleManager(L, drop_overflow_update=False)`); msexp's step
-    unscales the gradients itself, so they reach that optimizer times L."""
+    unscales the gradients itself, so they reach that optimizer times L (`own_scale`)."""
     values = settings(params)
-    if getattr(optimizer, "loss_scale", 1.0) != 1.0:
+    if own_scale(optimizer) != 1.0:
         optimizer = _ScaledFor(optimizer)
     return AccumulatingTrainStep(apply_amp(network, values), loss_fn, optimizer, values)
+
+
+def own_scale(optimizer: nn.Cell) -> float:
+    """What `optimizer` divides the gradients it gets by: its `reciprocal_scale`'s inverse
+    (`nn.Optimizer`, and optimizers that keep only that, as mindcv's AdamW and Lion, whose
+    `loss_scale` stays 1), else its `loss_scale`; 1.0 for none."""
+    reciprocal = getattr(optimizer, "reciprocal_scale", None)
+    if reciprocal is None:
+        return float(getattr(optimizer, "loss_scale", 1.0))
+    value = reciprocal.asnumpy() if isinstance(reciprocal, Tensor) else reciprocal
+    return 1.0 / float(value)
 
 
 class _ScaledFor(nn.Cell):
@@ -56,7 +67,7 @@ class _ScaledFor(nn.Cell):
     def __init__(self, optimizer: nn.Optimizer):
         super().__init__(auto_prefix=False)  # its parameters keep their names
         self.optimizer = optimizer
-        self.scale = Tensor(optimizer.loss_scale, ms.float32)
+        self.scale = Tensor(own_scale(optimizer), ms.float32)
         self.map = ops.HyperMap()
 
     @property
@@ -71,7 +82,17 @@ class _ScaledFor(nn.Cell):
 class HookedModel(Model):
     """A `Model` whose training runs msexp's train step: always step by step (the step
     is Python around compiled graphs, which dataset sink mode cannot take), and, in an
-    msexp trial, reporting each epoch (an `MsexpCallback` is added if none is given)."""
+    msexp trial, reporting each epoch (an `MsexpCallback` is added if none is given).
+
+    Callbacks get what `Model.train` gives them: `cb_params.network` (the script's
+    network), `loss_fn`, `optimizer` (the script's) and `train_network` (the train step,
+    whose `optimizer` that is too); `predict` runs the script's network."""
+
+    def keep(self, network: nn.Cell, loss_fn: Any, optimizer: nn.Optimizer) -> HookedModel:
+        """Hold the script's network, loss and optimizer where `Model` holds them."""
+        self._network, self._loss_fn, self._optimizer = network, loss_fn, optimizer
+        self._predict_network = network
+        return self
 
     def train(self, epoch: int, train_dataset: Any, callbacks: Any = None,
               dataset_sink_mode: bool = False, sink_size: int = -1,
@@ -108,4 +129,4 @@ def model(network: nn.Cell, loss_fn: Any, optimizer: nn.Optimizer, params: Param
                                        values["amp_level"] in ("O2", "O3"))
         eval_indexes = [0, 1, 2]
     return HookedModel(train, metrics=metrics, eval_network=eval_network,
-                       eval_indexes=eval_indexes)
+                       eval_indexes=eval_indexes).keep(train.network, loss_fn, optimizer)

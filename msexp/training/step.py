@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import mindspore as ms
 from mindspore import ParameterTuple, amp, nn, ops
+from mindspore.ops import functional as F
 
 from msexp.training.thor import Thor
 
@@ -169,9 +170,13 @@ class TrainStep:
 
 def _forward(network: nn.Cell, loss_fn: Callable, micro_size: int,
              scaler: amp.LossScaler | None) -> Callable:
-    """(x, y) -> (the loss / micro_size, scaled for backward; the loss in float32)."""
+    """(x, y) -> (the loss / micro_size, scaled for backward; the loss in float32).
+
+    The network's output reaches `loss_fn` in the structure the network returns it (a
+    tensor, a tuple, a list, a dict: Inception-v3's `(logits, aux_logits)`), each floating
+    tensor in it cast to float32, as `Model`'s O2 and O3 loss cell casts it."""
     def forward(x, y):
-        loss = loss_fn(ops.cast(call(network, x), ms.float32), y)
+        loss = loss_fn(F.mixed_precision_cast(ms.float32, call(network, x)), y)
         scaled = loss / micro_size
         if scaler is not None:
             scaled = scaler.scale(scaled)
