@@ -55,6 +55,8 @@ def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialRe
              TrialKey.EPOCHS: epoch_table(result.epochs), **(kept or {})}
     if result.error:
         attrs[TrialKey.ERROR] = kept_error(result.error)
+    elif trial.later_attempt:  # why an earlier attempt stopped (`claims.put_back`) is over
+        attrs[TrialKey.ERROR] = None
     if result.checkpoint:
         attrs[TrialKey.CHECKPOINT] = str(result.checkpoint)
     if result.batch_statistics:

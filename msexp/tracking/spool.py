@@ -11,6 +11,8 @@ still finds it, and no spool file holds a secret (a record is redacted as a whol
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from msexp.errors import MsexpError
+from msexp.execution.process import space_note
 from msexp.execution.result import TrialResult
 from msexp.paths import SPOOL_DIR, write_atomic
 from msexp.secrets.redaction import known_secrets, redact_known, redact_params
@@ -81,9 +85,10 @@ class Spool:
              **more: Any) -> Path:
         """Write one trial's record (atomically) and return its file. `more`: the
         `SpooledTrial` fields `run_id`, `name`, `tags`."""
-        path, text = self._record(uri, experiment_id, parent_id, number, params, result,
-                                  started, more)
-        write_atomic(path, text)
+        with self._full_disk(f"trial {number}'s result"):
+            path, text = self._record(uri, experiment_id, parent_id, number, params, result,
+                                      started, more)
+            write_atomic(path, text)
         return path
 
     def hold(self, uri: str, experiment_id: str, parent_id: str, number: int,
@@ -91,8 +96,14 @@ class Spool:
              **more: Any) -> Held:
         """Write one trial's record (atomically) and keep its lock until it is delivered
         or released."""
-        path, text = self._record(uri, experiment_id, parent_id, number, params, result,
-                                  started, more)
+        with self._full_disk(f"trial {number}'s result"):
+            path, text = self._record(uri, experiment_id, parent_id, number, params, result,
+                                      started, more)
+            return Held(path, self._locked_write(path, text))
+
+    @staticmethod
+    def _locked_write(path: Path, text: str) -> IO[str]:
+        """Write `text` to `path` (atomically), locked; the lock stays held."""
         partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         handle = None
         try:
@@ -106,7 +117,19 @@ class Spool:
                 handle.close()
             partial.unlink(missing_ok=True)
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        return Held(path, handle)
+        return handle
+
+    @contextlib.contextmanager
+    def _full_disk(self, what: str) -> Iterator[None]:
+        """A full disk as the one line other full disks get (`process.space_note`)."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            where = self.folder.resolve()
+            note = space_note(self.folder) or f"; no space left on the device of {where}"
+            raise MsexpError(f"cannot keep {what} in the spool{note}") from None
 
     def _record(self, uri: str, experiment_id: str, parent_id: str, number: int,
                 params: dict[str, Any], result: TrialResult, started: float,
@@ -146,10 +169,11 @@ class Spool:
 
     def keep_ending(self, uri: str, parent_id: str, ending: str) -> Path:
         """Keep how a sweep's parent run is to end (FINISHED, FAILED, KILLED)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{parent_id}.ending"
-        write_atomic(path, json.dumps({"store": store_key(uri), "parent_id": parent_id,
-                                       "ending": ending}))
+        with self._full_disk("how the sweep's run ends"):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, json.dumps({"store": store_key(uri), "parent_id": parent_id,
+                                           "ending": ending}))
         return path
 
     def endings(self, uri: str) -> Iterator[tuple[Path, str, str]]:

@@ -144,3 +144,39 @@ def test_a_full_mlruns_shows_only_msexps_line_and_the_next_run_finishes(
     assert Path("second.rc").read_text().strip() == "0", Path("second.out").read_text()
     monkeypatch.chdir(copy)
     assert_invariants(name, name, mark, [{"lr": 0.1}, {"lr": 0.2}], may_fail=not retries)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs a mount namespace (unshare -m) and "
+                    "tmpfs mounts (root)")
+def test_a_full_spool_says_no_space_left_and_where_and_the_next_run_finishes(
+        mark: str) -> None:
+    """mlruns/spool on a full tmpfs of its own: the trial's record cannot be kept before
+    Optuna is told, so the sweep stops with the one line other full disks get (not an
+    OSError with its traceback's hint) and puts the trial back; with space again (the
+    private mount gone), the same command finishes the study.
+    # mutation: `Spool._full_disk` passing the OSError on: "OSError: [Errno 28] ..." """
+    sweep = write(Path("spooled.yaml"), """
+        name: spooled
+        experiment: broken:build
+        fixed: {epochs: 1, hidden: 16}
+        params: {lr: [0.1, 0.2]}
+    """)
+    spool = Path("mlruns/spool")
+    spool.mkdir(parents=True)
+    run = shlex.join(msexp_cmd("sweep", str(sweep)))
+    script = (f"mount -t tmpfs -o size=4k tmpfs {spool} && "
+              f"dd if=/dev/zero of={spool}/fill bs=1k 2>/dev/null; exec {run}")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=DEADLINE_S)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert f"cannot keep trial 0's result in the spool; no space left on the device of " \
+           f"{spool.resolve()} (" in line, line
+    assert "OSError" not in line and "traceback" not in line, line
+    trials = load_study("spooled").trials
+    assert {t.state.name for t in trials} == {"WAITING"}, "trial 0 put back, 1 never run"
+    again = subprocess.run(msexp_cmd("sweep", str(sweep)), capture_output=True, text=True,
+                           timeout=DEADLINE_S)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_invariants("spooled", "spooled", mark, [{"lr": 0.1}, {"lr": 0.2}])

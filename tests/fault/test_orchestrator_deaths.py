@@ -60,6 +60,9 @@ def test_kills_of_a_sweep_running_two_trials_cost_no_retry(mark: str) -> None:
     assert "may take its orchestrator down" not in final.stdout + final.stderr
     trials = load_study("pair").trials
     assert [(t.state.name, t.user_attrs["attempt"]) for t in trials] == [("COMPLETE", 0)] * 2
+    # mutation: a completed trial keeps why its last sweep died ("orchestrator ... died
+    # while it ran 2 trials"): its error is cleared as it completes
+    assert [t.user_attrs.get("error") for t in trials] == [None, None]
     assert_invariants("pair", "pair", mark, [{"lr": 0.01}, {"lr": 0.02}])
 
 
