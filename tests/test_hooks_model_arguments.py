@@ -126,6 +126,35 @@ def test_the_sweeps_knob_wins_and_its_own_loss_scaling_stays(swept) -> None:
         "O2", "none", False)
 
 
+@pytest.mark.parametrize(("sweep", "want"), [
+    ({"loss_scale": "fixed"}, {"loss_scale": "fixed", "loss_scale_value": 65536.0,
+                               "keep_batchnorm_fp32": True}),
+    ({"loss_scale": "none", "keep_batchnorm_fp32": False},
+     {"loss_scale": "none", "keep_batchnorm_fp32": False}),
+])
+def test_the_scripts_amp_level_o2_brings_no_default_over_what_the_sweep_sets(
+        swept, sweep: dict, want: dict) -> None:
+    """The sweep sets loss scaling or BatchNorm's precision, not amp_level; the script
+    passes amp_level="O2": its O2 keeps the sweep's values, and a fixed scale the sweep
+    asks for is msexp's 65536, not O2's dynamic 2**24 turned fixed."""
+    # mutation: `if knob not in swept and knob not in given` (knob by knob, not the group)
+    swept(**sweep)
+    network = mlp()
+    model = hooks.model(network, nn.CrossEntropyLoss(),
+                        nn.Momentum(network.trainable_params(), 0.1, 0.9), sweep,
+                        amp_level="O2")
+    values = knob_values(sweep, "O2", None, None)
+    assert {k: values[k] for k in want} == want
+    assert values["amp_level"] == "O2"
+    step = model.train_network
+    scale = want["loss_scale_value"] if want["loss_scale"] == "fixed" else None
+    assert step.loss_scale == scale
+    model.train(1, data())
+    assert step.loss_scale == scale, "the scale the sweep set, as it trained"
+    dense = [c for _, c in step.network.cells_and_names() if isinstance(c, nn.Dense)]
+    assert dense and all(c.get_flags().get("fp16") for c in dense), "O2 casts"
+
+
 @pytest.mark.parametrize(("argument", "line"), [
     ({"amp_level": "O2"}, "msexp.hooks.model: amp_level= gives amp_level O2, but the sweep "
      "sets amp_level to O0: drop amp_level= from hooks.model (the sweep then decides "

@@ -7,7 +7,9 @@ gives `loss_scale` and its value, factor, window or drop rule). Which value a kn
    it; an argument that gives that knob another value is refused in one line naming both;
 2. else the argument's, where the script passes one (as `Model` would apply it, so
    `amp_level="O2"` also brings MindSpore's O2 defaults: BatchNorm in float32 and dynamic
-   loss scaling from 2**24, where neither the sweep nor another argument names them);
+   loss scaling from 2**24, where neither the sweep nor another argument names them; loss
+   scaling is one decision: a sweep that names any of its knobs (`loss_scale: fixed`)
+   keeps all of O2's out, so its fixed scale is not O2's 2**24);
 3. else the script's params (`settings`): its config's value, or msexp's default.
 
 Outside msexp the sweep names nothing, so the script's arguments win over its config.
@@ -29,6 +31,9 @@ from msexp.knobs import KNOBS
 _CALL = "msexp.hooks.model"
 # MindSpore's own choices for an amp_level the script gives, where nothing names them
 _LEVEL_DEFAULTS = {"O2": {"keep_batchnorm_fp32": True}, "O3": {"keep_batchnorm_fp32": False}}
+# one decision: where the sweep or an argument names any of them, O2's scaling stays out
+_LOSS_SCALING = ("loss_scale", "loss_scale_value", "loss_scale_factor", "loss_scale_window",
+                 "drop_overflow_update")
 
 
 def named(values: Params) -> dict[str, Any]:
@@ -58,8 +63,9 @@ def knob_values(params: Params, amp_level: str | None, keep_batchnorm_fp32: bool
                              f"(the sweep then decides {knob}) or {knob} from the sweep file")
         values[knob] = value
     if "amp_level" in given and "amp_level" not in swept:
+        decided = {*swept, *given}
         for knob, value in _implied(given["amp_level"][1]).items():
-            if knob not in swept and knob not in given:
+            if not decided & set(_group(knob)):
                 values[knob] = value
     return values
 
@@ -107,6 +113,11 @@ def _manager_knobs(manager: LossScaleManager) -> dict[str, Any]:
                 "loss_scale_window": manager.scale_window}
     raise ValueError(f"{_CALL}: loss_scale_manager={type(manager).__name__}: msexp's train "
                      "step applies a FixedLossScaleManager or a DynamicLossScaleManager")
+
+
+def _group(knob: str) -> tuple[str, ...]:
+    """The knobs that decide together with `knob`: loss scaling's five, or itself."""
+    return _LOSS_SCALING if knob in _LOSS_SCALING else (knob,)
 
 
 def _implied(amp_level: str) -> dict[str, Any]:
