@@ -59,6 +59,17 @@ def not_regular(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "special file")
 
 
+def file_folder(path: Path) -> Path:
+    """The folder a file's relative paths start from: its own; for a pipe or a FIFO
+    (`msexp sweep <(cat f.yaml)`), which is no file of a folder of the user's, the working
+    directory."""
+    try:
+        special = not_regular(path.stat().st_mode)
+    except OSError:  # not there: a text given with a name
+        special = None
+    return Path.cwd() if special else path.parent.resolve()
+
+
 def read_bounded(path: Path, limit: int) -> bytes:
     """The bytes of `path`: a regular file, or a FIFO or pipe (`msexp sweep <(cat f.yaml)`)
     read until its writer closes it, for at most FIFO_WAIT_S seconds.

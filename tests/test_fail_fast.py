@@ -239,12 +239,13 @@ def test_fail_fast_off_skips_the_check_before_the_sweep(workdir: Path) -> None:
 
 
 def test_a_command_that_takes_no_flags_is_not_run_before_the_sweep(workdir: Path) -> None:
-    write(workdir / "train.py", "open('ran', 'w').close()\nprint('eval_accuracy: 1')\n")
+    ran = workdir / "ran"  # the check runs in a trial's own folder: a path of its own
+    write(workdir / "train.py", f"open({str(ran)!r}, 'w').close()\nprint('eval_accuracy: 1')\n")
     for args in ("none", "flags"):
         spec = parse_spec(f"name: n\nexperiment: {{command: python train.py, args: {args}}}\n"
                           "params: {lr: [0.1]}\n", "n.yaml", workdir / "n.yaml")
         preflight(spec)
-        assert (workdir / "ran").exists() == (args == "flags")
+        assert ran.exists() == (args == "flags")
 
 
 @pytest.mark.slow

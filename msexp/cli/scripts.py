@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -14,8 +15,8 @@ from rich.table import Table
 from msexp.cli.options import console
 from msexp.cli.render import cell
 from msexp.errors import SpecError
-from msexp.execution.arguments import command_argv
-from msexp.execution.command import check_run, run_once
+from msexp.execution.arguments import arguments, command_argv, trial_params
+from msexp.execution.command import check_run, command_environment, run_once
 from msexp.execution.log_metrics import (
     COUNTER,
     PARAM,
@@ -24,9 +25,10 @@ from msexp.execution.log_metrics import (
     cut_note,
     read_log,
 )
-from msexp.execution.protocol import Command, TrialRequest
-from msexp.execution.script_help import flags, unknown_flag
+from msexp.execution.protocol import TrialRequest
+from msexp.execution.script_help import Listed
 from msexp.patterns import user_pattern
+from msexp.search.requests import trial_request
 from msexp.spec import Method, SweepSpec
 from msexp.spec.checks import batch_statistics_warning
 from msexp.spec.command import needs_hooks, split_command
@@ -109,11 +111,11 @@ def check_command_experiment(spec: SweepSpec) -> None:
     quick = _quick_args(section)
     console.print(f"{source}: `{shlex.join([*split_command(source, section.command), *quick])}`"
                   " ok", highlight=False)
-    if section.args == "flags" and listed:
+    if section.args == "flags" and listed.flags:
         check_flags(spec, listed)
         console.print(f"{spec.path}: every name is a flag of the script", highlight=False)
     if isinstance(section.check, dict):
-        found = sorted(name for name, takes_value in listed.items() if not takes_value)
+        found = sorted(name for name, takes_value in listed.flags.items() if not takes_value)
         _check_run(spec, section.check, found)
     else:
         console.print(f"{source}: to see what a trial records, name a tiny budget in "
@@ -121,30 +123,52 @@ def check_command_experiment(spec: SweepSpec) -> None:
                       highlight=False)
 
 
-def quick_check(spec: SweepSpec, hint: str = "") -> dict[str, bool]:
-    """Run the command with `--help` (or experiment.check's text): the flags its help
-    lists, and whether each takes a value ({} for experiment.check's text).
+def quick_check(spec: SweepSpec, hint: str = "") -> Listed:
+    """Run the command with `--help` (or experiment.check's text) as a trial runs it: the
+    fixed section's arguments given, in a trial's own empty folder and environment. What
+    its help lists (nothing for experiment.check's text): a config-system script's help
+    lists the flags of the config that `--config_path` names.
 
     Raises:
         SpecError: the command fails or does not finish in time (`hint` ends the rule).
     """
     assert spec.command is not None
-    section = spec.command
-    argv = command_argv(split_command(str(spec.path), section.command), spec.folder)
-    quick = _quick_args(section)
-    problem, help_text = run_once(argv, spec.folder, quick)
+    quick = _quick_args(spec.command)
+    with tempfile.TemporaryDirectory(prefix="msexp-check-") as scratch:
+        folder = Path(scratch) / trial_name(0)
+        outputs = folder / "outputs"
+        outputs.mkdir(parents=True)
+        command = trial_request(spec, {}, folder).command
+        assert command is not None
+        argv = [*command_argv(command.argv, spec.folder), *fixed_arguments(spec, folder)]
+        problem, help_text = run_once(argv, outputs, quick,
+                                      env=command_environment(command, outputs))
     if problem:
-        raise SpecError(str(spec.path), "experiment.command", problem + hint, section.command)
-    return flags(help_text) if quick == ["--help"] else {}
+        raise SpecError(str(spec.path), "experiment.command", problem + hint,
+                        spec.command.command)
+    return Listed.of(help_text) if quick == ["--help"] else Listed()
+
+
+def fixed_arguments(spec: SweepSpec, folder: Path) -> list[str]:
+    """The arguments every trial of a command gets (its fixed section's) as a trial in
+    `folder` gets them; a boolean only where the file lists the switches (else whether it
+    is one is what --help tells)."""
+    assert spec.command is not None
+    switches = spec.command.switches
+    fixed = {name: value for name, value in spec.fixed.items() if name != "devices"
+             and (switches is not None or not isinstance(value, bool))}  # devices: msrun's
+    return arguments(trial_params(fixed, folder, spec.folder), spec.command.args,
+                     switches or ())
 
 
 def _quick_args(section: CommandSection) -> list[str]:
     return shlex.split(section.check) if isinstance(section.check, str) else ["--help"]
 
 
-def check_flags(spec: SweepSpec, listed: dict[str, bool]) -> None:
+def check_flags(spec: SweepSpec, listed: Listed) -> None:
     """Refuse a name in `fixed`, `params` or experiment.check that is not among the
-    script's flags (`listed`), naming the nearest one, or msexp.hooks for a technique.
+    script's flags (`listed`; one letter: a short option), naming the nearest one, or
+    msexp.hooks for a technique.
 
     Raises:
         SpecError: naming the first such name.
@@ -154,9 +178,9 @@ def check_flags(spec: SweepSpec, listed: dict[str, bool]) -> None:
     for where, names in (("fixed", spec.fixed), ("params", spec.params),
                          ("experiment.check", overrides)):
         for name in names:
-            if name != "devices" and name not in listed:  # devices: msexp's (msrun)
-                rule = needs_hooks(spec.command, spec.folder, name) or \
-                    unknown_flag(name, listed)
+            refusal = None if name == "devices" else listed.refusal(name)  # devices: msrun's
+            if refusal:
+                rule = needs_hooks(spec.command, spec.folder, name) or refusal
                 raise SpecError(str(spec.path), f"{where}.{name}", rule, name)
 
 
@@ -168,7 +192,7 @@ def preflight(spec: SweepSpec) -> SweepSpec:
     if section is not None and section.args == "flags" and spec.budget.fail_fast:
         listed = quick_check(spec, " (msexp sweep checks it before the first trial; "
                                    "budget.fail_fast: false skips the check)")
-        if listed:
+        if listed.flags:
             check_flags(spec, listed)
     return spec
 
@@ -178,9 +202,10 @@ def _check_run(spec: SweepSpec, overrides: dict[str, Any], found_switches: list[
     assert section is not None
     params = {**first_trial(spec), **overrides}
     folder = Path(tempfile.mkdtemp(prefix="msexp-check-")) / trial_name(0)
-    command = Command(split_command(source, section.command), str(spec.folder), section.args,
-                      list(section.metrics),
-                      section.switches if section.switches is not None else found_switches)
+    command = trial_request(spec, params, folder).command  # as a trial's, pass_env too
+    assert command is not None
+    command = replace(command, switches=section.switches if section.switches is not None
+                      else found_switches)
     request = TrialRequest(spec.experiment.ref, params, folder, command=command)
     timeout = spec.budget.trial_timeout or CHECK_TIMEOUT_S
     console.print(f"{source}: a check run with {_kv(overrides)} (log: {request.log_path})",

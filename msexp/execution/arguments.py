@@ -10,21 +10,30 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from msexp.execution.script_help import option
+
 
 def arguments(params: dict[str, Any], style: str, switches: Iterable[str] = ()) -> list[str]:
     """The command-line arguments that pass `params` to a script, in `style`.
 
     As flags, a boolean of a switch is the flag alone (true) or nothing (false); other
     booleans are `True`/`False`, which `ast.literal_eval` and string-to-bool parsers take.
+    A one-letter name is a short option: `-c VALUE`.
     """
     if style == "none":
         return []
     if style == "hydra":
         return [f"{name}={_text(value, 'true', 'false')}" for name, value in params.items()]
     on = set(switches)
-    return [f"--{name}" if name in on else f"--{name}={_text(value, 'True', 'False')}"
-            for name, value in params.items()
-            if not (name in on and value is False)]
+    return [word for name, value in params.items() if not (name in on and value is False)
+            for word in _flag(name, value, name in on)]
+
+
+def _flag(name: str, value: Any, switch: bool) -> list[str]:
+    text = _text(value, "True", "False")
+    if switch:
+        return [option(name)]
+    return [option(name), text] if len(name) == 1 else [f"--{name}={text}"]
 
 
 def _text(value: Any, true: str, false: str) -> str:
@@ -67,6 +76,14 @@ def _absolute(value: Any, folder: Path) -> Any:
 
 
 def command_argv(argv: list[str], sweep_folder: Path) -> list[str]:
-    """The command, its relative paths that exist in the sweep file's folder made absolute."""
+    """The command, its relative paths that exist in the sweep file's folder made absolute,
+    a path given as `--flag=PATH` too."""
     program = argv[0] if "/" not in argv[0] else _absolute(argv[0], sweep_folder)
-    return [program, *(_absolute(a, sweep_folder) for a in argv[1:])]
+    return [program, *(_absolute_word(a, sweep_folder) for a in argv[1:])]
+
+
+def _absolute_word(word: str, folder: Path) -> str:
+    flag, equals, value = word.partition("=")
+    if equals and flag.startswith("-") and value:
+        return f"{flag}={_absolute(value, folder)}"
+    return _absolute(word, folder)

@@ -134,10 +134,8 @@ def _launch_plan(request: TrialRequest) -> tuple[list[str], dict[str, str], Path
     channel = folder / "reports.jsonl"
     channel.unlink(missing_ok=True)  # a new file, as the trial's log and events (see host)
     channel.write_text("")
-    passed = {name: os.environ[name] for name in command.pass_env if name in os.environ}
-    env = {**public_environment(), **passed, TrialEnv.PARAMS: str(params_file),
-           TrialEnv.OUTPUT_DIR: str(outputs), TrialEnv.EVENTS: str(channel),
-           "PYTHONUNBUFFERED": "1", "PATH": search_path()}
+    env = {**command_environment(command, outputs), TrialEnv.PARAMS: str(params_file),
+           TrialEnv.EVENTS: str(channel)}
     if any(outputs.iterdir()):
         env[TrialEnv.RESUME] = str(outputs)
     if request.probe is not None:  # `msexp.hooks.MsexpCallback` ends the script there
@@ -173,6 +171,14 @@ def _forget_private_params(env: dict[str, str]) -> None:
     private = Path(env[TrialEnv.PARAMS])
     if private.name != "params.json":
         private.unlink(missing_ok=True)
+
+
+def command_environment(command: Command, outputs: Path) -> dict[str, str]:
+    """The environment a command runs in, with `outputs` as its folder: this process's
+    without secrets, the variables experiment.pass_env names, msexp's search PATH."""
+    passed = {name: os.environ[name] for name in command.pass_env if name in os.environ}
+    return {**public_environment(), **passed, TrialEnv.OUTPUT_DIR: str(outputs),
+            "PYTHONUNBUFFERED": "1", "PATH": search_path()}
 
 
 def public_environment() -> dict[str, str]:

@@ -11,7 +11,7 @@ from msexp.datasets import check_data
 from msexp.errors import ExperimentError, SpecError
 from msexp.experiment import Experiment, Workload, is_builtin, load_experiment
 from msexp.knobs import KNOBS, METRICS, Knob, infer_knob
-from msexp.paths import read_bounded
+from msexp.paths import file_folder, read_bounded
 from msexp.spec.checks import (
     check_command_sweep,
     check_method,
@@ -72,8 +72,9 @@ class SweepSpec:
 
     @property
     def folder(self) -> Path:
-        """The sweep file's folder, where a command experiment runs."""
-        return self.path.parent.resolve()
+        """The sweep file's folder, where a command experiment runs (the working directory
+        for a sweep read from a pipe)."""
+        return file_folder(self.path)
 
     def n_trials(self) -> int:
         """Trials the sweep runs in all: the budget, capped by the grid size for grids."""
@@ -122,7 +123,7 @@ def parse_spec(text: str, source: str, path: Path | None = None, local: bool = T
         experiment = unimported_experiment(source, file)
     fixed, params = with_repeats(source, file)
     if command is not None:  # the replicate seed goes to the script as its own --seed
-        experiment = command_experiment(source, command, path.parent.resolve(), fixed, params)
+        experiment = command_experiment(source, command, file_folder(path), fixed, params)
     metrics = None if command else METRICS + experiment.metrics  # a command's: any name
     validate(sweep_model(experiment.knobs, metrics), data, source)
     space = parse_params(source, experiment.knobs, fixed, params)
