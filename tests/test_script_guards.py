@@ -4,6 +4,7 @@ folder), on the real model-zoo and mindcv code in tests/assets (issue 49, item 5
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ from msexp.execution.arguments import arguments, command_argv
 from msexp.execution.script_help import Listed
 from msexp.spec import load_spec
 from tests.conftest import ASSETS, msexp_cmd, write
-from tests.test_real_scripts import FIXED, invoke
+from tests.test_real_scripts import FIXED, invoke, write_mnist
 
 MINDCV_CONFIG = "configs/mobilenetv3/mobilenet_v3_small_ascend.yaml"
 
@@ -172,3 +173,28 @@ def test_a_sweep_read_from_a_pipe_takes_relative_paths_from_the_working_director
     # mutation: the folder of /dev/fd/63 ("python train.py: train.py not found in /proc/...")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "every name is a flag of the script" in done.stdout
+
+
+@pytest.mark.slow  # a real run of LeNet: 6 s
+def test_a_trial_of_flag_equals_path_finds_its_config_from_its_own_folder(
+        lenet_cpu: Path) -> None:
+    """The check run of `plan --check` runs the first trial for real, as a sweep does: in
+    its own folder, its `--config_path=cpu_config.yaml` found (every trial failed with
+    FileNotFoundError: 'mr_config_cpu.yaml' in the issue)."""
+    write_mnist(lenet_cpu / "data" / "train", 64)
+    sweep = write(lenet_cpu / "sweep.yaml", f"""
+        name: lenet-equals-run
+        experiment:
+          command: python train.py --config_path=cpu_config.yaml
+          check: {{epoch_size: 1}}
+        objective: {{metric: train_loss, direction: minimize}}
+        fixed: {{{FIXED}, ckpt_path: "${{output_dir}}"}}
+        params: {{lr: [0.01]}}
+    """)
+    result = invoke("plan", str(sweep), "--check")
+    # mutation: `--flag=PATH` left relative
+    assert result.exit_code == 0, result.output
+    assert "objective train_loss found: " in result.output
+    log = re.search(r"\(log: (\S+trial\.log)\)", result.output)
+    assert log is not None, result.output
+    assert "'micro_size': 1" in Path(log.group(1)).read_text(), "its config was read"
