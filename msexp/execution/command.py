@@ -27,6 +27,7 @@ from msexp.execution.arguments import arguments, command_argv, trial_params
 from msexp.execution.log_metrics import MetricReader, read_log
 from msexp.execution.output import copy_redacted
 from msexp.execution.process import (
+    ErrorLine,
     descendants,
     die_with_parent,
     exit_reason,
@@ -96,7 +97,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
                                     stderr=subprocess.STDOUT, text=True, errors="replace",
                                     preexec_fn=die_with_parent)
             emit(Start(" ".join(command.argv), proc.pid))
-            reader, lines = _copying(proc, request, log)
+            reader, failure, lines = _copying(proc, request, log)
             epochs = _Epochs(EventReader(Path(env[TrialEnv.EVENTS])), emit)
             stopped = False
             while proc.poll() is None:
@@ -113,7 +114,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     if stopped:
         raise Stopped(f"stopped after epoch {epochs.count}")
     if proc.returncode:
-        last = f": {reader.last_line}" if reader.last_line else ""
+        last = f": {failure.line}" if failure.line else ""
         raise CommandFailed(exit_reason(proc.returncode, "the command") + last)
     metrics = {**reader.last, **epochs.last}
     if not metrics:
@@ -190,16 +191,22 @@ def public_environment() -> dict[str, str]:
 
 
 def _copying(proc: subprocess.Popen, request: TrialRequest, log: TextIO | None
-             ) -> tuple[MetricReader, threading.Thread]:
+             ) -> tuple[MetricReader, ErrorLine, threading.Thread]:
     """Start copying the command's output into `log` (default: stdout, the trial log),
-    redacted, reading metrics on the way."""
+    redacted, reading metrics and the line that says what went wrong on the way."""
     assert request.command is not None
     reader = MetricReader(request.command.metrics, request.params)  # a param is no metric
+    failure = ErrorLine()
+
+    def read(line: str, length: int) -> None:
+        failure.feed(line)
+        reader.feed(line, length)
+
     secrets = known_secrets(request.params)
     lines = threading.Thread(target=copy_redacted, daemon=True,
-                             args=(proc.stdout, log or sys.stdout, secrets, reader.feed))
+                             args=(proc.stdout, log or sys.stdout, secrets, read))
     lines.start()
-    return reader, lines
+    return reader, failure, lines
 
 
 class _Epochs:

@@ -2,10 +2,13 @@
 trial is stopped at the first epoch that shows it will not report its objective, and
 the sweep starts no more trials once its first ones failed alike.
 
-"Alike" is the same cause: the last line of the error with its numbers, paths and
-quoted names taken out, so `trial-0003`'s and `trial-0007`'s missing data compare
-equal. Only the trials this sweep ran count, and one that completed (or was pruned:
-it ran) turns the stop off for the rest of the sweep.
+"Alike" is the same cause: the error's line that says what went wrong (its exception's
+own line, `process.error_line`) with its numbers, paths and quoted names taken out, so
+`trial-0003`'s and `trial-0007`'s missing data compare equal. Only the trials this sweep
+ran count, and one that completed (or was pruned: it ran) turns the stop off for the rest
+of the sweep. An objective absent from a trial that ran to its end (or stopped at an
+epoch that showed it would not report it) stops the sweep at once: the next trials run
+the same code, which does not report it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from msexp.execution import Epoch, Status, Subscriber, TrialInfo, TrialResult
+from msexp.execution.process import error_line
 from msexp.search.unreported import unreported_at
 from msexp.spec import SweepSpec
 
@@ -25,9 +29,9 @@ _NUMBER = re.compile(r"\b0x[0-9a-fA-F]+\b|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def failure_cause(error: str) -> str:
-    """The error's last line, its numbers, paths and quoted names replaced, so identical
-    failures of different trials compare equal."""
-    last = _QUOTED.sub("'…'", _last_line(error) or "(no error message)")
+    """The error's line (`error_line`), its numbers, paths and quoted names replaced, so
+    identical failures of different trials compare equal."""
+    last = _QUOTED.sub("'…'", error_line(error) or "(no error message)")
     last = _PATH.sub("<path>", last)
     return " ".join(_NUMBER.sub("N", last).split())
 
@@ -35,11 +39,13 @@ def failure_cause(error: str) -> str:
 @dataclass(frozen=True)
 class Stopped:
     """Why a sweep started no more trials: `count` trials failed with `cause` (the first
-    one's error: `example`) and none completed."""
+    one's error: `example`) and none completed; `absent`: for an objective it did not
+    report, so after the first."""
 
     cause: str
     example: str
     count: int
+    absent: bool = False
 
 
 class FailFast(Subscriber):
@@ -52,6 +58,7 @@ class FailFast(Subscriber):
         self.objectives = [o.metric for o in spec.objectives]
         self.stopped: Stopped | None = None
         self._unreported: dict[int, str] = {}  # trial number: why it is stopped
+        self._absent: set[int] = set()  # trials stopped there, until they end
         self._causes: Counter[str] = Counter()
         self._examples: dict[str, str] = {}
         self._completed = False
@@ -69,28 +76,43 @@ class FailFast(Subscriber):
 
     def unreported(self, trial: TrialInfo) -> str | None:
         """Why the trial was stopped at an epoch (see `should_stop`), once; else None."""
-        return self._unreported.pop(trial.number, None)
+        why = self._unreported.pop(trial.number, None)
+        if why is not None:
+            self._absent.add(trial.number)
+        return why
 
     def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> None:
         with self._lock:
             if result.status in (Status.COMPLETE, Status.PRUNED):
                 self._completed = True
+            absent = self._objective_absent(trial, result)
             if self._completed or not self.after or self.stopped is not None:
                 return
             cause = failure_cause(result.error)
             self._causes[cause] += 1
-            self._examples.setdefault(cause, _last_line(result.error) or cause)
-            if self._causes[cause] >= self.after:
-                self.stopped = Stopped(cause, self._examples[cause], self._causes[cause])
+            self._examples.setdefault(cause, error_line(result.error) or cause)
+            if absent or self._causes[cause] >= self.after:
+                self.stopped = Stopped(cause, self._examples[cause], self._causes[cause],
+                                       absent)
+
+    def _objective_absent(self, trial: TrialInfo, result: TrialResult) -> bool:
+        """Whether the trial failed only for an objective it did not report: it ran to its
+        end (its final metrics came) without one, or was stopped at an epoch for it."""
+        stopped_for_it = trial.number in self._absent
+        self._absent.discard(trial.number)
+        if result.status is not Status.FAILED:
+            return False
+        reported = {**result.last_epoch_metrics(), **result.metrics}
+        return stopped_for_it or (bool(result.metrics) and
+                                  any(o not in reported for o in self.objectives))
 
     def line(self, not_started: int) -> str:
         """The one line that says why the sweep stopped and what that saved."""
         assert self.stopped is not None
-        return (f"fail fast: {self.stopped.count} trials failed with the same error and "
-                f"none completed ({self.stopped.example[:300]}); {not_started} trial"
-                f"{'s' * (not_started != 1)} not started (budget.fail_fast: {self.after})")
-
-
-def _last_line(error: str) -> str:
-    lines = [line.strip() for line in error.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+        stopped = self.stopped
+        failed = ("a trial ran without reporting its objective, which the next run the same "
+                  "code to miss," if stopped.absent else
+                  f"{stopped.count} trials failed with the same error")
+        return (f"fail fast: {failed} and none completed ({stopped.example[:300]}); "
+                f"{not_started} trial{'s' * (not_started != 1)} not started "
+                f"(budget.fail_fast: {self.after})")
