@@ -11,7 +11,8 @@ study has none left. Storages:
   grpc    every worker reaches the study through msexp's gRPC proxy (`grpc://`), which
           alone holds database connections (`msexp services up --proxy`).
 Prints: the trials each point ran (must be 1 each), claims that failed or were lost,
-the claim latency (median, p99), the peak of PostgreSQL connections, and errors.
+the claim latency (median, p99, max; fair claims: p99 at most 5x the median), claims per
+second, the peak of PostgreSQL connections, and errors.
 
 Usage: python benchmarks/many_workers.py [--workers 200] [--points 600]
        [--storage direct|grpc] [--max-connections 100]
@@ -153,9 +154,11 @@ def summarize(args: argparse.Namespace, folder: Path, study, wall: float, peak: 
           f"{args.points - complete if told_once else 'see above'}")
     if latencies:
         p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
-        print(f"claim latency: median {statistics.median(latencies) * 1000:.0f} ms, "
+        median = statistics.median(latencies)
+        print(f"claim latency: median {median * 1000:.0f} ms, "
               f"p99 {p99 * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms "
-              f"({len(latencies)} claims)")
+              f"({len(latencies)} claims); p99 / median {p99 / median:.1f} (fair: <= 5)")
+        print(f"claims per second: {len(latencies) / wall:.2f}")
     print(f"PostgreSQL client sessions, peak: {peak}")
     print(f"workers that failed: {sum(errors.values())}"
           + "".join(f"\n  {n} x {error}" for error, n in errors.most_common(5)))

@@ -171,3 +171,36 @@ def test_optunas_bare_proxy_is_refused_in_one_line(shared_services) -> None:
     assert str(refused.value) == (
         f"cannot take the study lock through {url} (UNIMPLEMENTED: Method not found!); "
         "is it msexp's proxy (msexp services proxy)?")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("through", ["proxy", "postgresql"])
+def test_claims_take_the_study_lock_in_the_order_they_asked(
+        proxy: str, shared_services, through: str) -> None:
+    """Eight waiters ask for the lock one after another while it is held: each gets it in
+    the order it asked (FIFO), through the proxy as directly in PostgreSQL.
+    # mutation: the proxy's waiters polling a plain lock (as before: a waiter that asked
+    last may go first; issue 53 measured a p99 claim of 181 s against a median of 2 s)"""
+    import threading
+
+    url = proxy if through == "proxy" else shared_services.storage_url
+    order: list[int] = []
+    asked = [threading.Event() for _ in range(8)]
+
+    def waiter(index: int) -> None:
+        asked[index].set()
+        with study_lock(url):
+            order.append(index)
+            time.sleep(0.05)
+
+    threads = []
+    with study_lock(url):
+        for index in range(8):
+            threads.append(threading.Thread(target=waiter, args=(index,), daemon=True))
+            threads[-1].start()
+            asked[index].wait(30)
+            time.sleep(1.0)  # its call reached the proxy (or PostgreSQL's queue) meanwhile
+        assert order == [], "no waiter got in while the lock was held"
+    for thread in threads:
+        thread.join(60)
+    assert order == list(range(8))

@@ -15,6 +15,7 @@ from typing import Any
 
 from msexp.errors import MsexpError
 from msexp.paths import JOURNAL
+from msexp.search.patience import patience_of
 from msexp.secrets.redaction import redact
 
 _ADVISORY_KEY = 0x6D736578  # "msex": msexp's study lock in a shared PostgreSQL
@@ -80,21 +81,43 @@ def _storage_file(url: str | None) -> Path | None:
 
 @contextlib.contextmanager
 def advisory_lock(url: str) -> Iterator[None]:
-    """The study lock of a PostgreSQL database: an advisory lock, held by one session."""
+    """The study lock of a PostgreSQL database: an advisory lock, held by one session.
+    Waiters queue in PostgreSQL's lock manager, in order (FIFO); a restart of the database
+    is waited out (`search.patience`)."""
+    connection = patience_of(url).call(lambda: _locked_session(url))
+    try:
+        yield
+    finally:
+        _unlock(connection)
+
+
+def _locked_session(url: str) -> Any:
+    """A session of the lock engine that holds the advisory lock."""
     import sqlalchemy  # lazy: only RDB storages need it
 
-    with _lock_engine(url).connect() as connection:  # the lock ends with the session at the latest
+    connection = _lock_engine(url).connect()
+    try:
         connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"),
                            {"key": _ADVISORY_KEY})
-        try:
-            yield
-        finally:
-            try:
-                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"),
-                                   {"key": _ADVISORY_KEY})
-            except Exception:
-                connection.invalidate()  # closed, not pooled: its session's lock ends with it
-                raise
+    except BaseException:
+        connection.invalidate()  # not pooled: a lock it may have got ends with its session
+        connection.close()
+        raise
+    return connection
+
+
+def _unlock(connection: Any) -> None:
+    """Release the lock; a session that cannot (its database restarted, and the lock ended
+    with the session) is closed, not pooled."""
+    import sqlalchemy  # lazy: only RDB storages need it
+
+    try:
+        connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"),
+                           {"key": _ADVISORY_KEY})
+    except Exception:
+        connection.invalidate()  # its session's lock ends with it
+    finally:
+        connection.close()
 
 
 def _lock_engine(url: str) -> Any:
@@ -126,28 +149,42 @@ def grpc_address(url: str) -> tuple[str, int]:
 @contextlib.contextmanager
 def _proxy_lock(url: str) -> Iterator[None]:
     """Hold the study lock of the PostgreSQL behind msexp's proxy at `url` while the call
-    stays open: the proxy releases it when the call ends, or when this process dies and
-    its connection closes."""
-    import grpc  # lazy: only a gRPC storage needs it
-
+    stays open: the proxy grants it in the order asked (FIFO) and releases it when the call
+    ends, or when this process dies and its connection closes. A restart of the proxy is
+    waited out (`search.patience`), each try on a new channel (one that lost its server
+    waits out gRPC's reconnect backoff first)."""
     host, port = grpc_address(url)
-    with grpc.insecure_channel(f"{host}:{port}") as channel:
-        hold = channel.unary_stream(HOLD_METHOD)
-        while True:
-            call = hold(b"")
-            try:
-                if next(call) == GRANTED:
-                    break
-            except grpc.RpcError as exc:
-                if exc.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    raise MsexpError(f"cannot take the study lock through {redact(url)} "
-                                     f"({exc.code().name}: {exc.details()}); is it msexp's "
-                                     "proxy (msexp services proxy)?") from None
-            time.sleep(random.uniform(0.05, 0.5))  # every lock thread of the proxy waits
+    channels: list[Any] = []
+    try:
+        call = patience_of(url).call(lambda: _granted(url, host, port, channels))
         try:
             yield
         finally:
             call.cancel()
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+def _granted(url: str, host: str, port: int, channels: list[Any]) -> Any:
+    """An open `Hold` call that the proxy granted the lock."""
+    import grpc  # lazy: only a gRPC storage needs it
+
+    channels.append(grpc.insecure_channel(f"{host}:{port}"))
+    hold = channels[-1].unary_stream(HOLD_METHOD)
+    while True:
+        call = hold(b"")
+        try:
+            if next(call) == GRANTED:
+                return call
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAVAILABLE:
+                raise  # the proxy is down: waited out
+            if exc.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise MsexpError(f"cannot take the study lock through {redact(url)} "
+                                 f"({exc.code().name}: {exc.details()}); is it msexp's "
+                                 "proxy (msexp services proxy)?") from None
+        time.sleep(random.uniform(0.05, 0.5))  # every lock thread of the proxy waits
 
 
 def sqlite_folder(url: str) -> Path | None:

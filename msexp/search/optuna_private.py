@@ -61,3 +61,10 @@ def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
 def study_id(study: optuna.Study) -> int:
     """A study's id in its storage, which `BaseHeartbeat._get_stale_trial_ids` takes."""
     return study._study_id
+
+
+def reconnect(proxy: optuna.storages.GrpcStorageProxy) -> None:
+    """A new channel for Optuna's gRPC client, tried at once: a channel that lost its server
+    waits out gRPC's reconnect backoff (up to 120 s) before it tries again. The old one is
+    left to calls still on it (they fail, and are retried on the new one)."""
+    proxy._setup()

@@ -11,6 +11,7 @@ done, or it died and its connection closed.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,40 +29,47 @@ _RESERVED_THREADS = 32
 
 
 class _LockService:
-    """The study lock for the proxy's clients: one holder at a time, in this process and,
-    through PostgreSQL's advisory lock, across every process that shares the database."""
+    """The study lock for the proxy's clients: one holder at a time, in the order they
+    asked (FIFO) in this process and, through PostgreSQL's advisory lock (whose waiters
+    PostgreSQL queues in order too), across every process that shares the database."""
 
     def __init__(self, storage_url: str, threads: int):
         self.storage_url = storage_url
-        self.local = threading.Lock()  # waiters queue here, without a database connection
-        self.waiting = 0
+        self.turns = threading.Condition()
+        self.queue: deque[object] = deque()  # the holder first, then the waiters in order
         self.limit = max(1, threads - _RESERVED_THREADS)
-        self.count = threading.Lock()
 
     def hold(self, request: bytes, context: Any) -> Iterator[bytes]:
-        """Wait for the lock, say GRANTED, and hold it until the call ends."""
+        """Wait for the lock in turn, say GRANTED, and hold it until the call ends."""
         import grpc  # lazy: only the proxy needs it
 
-        with self.count:
-            if self.waiting >= self.limit:
+        ticket = object()
+        with self.turns:
+            if len(self.queue) >= self.limit:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "all lock threads busy")
-            self.waiting += 1
+            self.queue.append(ticket)
         try:
             ended = threading.Event()
             context.add_callback(ended.set)
-            while not self.local.acquire(timeout=0.5):
-                if not context.is_active():
-                    return
-            try:
-                with advisory_lock(self.storage_url):
-                    if context.is_active():
-                        yield GRANTED
-                        ended.wait()
-            finally:
-                self.local.release()
+            if not self._first(ticket, context):
+                return
+            with advisory_lock(self.storage_url):
+                if context.is_active():
+                    yield GRANTED
+                    ended.wait()
         finally:
-            with self.count:
-                self.waiting -= 1
+            with self.turns:
+                self.queue.remove(ticket)
+                self.turns.notify_all()
+
+    def _first(self, ticket: object, context: Any) -> bool:
+        """Wait until `ticket` heads the queue; False if its call ended meanwhile."""
+        with self.turns:
+            while self.queue[0] is not ticket:
+                if not context.is_active():
+                    return False
+                self.turns.wait(0.5)
+        return True
 
 
 def make_proxy_server(storage_url: str, host: str, port: int, threads: int = 256) -> Any:

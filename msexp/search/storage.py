@@ -22,6 +22,7 @@ from msexp.paths import JOURNAL, not_regular
 from msexp.search.heartbeat import HEARTBEAT_S, STALE_AFTER_S
 from msexp.search.lock import check_lockable, grpc_address, sqlite_folder
 from msexp.search.optuna_private import BaseJournalFileLock
+from msexp.search.patience import patience_of, patient
 from msexp.secrets.redaction import redact
 
 _log = logging.getLogger("msexp")
@@ -30,6 +31,8 @@ _TAIL_CHUNK = 1 << 16
 # one RDB storage (one pool of connections) per database and process: each open would
 # keep a pool of its own, and a worker's connections would grow with every open
 _OPENED: dict[tuple[int, str], optuna.storages.RDBStorage] = {}
+_PatientRDB = patient(optuna.storages.RDBStorage)
+_PatientProxy = patient(optuna.storages.GrpcStorageProxy)
 
 
 def open_storage(url: str | None) -> optuna.storages.BaseStorage:
@@ -63,11 +66,15 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
 
 
 def _rdb_storage(url: str) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage with its heartbeat on (see `search.heartbeat`); Optuna's
-    warning that the heartbeat is experimental goes to the log."""
+    """Optuna's RDB storage with its heartbeat on (see `search.heartbeat`), riding out a
+    restart of its database (`search.patience`; a pooled connection that died meanwhile
+    is replaced on checkout: `pool_pre_ping`); Optuna's warning that the heartbeat is
+    experimental goes to the log."""
     with warnings_to_log():
-        return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S,
-                                          grace_period=STALE_AFTER_S)
+        storage = _PatientRDB(url, heartbeat_interval=HEARTBEAT_S, grace_period=STALE_AFTER_S,
+                              engine_kwargs={"pool_pre_ping": True})
+    storage.msexp_patience = patience_of(url)
+    return storage
 
 
 def _open_proxy(url: str, timeout_s: float = 10.0) -> optuna.storages.BaseStorage:
@@ -78,13 +85,14 @@ def _open_proxy(url: str, timeout_s: float = 10.0) -> optuna.storages.BaseStorag
     except ImportError:
         raise MsexpError("a grpc:// storage needs grpcio: pip install grpcio") from None
     with warnings_to_log():  # Optuna's proxy is experimental
-        proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
+        proxy = _PatientProxy(host=host, port=port)
     try:
         proxy.wait_server_ready(timeout=timeout_s)
     except ConnectionError:
         proxy.close()
         raise MsexpError(f"cannot open the Optuna storage {url} (no gRPC proxy answered "
                          f"within {timeout_s:.0f} s)") from None
+    proxy.msexp_patience = patience_of(url)  # once it answered: a restart is ridden out
     return proxy
 
 
