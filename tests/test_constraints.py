@@ -99,3 +99,50 @@ def test_optuna_gets_each_constraints_violation_of_a_trial(workdir) -> None:
     assert not spec.feasible({"peak_mem_mb": 150.0, "eval_accuracy": 0.75})
     assert spec.feasible({"peak_mem_mb": 100.0, "eval_accuracy": 0.5}), "bounds are kept"
     assert not spec.feasible({"eval_accuracy": 0.75}), "a missing metric is not kept"
+
+
+def test_feasible_is_judged_on_the_metrics_optuna_is_told_wall_s_included(workdir) -> None:
+    """A trial of wall_s 10 under `wall_s max 600` is feasible to Optuna, in its
+    `feasible` attribute and in the report; one of 900 s is none of these, although more
+    accurate (wall_s is no metric the trial reports: msexp measures it)."""
+    from msexp.execution.result import Status, TrialResult
+    from msexp.execution.subscribers import TrialInfo
+    from msexp.search.study import open_study
+    from msexp.search.tell import tell
+
+    spec = parse_spec("name: w\nexperiment: mlp_digits\nmethod: tpe\nparams: {lr: {low: 0.01, "
+                      "high: 0.1}}\nconstraints: [{metric: wall_s, max: 600}]\n", "w.yaml")
+    study, _ = open_study(spec, None)
+    for accuracy, wall_s in ((0.8, 10.0), (0.9, 900.0)):
+        trial = TrialInfo(0, "#0", {}, {}, 0.0, handle=study.ask())
+        tell(study, spec, trial, TrialResult(Status.COMPLETE, {"eval_accuracy": accuracy},
+                                             wall_s=wall_s))
+    quick, slow = study.trials
+    assert quick.constraints == {"0:wall_s": -590.0} and slow.constraints == {"0:wall_s": 300.0}
+    # mutation: feasible judged on the reported metrics, which hold no wall_s
+    assert quick.user_attrs["feasible"] is True and slow.user_attrs["feasible"] is False
+    assert [t.number for t in best_trials(study)] == [quick.number] == \
+        [t.number for t in study.best_trials], "the report's best is Optuna's"
+
+
+@pytest.mark.slow  # a sweep of two trials
+def test_a_wall_s_constraint_gives_the_same_feasible_in_mlflow_optuna_and_the_report(
+        workdir: Path) -> None:
+    sweep = write(workdir / "w.yaml", """
+        name: walled
+        experiment: broken:build
+        objective: {metric: eval_accuracy, direction: maximize}
+        constraints: [{metric: wall_s, max: 600}]
+        fixed: {hidden: 16, epochs: 1}
+        params: {lr: [0.1, 0.0001]}
+    """)
+    result = invoke("sweep", str(sweep))
+    assert result.exit_code == 0, result.output
+    study = optuna.load_study(study_name="walled", storage=open_storage(None))
+    assert all(t.constraints["0:wall_s"] < 0 for t in study.trials), "well inside 600 s"
+    # mutation: the tag and the attribute judged on the reported metrics (no wall_s)
+    assert [t.user_attrs["feasible"] for t in study.trials] == [True, True]
+    assert {r.data.tags["feasible"] for r in child_runs("walled")} == {"true"}
+    best = max(study.trials, key=lambda t: t.value)
+    assert [t.number for t in best_trials(study)] == [best.number]
+    assert invoke("best", str(sweep)).output.startswith(f"trial {best.number}: ")

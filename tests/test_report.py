@@ -28,10 +28,12 @@ from tests.test_replicates import study_of as repeated_study
 LR = {"lr": FloatDistribution(0.001, 1.0)}
 
 
-def trial(value, lr: float, state=TrialState.COMPLETE, **attrs) -> optuna.trial.FrozenTrial:
+def trial(value, lr: float, state=TrialState.COMPLETE, violation: float | None = None,
+          **attrs) -> optuna.trial.FrozenTrial:
     values = value if isinstance(value, list) or value is None else [value]
     return create_trial(state=state, values=values, params={"lr": lr}, distributions=LR,
-                        user_attrs=attrs)
+                        user_attrs=attrs, constraints=None if violation is None else {
+                            "0:mem": violation})
 
 
 def study_of(*trials, directions=("maximize",)) -> optuna.Study:
@@ -45,8 +47,7 @@ def study_of(*trials, directions=("maximize",)) -> optuna.Study:
 def test_the_best_trial_follows_the_direction_among_feasible_complete_trials(
         direction: str, best: float) -> None:
     study = study_of(trial(0.5, 0.1), trial(0.9, 0.2), trial(0.1, 0.3), trial(best, 0.6),
-                     trial(0.95 if direction == "maximize" else 0.05, 0.4,
-                           **{TrialKey.FEASIBLE: False}),
+                     trial(0.95 if direction == "maximize" else 0.05, 0.4, violation=0.1),
                      trial(None, 0.5, TrialState.FAIL), directions=(direction,))
     (chosen,) = best_trials(study)  # one, even when two tie
     assert chosen.value == best
@@ -55,7 +56,7 @@ def test_the_best_trial_follows_the_direction_among_feasible_complete_trials(
 
 def test_the_pareto_set_is_that_of_the_feasible_trials() -> None:
     study = study_of(trial([0.9, 5.0], 0.1), trial([0.8, 1.0], 0.2), trial([0.7, 6.0], 0.3),
-                     trial([0.95, 0.5], 0.4, **{TrialKey.FEASIBLE: False}),  # dominates all
+                     trial([0.95, 0.5], 0.4, violation=0.1),  # dominates all
                      trial([0.8, 1.0], 0.5), trial([0.7, 1.0], 0.6),  # a tie, but worse
                      directions=("maximize", "minimize"))
     assert sorted(t.number for t in best_trials(study)) == [0, 1, 4]

@@ -86,3 +86,8 @@ class TrialResult:
     def last_epoch_metrics(self) -> dict[str, float]:
         """Per-epoch metrics of the last epoch that finished (for pruned/failed trials)."""
         return dict(self.epochs[-1].metrics) if self.epochs else {}
+
+    def final_metrics(self) -> dict[str, float]:
+        """The trial's final metrics (its last epoch's, if it reported none) and its wall
+        time: what Optuna is told (objectives, constraints) and MLflow logs as final."""
+        return {**(self.metrics or self.last_epoch_metrics()), "wall_s": self.wall_s}

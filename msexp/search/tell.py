@@ -37,7 +37,7 @@ def judge(spec: SweepSpec, trial: TrialInfo, result: TrialResult,
     if unreported and (missing or result.status is not Status.COMPLETE):
         result.status, result.error = Status.FAILED, unreported
     elif result.status is Status.COMPLETE and missing:
-        reported = {*final_metrics(result), *(n for e in result.epochs for n in e.metrics)}
+        reported = {*result.final_metrics(), *(n for e in result.epochs for n in e.metrics)}
         result.status = Status.FAILED
         result.error = (f"objective not available: {', '.join(missing)} "
                         f"({listing(reported, missing[0])})")
@@ -49,7 +49,7 @@ def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialRe
          kept: dict[str, Any] | None = None) -> None:
     """Write what the trial kept (and `kept`: what its judge and subscribers keep of it) as
     user attributes, and its constraints, then tell it."""
-    metrics = final_metrics(result)
+    metrics = result.final_metrics()
     attrs = {TrialKey.PARAMS: redact_params(trial.params), TrialKey.STATUS: result.status.value,
              TrialKey.METRICS: {k: v for k, v in metrics.items() if math.isfinite(v)},
              TrialKey.EPOCHS: epoch_table(result.epochs), **(kept or {})}
@@ -62,7 +62,7 @@ def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialRe
     if result.batch_statistics:
         attrs[TrialKey.BATCH_STATISTICS] = dataclasses.asdict(result.batch_statistics)
     if spec.constraints:
-        attrs[TrialKey.FEASIBLE] = spec.feasible(result.metrics)
+        attrs[TrialKey.FEASIBLE] = spec.feasible(metrics)  # the constraints' own metrics
         for i, constraint in enumerate(spec.constraints):
             trial.handle.set_constraint(f"{i}:{constraint.metric}", constraint.violation(metrics))
     for key, value in attrs.items():
@@ -88,13 +88,8 @@ def kept_error(error: str) -> str:
     return error[:head] + CUT + error[len(error) - (ERROR_CHARS - head - len(CUT)):]
 
 
-def final_metrics(result: TrialResult) -> dict[str, float]:
-    """The trial's final metrics (its last epoch's, if it reported none) and its wall time."""
-    return {**(result.metrics or result.last_epoch_metrics()), "wall_s": result.wall_s}
-
-
 def objective_values(spec: SweepSpec, result: TrialResult) -> list[float]:
-    metrics = final_metrics(result)
+    metrics = result.final_metrics()
     return [objective_value(o, metrics, result.epochs) for o in spec.objectives]
 
 

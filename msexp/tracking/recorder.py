@@ -144,7 +144,7 @@ class MlflowRecorder(Recorder):
         tracker, experiment_id, parent_id = self.opened.result()
         tags: dict[str, Any] = {}
         if self.spec.constraints:
-            tags[TrialKey.FEASIBLE] = str(self.spec.feasible(result.metrics)).lower()
+            tags[TrialKey.FEASIBLE] = str(self.spec.feasible(result.final_metrics())).lower()
         run_id = self._run_of(trial)
         self.backlog.acquire()  # where trials end faster than MLflow logs them, they wait
         try:

@@ -107,7 +107,7 @@ def run_metrics(result: TrialResult, started: float) -> list:
         logged_last["epoch"] = epoch.epoch
         metrics += [Metric(k, float(v), ts, step) for k, v in logged_last.items() if finite(v)]
         last_series = series
-    final = {**(result.metrics or result.last_epoch_metrics()), "wall_s": result.wall_s}
+    final = result.final_metrics()
     end_ms = start_ms + len(result.epochs) + 1
     metrics += [Metric(k, float(v), end_ms, step) for k, v in final.items()
                 if finite(v) and logged_last.get(k) != v and k not in last_series]
