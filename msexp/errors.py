@@ -38,10 +38,15 @@ class MsexpError(Exception):
         super().__init__("".join(map(str, parts)))
 
 
-class SpecError(MsexpError):
-    """A sweep file (or a --set option) breaks a rule; reported before anything runs."""
+class Refused(MsexpError):
+    """Input msexp refuses before anything runs (exit code 2): a sweep file, an option, a
+    study that another sweep file made."""
 
     exit_code = 2
+
+
+class SpecError(Refused):
+    """A sweep file (or a --set option) breaks a rule; reported before anything runs."""
 
     def __init__(self, source: str, key: str, rule: str, value: Any = None, *, show_value=True):
         self.source, self.key, self.rule, self.value = source, key, rule, value

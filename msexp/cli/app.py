@@ -7,28 +7,43 @@ sweep file that breaks a rule). `--debug` shows the traceback instead.
 
 from __future__ import annotations
 
+import errno
 import gc
+import importlib.metadata
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 import typer
-from typer.core import TyperGroup
 
 from msexp import interrupts
 from msexp.cli import cluster, hints, reports, run, scaffold, scripts, studies, sweeps, tune
 from msexp.cli.options import debug_command, err_console, state
+from msexp.cli.usage import CONTEXT, Command, Group
 from msexp.errors import MsexpError
 from msexp.execution.process import space_note
 from msexp.paths import LOG_FILE, STORE_DIR
 from msexp.secrets import files as private
 from msexp.secrets.redaction import redact, redact_logs
 
+EXIT_CODES = """\b
+Exit codes:
+0    done
+1    trials failed, or an error stopped the command
+2    input or usage refused, nothing run
+3    stopped early: budget.fail_fast (sweep, worker); no pick (tune)
+130  interrupted by Ctrl-C (143: SIGTERM); run it again to resume"""
 
-class OneLineErrors(TyperGroup):
-    """Runs a command; an MsexpError (or any other error) becomes one line on stderr."""
+
+class OneLineErrors(Group):
+    """Runs a command; an MsexpError (or any other error) becomes one line on stderr.
+
+    Usage errors (a missing argument, an unknown option or command, a bad value) pass to
+    Typer, which shows the usage line and exits 2, as click does; a closed pipe too, which
+    ends quietly."""
 
     def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
         state["argv"] = list(args) if args is not None else sys.argv[1:]
@@ -37,43 +52,59 @@ class OneLineErrors(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort, typer.TyperException, KeyboardInterrupt):
             raise
         except Exception as exc:
             if interrupts.received:  # stopped: whatever a library made of the signal
                 raise typer.Exit(128 + interrupts.received[0]) from None
-            if state["debug"] or _help_shown(exc):
-                raise
+            if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+                raise  # `msexp ... | head`: Typer ends quietly, as click does
             raise _exit(exc) from None
 
 
-def _help_shown(exc: Exception) -> bool:
-    """A command group called without a command has shown its help (Typer's own test)."""
-    return type(exc).__name__ == "NoArgsIsHelpError"
-
-
 def _exit(exc: Exception) -> typer.Exit:
+    """The one line of an error, or with --debug its traceback, and its exit code."""
     if isinstance(exc, MsexpError):
         message, code = hints.message(exc), exc.exit_code
     else:  # a bug, or an environment msexp did not foresee
         text = " ".join(str(exc).split())[:300]
         message, code = (f"msexp: {type(exc).__name__}: {text}{space_note(STORE_DIR)} "
                          f"(the traceback: {debug_command()})"), 1
+    if state["debug"]:
+        message = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     err_console.print(redact(message), markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
-def _typer(help: str) -> typer.Typer:
+def _typer(help: str, completion: bool = False) -> typer.Typer:
+    """A command group: help without arguments, `-h`, one error boundary; `completion`:
+    `--install-completion` and `--show-completion` (the root only)."""
     return typer.Typer(help=help, cls=OneLineErrors, no_args_is_help=True,
-                       add_completion=False, pretty_exceptions_enable=False)
+                       context_settings=CONTEXT, add_completion=completion,
+                       pretty_exceptions_enable=False)
+
+
+def _command(group: typer.Typer, name: str | None = None) -> Callable[[Any], Any]:
+    """Register a command with click's conventions on its page (`usage.Command`)."""
+    return group.command(name, cls=Command)
 
 
 app = _typer("Sweep MindSpore training techniques and compare every trial in MLflow.\n\n"
-             "Example: msexp sweep sweeps/accum.yaml")
+             "Example: msexp sweep sweeps/accum.yaml\n\n" + EXIT_CODES, completion=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"msexp {importlib.metadata.version('msexp')}")
+        raise typer.Exit()
 
 
 @app.callback()
-def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False):
+def main(debug: Annotated[bool, typer.Option(
+             "--debug", help="Show the traceback of an error instead of its one line.")] = False,
+         version: Annotated[bool, typer.Option(
+             "--version", callback=_version, is_eager=True, expose_value=False,
+             help="Show msexp's version and exit.")] = False) -> None:
     """Sweep MindSpore training techniques and compare every trial in MLflow."""
     state["debug"] = debug
     redact_logs()
@@ -129,29 +160,29 @@ class Stderr(logging.Handler):
 for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, reports.report,
                 studies.status, studies.best, studies.sync, scaffold.knobs, scaffold.schema,
                 scripts.metrics):
-    app.command()(command)
-app.command("run")(run.run_one)
-app.command("tune")(tune.tune_command)
+    _command(app)(command)
+_command(app, "run")(run.run_one)
+_command(app, "tune")(tune.tune_command)
 
 services_app = _typer("A local PostgreSQL and MLflow server for trying shared studies.")
-services_app.command("up")(cluster.services_up)
-services_app.command("down")(cluster.services_down)
-services_app.command("proxy")(cluster.services_proxy)
+_command(services_app, "up")(cluster.services_up)
+_command(services_app, "down")(cluster.services_down)
+_command(services_app, "proxy")(cluster.services_proxy)
 app.add_typer(services_app, name="services")
 
-schedule_app = _typer("Schedule workers of a sweep on a cluster against shared stores: "
-                      "Slurm, cron or Kubernetes.\n\nEach scheduled process runs `msexp "
+schedule_app = _typer("Schedule workers of a sweep on Slurm, cron or Kubernetes.\n\n"
+                      "They run against shared stores: each scheduled process runs `msexp "
                       "worker` (cron: `msexp sweep`) against the shared storage and tracking "
                       "server. Passwords stay in the environment or a Secret.")
-schedule_app.command("slurm")(cluster.slurm)
-schedule_app.command("cron")(cluster.cron)
-schedule_app.command("k8s-cronjob")(cluster.k8s_cronjob)
-schedule_app.command("k8s-job")(cluster.k8s_job)
+_command(schedule_app, "slurm")(cluster.slurm)
+_command(schedule_app, "cron")(cluster.cron)
+_command(schedule_app, "k8s-cronjob")(cluster.k8s_cronjob)
+_command(schedule_app, "k8s-job")(cluster.k8s_job)
 app.add_typer(schedule_app, name="schedule")
 
 new_app = _typer("Write a new experiment or sweep file that works as written.")
-new_app.command("experiment")(scaffold.new_experiment)
-new_app.command("sweep")(scaffold.new_sweep)
+_command(new_app, "experiment")(scaffold.new_experiment)
+_command(new_app, "sweep")(scaffold.new_sweep)
 app.add_typer(new_app, name="new")
 
 

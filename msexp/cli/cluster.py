@@ -30,7 +30,7 @@ def services_up(
     proxy_port: Annotated[Optional[int], typer.Option(
         help="gRPC proxy port.", show_default="a free port")] = None,
 ) -> None:
-    """Start PostgreSQL and an MLflow server (backed by it) under mlruns/services.
+    """Start PostgreSQL and an MLflow server on it, in mlruns/services.
 
     Prints the URLs and the --storage / --tracking-uri values to use. The database
     password lives in mlruns/services/pgpass; libpq finds it through PGPASSFILE.
@@ -57,12 +57,12 @@ def services_proxy(
     threads: Annotated[int, typer.Option(
         min=64, help="Calls served at once; keep above the number of workers + 32.")] = 256,
 ) -> None:
-    """Serve a PostgreSQL study database to workers through Optuna's gRPC proxy, with
-    msexp's study lock, in the foreground (until stopped).
+    """Serve a PostgreSQL study to workers through Optuna's gRPC proxy.
 
-    Workers give --storage grpc://HOST:PORT and hold no database connection of their own.
+    With msexp's study lock, in the foreground (until stopped). Workers give --storage
+    grpc://HOST:PORT and hold no database connection of their own.
 
-    Example: msexp services proxy --storage postgresql://msexp@db/optuna --port 13000
+    Example: msexp services proxy --storage postgresql://msexp@db/optuna
     """
     from msexp.search.proxy import serve  # lazy: grpcio is imported only here
 
@@ -81,10 +81,12 @@ def services_down() -> None:
 
 
 SharedStorageOpt = Annotated[Optional[str], typer.Option(
-    "--storage", envvar="MSEXP_STORAGE", help="Shared Optuna storage (postgresql://...).",
+    "--storage", envvar="MSEXP_STORAGE", metavar="URL",
+    help="Shared Optuna storage (postgresql://...).",
     show_default=False)]
 SharedTrackingOpt = Annotated[Optional[str], typer.Option(
-    "--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="Shared MLflow server (http://...).",
+    "--tracking-uri", envvar="MLFLOW_TRACKING_URI", metavar="URI",
+    help="Shared MLflow server (http://...).",
     show_default=False)]
 CpusOpt = Annotated[int, typer.Option(min=1, help="CPUs per worker.")]
 GpusOpt = Annotated[int, typer.Option(min=0, help="GPUs (or NPUs) per worker.")]
@@ -127,10 +129,11 @@ def slurm(
         "--setup", help='A shell line run before the worker (repeatable), e.g. '
                         '"module load cuda" or "source ~/venv/bin/activate".')] = None,
 ) -> None:
-    """Write an sbatch job-array script: each array task runs `msexp worker`.
+    """Write an sbatch job array: each array task runs `msexp worker`.
 
-    Example: msexp schedule slurm sweeps/accum.yaml --array 8
-    --storage postgresql://msexp@db/optuna --tracking-uri http://mlflow:5000
+    \b
+    Example, with the shared stores in MSEXP_STORAGE and MLFLOW_TRACKING_URI:
+    msexp schedule slurm sweeps/accum.yaml --array 8
     """
     name = _sweep_name(file)
     job = SlurmJob(array, time_limit, partition, account, qos, tuple(sbatch or ()),
@@ -155,10 +158,13 @@ def cron(
     uninstall: Annotated[bool, typer.Option(
         "--uninstall", help="Remove this sweep's entry from your crontab instead.")] = False,
 ) -> None:
-    """Print a crontab line that runs `msexp sweep` on a schedule (one run at a time).
+    """Print a crontab line that runs `msexp sweep` on a schedule.
 
-    Example: msexp schedule cron sweeps/accum.yaml --schedule "0 2 * * *" --install
-    --storage postgresql://msexp@db/optuna --tracking-uri http://mlflow:5000
+    One run at a time: a firing while the last run still goes is skipped.
+
+    \b
+    Example, with the shared stores in MSEXP_STORAGE and MLFLOW_TRACKING_URI:
+    msexp schedule cron sweeps/accum.yaml --schedule "0 2 * * *" --install
     """
     name = _sweep_name(file)
     marker = cron_marker(file, study or name)
@@ -192,9 +198,13 @@ def k8s_cronjob(
     mem: PodMemOpt = None,
     gpu_resource: GpuResourceOpt = "nvidia.com/gpu",
 ) -> None:
-    """Print a Kubernetes ConfigMap (the sweep file) and a CronJob of worker pods.
+    """Print a Kubernetes CronJob of worker pods and its sweep file.
 
-    Example: msexp schedule k8s-cronjob sweeps/accum.yaml --pods 4 | kubectl apply -f -
+    The sweep file goes in a ConfigMap beside it.
+
+    \b
+    Example, with the shared stores in MSEXP_STORAGE and MLFLOW_TRACKING_URI:
+    msexp schedule k8s-cronjob sweeps/accum.yaml --pods 4 | kubectl apply -f -
     """
     name = _sweep_name(file)
     typer.echo(kubernetes.k8s_cronjob(
@@ -217,9 +227,13 @@ def k8s_job(
     mem: PodMemOpt = None,
     gpu_resource: GpuResourceOpt = "nvidia.com/gpu",
 ) -> None:
-    """Print a Kubernetes ConfigMap (the sweep file) and a one-off Job of worker pods.
+    """Print a Kubernetes Job of worker pods and its sweep file.
 
-    Example: msexp schedule k8s-job sweeps/accum.yaml --pods 8 | kubectl apply -f -
+    The sweep file goes in a ConfigMap beside it.
+
+    \b
+    Example, with the shared stores in MSEXP_STORAGE and MLFLOW_TRACKING_URI:
+    msexp schedule k8s-job sweeps/accum.yaml --pods 8 | kubectl apply -f -
     """
     name = _sweep_name(file)
     typer.echo(kubernetes.k8s_job(

@@ -41,14 +41,16 @@ def debug_command() -> str:
     argv = [a for a in state["argv"] if a != "--debug"]
     return shlex.join(["msexp", "--debug", *argv])
 
-SweepFileArg = Annotated[Path, typer.Argument(help="The sweep YAML file.", show_default=False)]
+SweepFileArg = Annotated[Path, typer.Argument(
+    help="The sweep YAML file.", show_default=False, metavar="FILE")]
 OptionalSweepFileArg = Annotated[Optional[Path], typer.Argument(
-    help="The sweep file (or give --study and --storage).", show_default=False)]
+    help="The sweep file (or give --study and --storage).", show_default=False,
+    metavar="FILE")]
 TrackingOpt = Annotated[Optional[str], typer.Option(
-    "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+    "--tracking-uri", envvar="MLFLOW_TRACKING_URI", metavar="URI",
     help="MLflow tracking URI.", show_default=DEFAULT_TRACKING_URI)]
 StorageOpt = Annotated[Optional[str], typer.Option(
-    "--storage", envvar="MSEXP_STORAGE",
+    "--storage", envvar="MSEXP_STORAGE", metavar="URL",
     help="Optuna storage: an RDB URL (postgresql://...) or a .journal file.",
     show_default=str(JOURNAL))]
 
@@ -62,7 +64,10 @@ def study_name(ctx: typer.Context, value: str | None) -> str | None:
 
 StudyOpt = Annotated[Optional[str], typer.Option(
     "--study", help="Study name; a new name starts afresh.", show_default="the sweep's name",
-    callback=study_name)]
+    callback=study_name, metavar="NAME")]
+ReadStudyOpt = Annotated[Optional[str], typer.Option(
+    "--study", help="The study to read.", callback=study_name, metavar="NAME",
+    show_default="the newest version of the sweep's")]
 ColdOpt = Annotated[bool, typer.Option(
     "--cold", help="Compile every trial afresh: no reuse of an earlier trial's graphs.",
     show_default="budget.cold")]

@@ -10,8 +10,8 @@ from rich.table import Table
 
 from msexp.cli.options import (
     OptionalSweepFileArg,
+    ReadStudyOpt,
     StorageOpt,
-    StudyOpt,
     TrackingOpt,
     console,
     parse_baselines,
@@ -24,7 +24,7 @@ from msexp.tracking.runs import Tracker
 
 def report(
     file: OptionalSweepFileArg = None,
-    study: StudyOpt = None,
+    study: ReadStudyOpt = None,
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     baseline: Annotated[Optional[list[str]], typer.Option(
@@ -35,7 +35,7 @@ def report(
         show_default="the most important knob")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show a study's trials, best trial (or Pareto set), importances and knob effects.
+    """Show a study's trials, best trial, importances and knob effects.
 
     Optuna's plots (optimization history, parallel coordinates, importances, Pareto front)
     are saved as HTML under mlruns/reports/, with a PNG per swept knob (each metric against

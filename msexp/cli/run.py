@@ -13,7 +13,7 @@ from msexp.cli.options import console, debug_command, err_console, state
 from msexp.cli.render import kv
 from msexp.errors import SpecError
 from msexp.execution.protocol import Command, Start, TrialRequest
-from msexp.experiment import is_script
+from msexp.experiment import is_script, load_experiment
 from msexp.spec import trial_params
 from msexp.training.records import Epoch
 
@@ -29,7 +29,7 @@ def run_one(
                                   "model.ckpt): --set epochs=0 evaluates it, epochs=N "
                                   "trains it N more epochs.")] = None,
 ) -> None:
-    """Run one trial in the foreground, for debugging; nothing is recorded.
+    """Run one trial in the foreground, for debugging; nothing recorded.
 
     A script (a .py file that defines no `build`) runs as `python FILE --key=value ...`,
     in a temporary folder, as a command trial does: its own argv, not msexp's.
@@ -56,6 +56,7 @@ def _foreground_request(experiment: str, fixed: dict[str, Any], from_checkpoint:
         console.print(f"[bold]python {experiment}[/]: {kv(fixed)}")
         command = Command(["python", str(Path(experiment).resolve())], str(Path.cwd()))
         return TrialRequest(f"python {experiment}", fixed, scratch / "trial", command=command)
+    load_experiment(experiment, "msexp run")  # its error names the argument, not --set
     params = trial_params(experiment, fixed)
     console.print(f"[bold]{experiment}[/]: {kv(params)}")
     init = str(from_checkpoint.resolve()) if from_checkpoint else None

@@ -28,7 +28,9 @@ def new_experiment(
                          "prints its metrics, reports epochs and uses msexp's techniques.")
                       ] = False,
 ) -> None:
-    """Write NAME.py: a commented experiment (network, loss, data) that trains as written.
+    """Write NAME.py: a commented experiment that trains as written.
+
+    It holds a network, a loss and data; with --script, a Model.train script instead.
 
     Example: msexp new experiment my_model --script
     """
@@ -58,7 +60,7 @@ def new_sweep(
         show_default="sweeps/<experiment>.yaml")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
-    """Write a sweep file over the main knobs of an experiment; it validates as written.
+    """Write a sweep file of an experiment's main knobs, valid as is.
 
     Example: msexp new sweep --experiment my_model.py --method tpe
     """
@@ -74,8 +76,10 @@ def knobs(
         "--markdown", help="Print the table as Markdown (docs/sweep-file.md holds it).")
                         ] = False,
 ) -> None:
-    """List every knob: type, allowed values, default, condition (when), and whether it
-    shapes the compiled graphs (a "no" knob varies between warm trials of one compile).
+    """List every knob: type, allowed values, default and condition.
+
+    The graph column says whether a knob shapes the compiled graphs (a "no" knob varies
+    between warm trials of one compile).
 
     Example: msexp knobs --experiment mlp_digits
     """
@@ -107,7 +111,7 @@ def schema(
     experiment: Annotated[Optional[str], typer.Option(
         "--experiment", help="Include this experiment's own knobs.")] = None,
 ) -> None:
-    """Print the JSON Schema of sweep files, for editor completion and checks.
+    """Print the JSON Schema of sweep files, for editors and checks.
 
     Example: msexp schema > sweep.schema.json
     """

@@ -50,8 +50,10 @@ def metrics(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")
                        ] = False,
 ) -> None:
-    """Show the metrics a command trial would record from a log, and what it would not:
-    the configuration echo, status messages, params, names printed on lines of two kinds.
+    """Show the metrics a command trial would record from a log.
+
+    Also what it would not record, and why: the configuration echo, status messages,
+    params, names printed on lines of two kinds.
 
     Example: msexp metrics train.log
     """

@@ -13,8 +13,8 @@ import typer
 from msexp.cli.mlflow_running import mlflow_running, show_mlflow_running
 from msexp.cli.options import (
     OptionalSweepFileArg,
+    ReadStudyOpt,
     StorageOpt,
-    StudyOpt,
     TrackingOpt,
     console,
     optuna_to_log,
@@ -38,13 +38,15 @@ JsonOpt = Annotated[bool, typer.Option(
 
 def status(
     file: OptionalSweepFileArg = None,
-    study: StudyOpt = None,
+    study: ReadStudyOpt = None,
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show a study's progress: trials by state, the trials running now, and the MLflow
-    runs of its experiment that are RUNNING (those a killed `msexp tune` left marked).
+    """Show a study's progress: trials by state and those running.
+
+    Also the MLflow runs of its experiment that are RUNNING (those a killed `msexp tune`
+    left marked).
 
     --json prints {"study", "finished", "total", "states": {STATE: count}, "running":
     [{"number", "owner", "heartbeat_age_s", "params"}], "missing_objectives",
@@ -101,7 +103,7 @@ def _age(beat: float | None) -> float | None:
 
 def best(
     file: Annotated[Path, typer.Argument(help="The sweep file.", show_default=False)],
-    study: StudyOpt = None,
+    study: ReadStudyOpt = None,
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     export: Annotated[Optional[Path], typer.Option(
@@ -109,7 +111,7 @@ def best(
                          "network exports) a MindIR into this folder.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show the best trial (or the Pareto set): its params, MLflow run and checkpoint.
+    """Show the best trial or Pareto set: params, run, checkpoint.
 
     --json prints {"study", "best": [{"number", "values", "params", "run_id", "run_url",
     "checkpoint"}]}, and with --export also "exported": {"written", "no_mindir"}.
@@ -234,8 +236,9 @@ def existing_study(file: Path | None, study: str | None, storage: str | None,
 
 
 def sync(tracking_uri: TrackingOpt = None) -> None:
-    """Deliver trial results kept on disk while the MLflow server was unreachable, and
-    end the parent runs of the sweeps that finished meanwhile.
+    """Deliver results kept on disk while MLflow was unreachable.
+
+    Also ends the parent runs of the sweeps that finished meanwhile.
 
     Example: msexp sync --tracking-uri http://mlflow.internal:5000
     """

@@ -56,7 +56,9 @@ CheckOpt = Annotated[bool, typer.Option(
 
 
 def validate(file: SweepFileArg, check: CheckOpt = False) -> None:
-    """Check a sweep file without running anything (with --check: run its command once).
+    """Check a sweep file without running anything.
+
+    With --check, also train one micro-batch of its first trial, or run its command once.
 
     Example: msexp validate sweeps/accum.yaml
     """
@@ -103,8 +105,9 @@ def plan(file: SweepFileArg, check: CheckOpt = False,
          as_json: Annotated[bool, typer.Option(
              "--json", help="Print one JSON document instead of text, for scripts.")] = False,
          ) -> None:
-    """List the trials a sweep would run, without running any (with --check: run its
-    command once).
+    """List the trials a sweep would run, without running any.
+
+    With --check, also train one micro-batch of its first trial, or run its command once.
 
     A grid's rows are numbered as its trials will be with one worker and no reruns
     (points that share compiled graphs run one after another). --json prints {"name",
@@ -177,7 +180,7 @@ def sweep(
     restart: RestartOpt = False,
     cold: ColdOpt = False,
 ) -> None:
-    """Run a sweep: every trial is a MindSpore job, every result lands in MLflow.
+    """Run a sweep: each trial a MindSpore job, recorded in MLflow.
 
     Running the same command again resumes the study without re-running finished trials;
     a trial stopped midway continues from its last checkpoint. After a changed sweep file,
@@ -187,9 +190,9 @@ def sweep(
     The first budget.fail_fast (3) trials to fail with the same error, none completed,
     stop the sweep; the trials not started stay queued for the next run.
 
-    Exit codes: 0 done; 1 every trial failed; 2 the sweep file or the command's flags
-    refused, nothing run; 3 stopped by budget.fail_fast; 130 / 143 stopped by Ctrl-C /
-    SIGTERM (run the same command to resume).
+    Exit codes: 0 done; 1 every trial failed; 2 the sweep file, an option or the
+    command's flags refused, nothing run; 3 stopped by budget.fail_fast; 130 / 143
+    stopped by Ctrl-C / SIGTERM (run the same command again to resume).
 
     Example: msexp sweep sweeps/accum.yaml --workers 2
     """
@@ -216,9 +219,10 @@ def worker(
     restart: RestartOpt = False,
     cold: ColdOpt = False,
 ) -> None:
-    """Join a sweep's study from another process or machine and run trials until none are left.
+    """Join a sweep's study and run its trials until none are left.
 
-    Every worker on the same storage shares one study: no grid point runs twice.
+    From another process or machine: every worker on the same storage shares one study,
+    and no grid point runs twice.
     Output is one line per trial, for logs. It checks and stops as `msexp sweep` does,
     with the same exit codes.
 

@@ -65,13 +65,15 @@ def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
                  top: TopOpt = 2, tolerance: ToleranceOpt = 0.0, lr_updates: LrUpdatesOpt = 200,
                  lr_low: LrLowOpt = 1e-6, lr_high: LrHighOpt = 10.0,
                  tracking_uri: TrackingOpt = None, json_output: JsonOpt = False) -> None:
-    """Find the fastest configuration of the knobs the sweep file sweeps that fits its
-    memory budget and keeps its objective: profile every candidate for a few updates, three
-    at a time between two probes of the baseline (each swept knob at its first listed
-    value), halve on the throughput ratio to the baseline, then train the fastest and the
-    baseline for the sweep's epochs with budget.repeats seeds (two at least). Writes this
-    run's sweep file of the pick and its plot under mlruns/reports/ (--json names them);
-    says a line per probe and per phase on stderr.
+    """Find the fastest configuration that fits the memory budget.
+
+    Among the values the sweep file lists, the fastest that fits its memory budget and
+    keeps its objective: profile every candidate for a few updates, three at a time
+    between two probes of the baseline (each swept knob at its first listed value), halve
+    on the throughput ratio to the baseline, then train the fastest and the baseline for
+    the sweep's epochs with budget.repeats seeds (two at least). Writes this run's sweep
+    file of the pick and its plot under mlruns/reports/ (--json names them); says a line
+    per probe and per phase on stderr.
 
     Exit status: 0 a pick (or what --max-batch or --lr-find looked for), 3 no pick (none
     fits or keeps the objective; no micro-batch fits; no lr suggestion), 2 bad input, 1

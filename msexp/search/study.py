@@ -10,7 +10,7 @@ import uuid
 
 import optuna
 
-from msexp.errors import MsexpError, Suggestion
+from msexp.errors import Refused, Suggestion
 from msexp.execution.process import owner
 from msexp.keys import StudyKey, TrialKey
 from msexp.paths import TRIALS_DIR
@@ -94,8 +94,8 @@ def open_study(spec: SweepSpec, storage_url: str | None, study_name: str | None 
     point runs twice, whatever the number of processes and machines.
 
     Raises:
-        MsexpError: the storage cannot be opened or written (one line naming it), or
-            holds a study of that name from another sweep (without `restart`).
+        MsexpError: the storage cannot be opened or written (one line naming it).
+        Refused: it holds a study of that name from another sweep (without `restart`).
     """
     with storage_errors(storage_url):
         if restart:
@@ -142,7 +142,7 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str,
     """Open study `name`; `given`: the --study the user gave, for the hint."""
     storage = open_storage(storage_url)
     if name not in study_attrs(storage) and ran_before(name):
-        raise MsexpError(f"{spec.path}: study {name!r} is not in {storage_label(storage_url)}, "
+        raise Refused(f"{spec.path}: study {name!r} is not in {storage_label(storage_url)}, "
                          f"but {TRIALS_DIR / name} holds its trials from an earlier run (was "
                          f"its storage emptied or changed?); to resume, pass the storage it "
                          f"used; to start anew beside them: ",
@@ -157,12 +157,12 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str,
         created = False
         study = optuna.load_study(sampler=make_sampler(spec, owner()), **kwargs)
         if study.user_attrs.get(StudyKey.FINGERPRINT) not in (None, fingerprint(spec)):
-            raise MsexpError(f"{spec.path}: study {name!r} in {storage_label(storage_url)} was "
+            raise Refused(f"{spec.path}: study {name!r} in {storage_label(storage_url)} was "
                              f"created from a different sweep file; to start its next "
                              f"version: ", _restart_command(spec, given, storage_url),
                              " (or pass --study NEW_NAME)") from None
         if [d.name.lower() for d in study.directions] != directions:
-            raise MsexpError(
+            raise Refused(
                 f"{spec.path}: study {name!r} has other objective directions") from None
     if not created:
         _wait_for_creator(study)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from msexp.datasets import FORMATS
 from msexp.errors import SpecError
 from msexp.paths import NAME_PATTERN
+from msexp.spec.near import allowed_keys, did_you_mean
 from msexp.spec.yaml_text import load_yaml
 
 Valid = TypeVar("Valid", bound=BaseModel)
@@ -200,10 +201,11 @@ def validate(model: type[Valid], data: dict[str, Any], source: str) -> Valid:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise _first_error(source, exc, data) from None
+        raise _first_error(source, exc, data, model) from None
 
 
-def _first_error(source: str, exc: ValidationError, data: dict[str, Any]) -> SpecError:
+def _first_error(source: str, exc: ValidationError, data: dict[str, Any],
+                 model: type[BaseModel]) -> SpecError:
     err = _first_relevant(exc.errors(include_url=False), data.get("experiment"))
     if err is None:
         return SpecError(source, "experiment", "must be an experiment name (built-in, "
@@ -218,19 +220,24 @@ def _first_error(source: str, exc: ValidationError, data: dict[str, Any]) -> Spe
     if kind == "enum" or key == "method":
         return SpecError(source, key, "must be one of " + ", ".join(m.value for m in Method),
                          err["input"])
-    rule = _knob_rule(kind, loc, written) or _section_rule(kind, loc) or _reworded(err["msg"])
+    allowed = allowed_keys(model, written[:-1], FORMS) if kind == "extra_forbidden" else []
+    rule = (_knob_rule(kind, loc, written, allowed) or _section_rule(kind, loc, allowed)
+            or _reworded(err["msg"]))
     return SpecError(source, key, rule, err.get("input"))
 
 
-def _knob_rule(kind: str, loc: list[str], written: list[str]) -> str | None:
-    """The wording of an error in `fixed`, `params` or a `when`."""
+def _knob_rule(kind: str, loc: list[str], written: list[str], allowed: list[str]
+               ) -> str | None:
+    """The wording of an error in `fixed`, `params` or a `when` (`allowed`: the keys there)."""
     parent = loc[:-1]
     if kind == "extra_forbidden" and (parent in _KNOB_SECTIONS or parent[-1:] == ["when"]):
-        return "is not a knob of msexp or of the experiment (see `msexp knobs`)"
+        return ("is not a knob of msexp or of the experiment" + did_you_mean(loc[-1], allowed)
+                + " (see `msexp knobs`)")
     if kind == "extra_forbidden" and parent[:1] == ["params"]:
         if "[values]" in written and loc[-1] in PARAM_KEYS:
             return "use either values or low/high"
-        return "unknown key (allowed: " + ", ".join(PARAM_KEYS) + ")"
+        return ("unknown key" + did_you_mean(loc[-1], PARAM_KEYS) + " (allowed: "
+                + ", ".join(PARAM_KEYS) + ")")
     if kind == "union_tag_not_found" and parent == ["params"]:
         return "must be a list of values or a mapping with values or low/high"
     if kind == "union_tag_invalid" and parent == ["params"]:
@@ -240,9 +247,10 @@ def _knob_rule(kind: str, loc: list[str], written: list[str]) -> str | None:
     return None
 
 
-def _section_rule(kind: str, loc: list[str]) -> str | None:
+def _section_rule(kind: str, loc: list[str], allowed: list[str]) -> str | None:
     if kind == "extra_forbidden":
-        return "unknown key (allowed: " + ", ".join(_allowed_keys(loc[:-1])) + ")"
+        return ("unknown key" + did_you_mean(loc[-1], allowed) + " (allowed: "
+                + ", ".join(allowed) + ")")
     if kind == "too_short":
         return "must be a non-empty list"
     if kind in ("model_type", "dict_type"):
@@ -274,17 +282,3 @@ def _first_relevant(errors: list[Any], experiment: Any) -> Any:
             return {**err, "loc": (loc[0], *loc[2:])}
     return None
 
-
-def _allowed_keys(loc: list[str]) -> list[str]:
-    model: Any = SweepFile
-    for part in loc:
-        if part.isdigit():
-            continue
-        field = model.model_fields.get(part)
-        annotation = field.annotation if field else None
-        args = getattr(annotation, "__args__", ())
-        model = next((a for a in (annotation, *args)
-                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
-        if model is None:
-            return []
-    return list(model.model_fields)
