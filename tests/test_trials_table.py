@@ -61,3 +61,33 @@ def test_a_large_studys_table_shows_its_newest_rows_and_counts_the_rest(monkeypa
     assert "0.5" in text and "0.375" in text and "0.25" in text  # the newest three
     assert "0.125" not in text, "an older row is left out"
     assert "2 earlier trials not shown" in text
+
+
+def test_a_narrow_terminal_keeps_knobs_objective_and_status_whole(monkeypatch) -> None:
+    """At 80 columns the swept knobs, the objective and the status are never cut; the
+    other metrics that do not fit are left out and named. Mutation: no `_fitting` (Rich
+    squeezes every column: `micro_…`, `eval_a…`, `COMPLE…`)."""
+    from msexp.cli import render
+    from msexp.cli.options import RedactingConsole
+
+    narrow = RedactingConsole(width=80, force_terminal=True, color_system=None)
+    monkeypatch.setattr(render, "console", narrow)
+    study = optuna.create_study(study_name="narrow", directions=["maximize"])
+    study.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
+    params = {"micro_size": 4, "amp_level": "O2", "loss_scale": "dynamic", "optimizer": "adamw"}
+    metrics = {"eval_accuracy": 0.9722, "samples_per_s": 12345.6, "train_mem_mb": 123.4,
+               "peak_mem_mb": 812.5, "wall_s": 12.3}
+    study.add_trial(optuna.trial.create_trial(
+        params=params, values=[0.9722], user_attrs={
+            TrialKey.STATUS: "COMPLETE", TrialKey.METRICS: metrics},
+        distributions={k: optuna.distributions.CategoricalDistribution([v])
+                       for k, v in params.items()}))
+    with narrow.capture() as captured:
+        trials_table(study)
+    text = captured.get()
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "…" not in text, text
+    for whole in ("micro_size", "amp_level", "loss_scale", "optimizer", "eval_accuracy",
+                  "COMPLETE", "dynamic", "adamw", "0.9722"):
+        assert whole in text, (whole, text)
+    assert "not shown at 80 columns: " in text and "wall_s" in text.split("not shown")[1]

@@ -12,11 +12,13 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from msexp.cli.options import console
 from msexp.execution.subscribers import Subscriber, TrialInfo
@@ -66,26 +68,55 @@ def finished_trials(study: Any) -> list[dict[str, Any]]:
 def trials_table(study: Any) -> None:
     """Print the newest `TABLE_ROWS` finished trials of a study: status, swept params,
     the objectives and those of the main metrics that a trial reported (a script's own
-    loop reports none); a line counts those left out."""
+    loop reports none); a line counts those left out. On a narrow terminal the status,
+    swept knobs and objectives stay whole; the other metrics that do not fit are left out,
+    and a line names them."""
     names = study.user_attrs.get(StudyKey.OBJECTIVES, [])
     every = finished_trials(study)
     rows = every[-TABLE_ROWS:]
     reported = {name for row in rows for name in row["metrics"]}
-    columns = [*names, *(m for m in SHOWN_METRICS if m not in names and m in reported)]
+    others = [m for m in SHOWN_METRICS if m not in names and m in reported]
     swept = sorted({k for row in rows for k in row["params"]})
-    constrained = any(row["feasible"] is not None for row in rows)
+    cells = {"#": [str(row["number"]) for row in rows], "status": [row["status"] for row in rows]}
+    cells.update({n: [cell(row["params"].get(n, "-")) for row in rows] for n in swept})
+    cells.update({c: [cell(row["metrics"].get(c, "-")) for row in rows] for c in [*names, *others]})
+    if any(row["feasible"] is not None for row in rows):
+        others.append("feasible")
+        cells["feasible"] = [_yes_no(row["feasible"]) for row in rows]
+    kept = ["#", "status", *swept, *names]
+    shown = _fitting(cells, kept, others, console.size.width)
     table = Table(title=f"{study.study_name}: trials")
-    for name in ("#", "status", *swept, *columns, *(["feasible"] if constrained else [])):
-        table.add_column(name, justify="left" if name == "status" else "right")
-    for row in rows:
-        table.add_row(str(row["number"]), row["status"],
-                      *(cell(row["params"].get(n, "-")) for n in swept),
-                      *(cell(row["metrics"].get(c, "-")) for c in columns),
-                      *([_yes_no(row["feasible"])] if constrained else []))
+    for name in [*kept, *shown]:
+        table.add_column(name, justify="left" if name == "status" else "right",
+                         no_wrap=name in kept, min_width=_width(name, cells[name]))
+    for i in range(len(rows)):
+        table.add_row(*(cells[name][i] for name in [*kept, *shown]))
     console.print(table)
+    left_out = [name for name in others if name not in shown]
+    if left_out:
+        console.print(f"not shown at {console.size.width} columns: {', '.join(left_out)} "
+                      "(`msexp report --json` has every metric)", highlight=False)
     if len(every) > len(rows):
         console.print(f"{len(every) - len(rows)} earlier trials not shown; `msexp report "
                       "--json` lists every trial", highlight=False)
+
+
+def _width(name: str, values: list[str]) -> int:
+    return max([len(name), *map(len, values)])
+
+
+def _fitting(cells: dict[str, list[str]], kept: list[str], others: list[str], width: int
+             ) -> list[str]:
+    """Those of `others`, in order, that fit `width` columns beside the `kept` ones (a
+    column takes its widest cell, its padding and a rule)."""
+    used = 1 + sum(_width(name, cells[name]) + 3 for name in kept)
+    shown = []
+    for name in others:
+        used += _width(name, cells[name]) + 3
+        if used > width:
+            break
+        shown.append(name)
+    return shown
 
 
 def missing_objectives(study: Any) -> str | None:
@@ -119,6 +150,24 @@ def summary(outcome: Any) -> None:
     console.print(f"sweep run:        {redact(parent)}")
 
 
+def resuming(name: str, total: int, done: int, best: str) -> str:
+    """The line that starts a resumed sweep."""
+    return f"resuming {name}: {done} of {total} trials already finished; best {best}"
+
+
+class Remaining(ProgressColumn):
+    """The time left, from the trials (or epochs) finished since the bar started: Rich's own
+    column forgets a speed after 30 s, so trials longer than that never showed one."""
+
+    def render(self, task: Task) -> Text:
+        finished = task.completed - task.fields.get("done_before", 0)
+        if task.total is None or not task.elapsed or finished <= 0:
+            return Text("-:--:--", style="progress.remaining")
+        left = int(task.elapsed * (task.total - task.completed) / finished)
+        return Text(f"{left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}",
+                    style="progress.remaining")
+
+
 class SweepProgress(Subscriber):
     """Rich progress bar: trials done out of total and the best value so far."""
 
@@ -126,7 +175,7 @@ class SweepProgress(Subscriber):
         self.spec = spec
         self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                             MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                            TimeElapsedColumn(), TextColumn("eta"), Remaining(),
                             console=screen or console)
         self.task: Any = None
         self.running: dict[int, Any] = {}  # trial number -> its row
@@ -138,8 +187,11 @@ class SweepProgress(Subscriber):
     def __exit__(self, *exc: object) -> Any:
         return self.bar.__exit__(*exc)
 
-    def on_sweep_start(self, total: int, done: int) -> None:
-        self.task = self.bar.add_task(self.spec.name, total=total, completed=done, info="best -")
+    def on_sweep_start(self, total: int, done: int, best: str = "-") -> None:
+        if done:
+            self.bar.console.print(resuming(self.spec.name, total, done, best), highlight=False)
+        self.task = self.bar.add_task(self.spec.name, total=total, completed=done,
+                                      info=f"best {best}", done_before=done)
 
     def on_trial_start(self, trial: TrialInfo) -> None:
         """A row per running trial: its params, epoch of epochs, last loss, ETA."""
@@ -178,8 +230,9 @@ class LineProgress(Subscriber):
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def on_sweep_start(self, total: int, done: int) -> None:
-        console.print(f"{self.spec.name}: {done}/{total} trials done", highlight=False)
+    def on_sweep_start(self, total: int, done: int, best: str = "-") -> None:
+        console.print(resuming(self.spec.name, total, done, best) if done else
+                      f"{self.spec.name}: 0/{total} trials done", highlight=False)
 
     def on_trial_end(self, trial: TrialInfo, result: Any) -> None:
         console.print(f"trial {trial.number}: {result.status.value} ({result.wall_s:.1f} s); "

@@ -38,8 +38,9 @@ class TrialInfo:
 class Subscriber:
     """Hooks called as a sweep runs; each does nothing unless overridden."""
 
-    def on_sweep_start(self, total: int, done: int) -> None:
-        """The sweep starts with `done` of its `total` trials finished."""
+    def on_sweep_start(self, total: int, done: int, best: str = "-") -> None:
+        """The sweep starts with `done` of its `total` trials finished; `best`: the
+        study's best so far (`search.tell.best_so_far`)."""
 
     def on_trial_start(self, trial: TrialInfo) -> None:
         """A trial was claimed and its process is starting it."""

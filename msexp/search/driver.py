@@ -75,8 +75,10 @@ class Sweep:
                 again), or an error outside any trial stopped the sweep.
         """
         self.hosts.keep(self.source.pending())
+        done = self.source.finished()
+        best = self._best() if done else "-"
         for watcher in self.watchers:
-            watcher.on_sweep_start(self.spec.n_trials(), self.source.finished())
+            watcher.on_sweep_start(self.spec.n_trials(), done, best)
         stopped_early = None
         try:
             with handled(STOP_SIGNALS, self._interrupt):
