@@ -124,6 +124,54 @@ def test_redaction_of_named_forms(text: str, shown: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "shown"), [
+    # mutation: values only after `password` (issue 53: `token=VALUE` stayed in a log)
+    ("token=S3CRET x", "token=*** x"),
+    ("export HF_TOKEN=S3CRET && run", "export HF_TOKEN=*** && run"),
+    ("--client_secret=S3CRET --lr 0.1", "--client_secret=*** --lr 0.1"),
+    ("db_password = 'S3 CRET' user=x", "db_password = *** user=x"),
+    ("api_key: S3CRET\nnext: 1", "api_key: ***\nnext: 1"),
+    ("Secret:S3CRET", "Secret:***"),
+    ('{"api_key": "S3CRET", "lr": 0.1}', '{"api_key": "***", "lr": 0.1}'),
+    ('{"token" : "S3\\"CRET"}', '{"token" : "***"}'),
+    ("{'accessToken': 'S3CRET'}", "{'accessToken': ***}"),
+    ('{"error": "api_key=\\"S3CRET\\" refused"}', '{"error": "api_key=\\"***\\" refused"}'),
+    ("http://db/x?token=S3CRET&sslmode=off", "http://db/x?token=***&sslmode=off"),
+    # names that only hold a secret's word, numbers of JSON and sections stay as they are
+    ("tokens_per_s: 1234.5 keys=3 secretary=ann", "tokens_per_s: 1234.5 keys=3 secretary=ann"),
+    ('{"token": 7, "key": null}', '{"token": 7, "key": null}'),
+    ("auth_key:\n  user: x", "auth_key:\n  user: x"),
+    ("key=", "key="),
+    ("k" * 101 + "_key=S3CRET", "k" * 101 + "_key=S3CRET"),  # a blob, not a name
+])
+def test_values_under_a_secrets_name_are_hidden(text: str, shown: str) -> None:
+    assert redact(text) == shown
+    assert redact_known(text, []) == shown
+
+
+def test_a_json_line_stays_json_with_its_secrets_hidden() -> None:
+    """events.jsonl and spool records are redacted as text: they must still parse."""
+    record = {"params": {"api_key": "S3CRET-a"}, "error": "token='S3CRET-b' refused",
+              "metrics": {"key": 1.5}, "tags": {"client_secret": "S3\"CRET-c"}}
+    hidden = redact(json.dumps(record))
+    assert "S3CRET" not in hidden and "CRET" not in hidden
+    assert json.loads(hidden) == {"params": {"api_key": "***"}, "error": "token=*** refused",
+                                  "metrics": {"key": 1.5}, "tags": {"client_secret": "***"}}
+
+
+@pytest.mark.parametrize(("text", "size"), [
+    (lambda n: "api_key: " * (n // 9), 200_000),
+    (lambda n: ("n" * 99 + ":") * (n // 100), 200_000),  # every name's longest look back
+    (lambda n: '"token": "\\' * (n // 12), 200_000),  # JSON values never closed
+    (lambda n: "x_key=\\\"" * (n // 9), 200_000),
+], ids=["values", "long-names", "open-json", "escaped-json"])
+def test_hiding_values_under_names_is_linear(text, size: int) -> None:
+    from tests.test_linear import DOUBLED, growth
+
+    small, large = text(size), text(2 * size)
+    assert growth(lambda n: redact(small if n == size else large), size) < DOUBLED
+
+
+@pytest.mark.parametrize(("text", "shown"), [
     # a quoted value without its closing quote runs to the end of its line (or text)
     ("host=db password='unclosed S3CRET\nnext line", "host=db password=***\nnext line"),
     ("host=db password='unclosed S3CRET", "host=db password=***"),
@@ -334,6 +382,9 @@ def test_a_spooled_result_keeps_no_secret_param(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("form", ["postgresql://u:S3CRET-url@db:5432/optuna",
                                   "host=db password=S3CRET-kw user=x", "S3CRET-known",
+                                  "HF_TOKEN=S3CRET-env x", "api_key: S3CRET-yaml x",
+                                  '{"client_secret": "S3CRET-json"}',
+                                  '"error": "token=\\"S3CRET-esc\\""',
                                   "password=" + "S3CRET" * 30_000 + " (a value longer than "
                                   "the part of a line held back)"])
 def test_a_secret_inside_a_long_line_is_hidden_wherever_the_line_is_split(form: str) -> None:

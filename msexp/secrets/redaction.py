@@ -18,8 +18,9 @@ _BARE_VALUE = re.compile(r"[^\s&'\"]+")
 
 
 def redact(text: str) -> str:
-    """Replace the password of every URL in `text`, and every `password=...`, with ***.
-    Text without a password is returned unchanged."""
+    """Replace the password of every URL in `text`, and every value under a secret's name
+    (`password=...`, `api_key: ...`, `"token": "..."`: `keywords`), with ***. Text without
+    a secret is returned unchanged."""
     return hide(text, find(text, []).joined())
 
 
@@ -94,7 +95,7 @@ class LineRedactor:
         self.hold = max(HOLD_CHARS, 2 * max(map(len, self.forms), default=0))
         self.held = ""
         self.in_value = False  # a `password=` value went on past the last piece
-        self.in_quoted = False  # a quoted one went on past the last line's backslash-newline
+        self.in_quoted = ""  # the quote of one that went on past a backslash-newline
 
     def feed(self, piece: str) -> str:
         """The redacted text that is final once `piece` has come."""
@@ -104,9 +105,9 @@ class LineRedactor:
             text = text[value.end():] if value else text
             self.in_value = not text
         if self.in_quoted:  # the rest of that value, up to its quote or its line's end
-            end, continued = quoted_rest(text)
+            end, continued = quoted_rest(text, self.in_quoted)
             text = text[end:]
-            self.in_quoted = continued or not text
+            self.in_quoted = self.in_quoted if continued or not text else ""
         found = find(text, self.forms)
         if text.endswith("\n") or not text:
             self.in_quoted = self.in_quoted or found.continued
@@ -119,7 +120,7 @@ class LineRedactor:
 
     def flush(self) -> str:
         """The redacted rest of a line that ended without a newline."""
-        text, self.held, self.in_value, self.in_quoted = self.held, "", False, False
+        text, self.held, self.in_value, self.in_quoted = self.held, "", False, ""
         return hide(text, find(text, self.forms).joined())
 
 

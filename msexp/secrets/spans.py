@@ -1,6 +1,7 @@
-"""Where a text's secrets are: URL passwords, `password=` values and known secrets.
+"""Where a text's secrets are: URL passwords, values under a secret's name (`keywords`)
+and known secrets.
 
-Linear in the text by construction: anchors (`://`, `password`, each known secret) are
+Linear in the text by construction: anchors (`://`, `=` and `:`, each known secret) are
 found with `str.find` or a literal search, and each stretch after an anchor is scanned a
 bounded number of times (`tests/test_linear.py` measures it)."""
 
@@ -10,6 +11,8 @@ import bisect
 import itertools
 import re
 from dataclasses import dataclass, field
+
+from msexp.secrets.keywords import Skip, keyword_values, quoted_end
 
 Span = tuple[int, int]
 
@@ -22,14 +25,6 @@ _LETTER = re.compile(r"[A-Za-z]")
 _USER = re.compile(r"[^:@/\s\[\]]*")
 _AUTHORITY = re.compile(r"[^\s@/?#]*")
 _SPACE = re.compile(r"\s")
-# a libpq connection string's password=... (also in a URL's query), quoted or bare
-_PASSWORD = re.compile("password", re.I)
-_NAME_CHAR = re.compile(r"[\w-]")
-_PS = re.compile("[pP]*")
-_SPACES = re.compile(r"\s*")
-_QUOTED_RUN = re.compile(r"[^'\\]*")
-_LINE_RUN = re.compile(r"[^\\\n]*")
-_BARE_RUN = re.compile(r"[^\s&'\"]*")
 
 
 @dataclass
@@ -37,14 +32,14 @@ class Secrets:
     """The secrets of one text. `constructs` are whole forms (a URL from its scheme to its
     password's end, `password=` to its value's end, a known secret), sorted; `open_from`
     is where the first form that the text's end leaves undecided begins (a URL without its
-    "@" yet, a value that may go on), or the text's length; `continued`: a quoted value
-    goes on past the text's last newline (a backslash before it)."""
+    "@" yet, a value that may go on), or the text's length; `continued`: the quote of a
+    quoted value that goes on past the text's last newline (a backslash before it), or ""."""
 
     text: str
     spans: list[Span] = field(default_factory=list)
     constructs: list[Span] = field(default_factory=list)
     open_from: int = field(init=False)
-    continued: bool = False
+    continued: str = ""
 
     def __post_init__(self) -> None:
         self.open_from = len(self.text)
@@ -65,12 +60,7 @@ class Secrets:
         cut = max(floor, min(len(text) - hold, self.open_from))
         forms = _Forms(self.constructs)
         back = forms.back(cut, floor)
-        cut = forms.past(cut) if back is None else back
-        if 0 < cut < len(text) and text[cut] in "pP" and _NAME_CHAR.match(text, cut - 1):
-            after = _PS.match(text, cut).end()  # no `password` after a name character is one
-            if after <= self.open_from and not forms.crossing(after):
-                cut = after
-        return cut
+        return forms.past(cut) if back is None else back
 
     def joined(self) -> list[Span]:
         """The spans sorted, overlapping ones joined into one."""
@@ -111,11 +101,11 @@ class _Forms:
 
 
 def find(text: str, forms: list[str]) -> Secrets:
-    """Every secret of `text`: URL passwords, `password=` values, each of `forms`."""
+    """Every secret of `text`: URL passwords, values under a secret's name, each of
+    `forms`."""
     found = Secrets(text)
     _UrlScan(found).run()
-    urls = list(found.spans)
-    _keyword_values(found, urls)
+    found.continued = keyword_values(text, list(found.spans), found.add, found.undecided)
     for form in forms:
         at = text.find(form)
         while at != -1:
@@ -211,87 +201,6 @@ def _run_start(text: str, end: int, low: int) -> int:
         width *= 2
 
 
-def _keyword_values(found: Secrets, urls: list[Span]) -> None:
-    """The value of each `password=...` that is not inside a URL's password, read as if
-    those passwords were already *** (as a quoted or bare value runs over them)."""
-    text, done = found.text, 0
-    skip = _Skip(urls)
-    for word in _PASSWORD.finditer(text):
-        start = word.start()
-        if start < done or skip.inside(start) \
-                or (start > 0 and _NAME_CHAR.match(text, start - 1)):
-            continue
-        before = _SPACES.match(text, word.end()).end()
-        value = _SPACES.match(text, before + 1).end() if before < len(text) else before
-        if before < len(text) and text[before] != "=":
-            continue
-        if value >= len(text):
-            found.undecided(start)  # its "=" or value may follow
-            continue
-        end, continued = _quoted_end(text, value + 1, skip) if text[value] == "'" \
-            else (_bare_end(text, value, skip), False)
-        found.continued = found.continued or continued
-        if end == len(text):
-            found.undecided(start)
-        if end > value:
-            found.add(start, value, end)
-            done = end
-
-
-class _Skip:
-    """URL passwords, sorted: a scan over a `password=` value passes them as ***."""
-
-    def __init__(self, spans: list[Span]):
-        self.starts = [start for start, _ in spans]
-        self.ends = [end for _, end in spans]
-
-    def inside(self, at: int) -> bool:
-        index = bisect.bisect_right(self.ends, at)
-        return index < len(self.starts) and self.starts[index] <= at
-
-    def run(self, pattern: re.Pattern[str], text: str, at: int) -> int:
-        """Where `pattern`'s run from `at` ends, URL passwords counted as its characters."""
-        while True:
-            index = bisect.bisect_right(self.ends, at)
-            limit = self.starts[index] if index < len(self.starts) else len(text)
-            at = pattern.match(text, at, max(at, limit)).end()
-            if at != limit or limit == len(text):
-                return at
-            at = self.ends[index]
-
-
-def quoted_rest(text: str) -> tuple[int, bool]:
-    """Where a quoted value that `text` continues ends, as `_quoted_end`."""
-    return _quoted_end(text, 0, _Skip([]))
-
-
-def _quoted_end(text: str, at: int, skip: _Skip) -> tuple[int, bool]:
-    """Just past the closing quote of a value whose quote is before `at` (a backslash
-    escapes any character, a newline too); without one, the end of the value's line
-    (`_line_end`). With whether the value goes on past the text's last newline."""
-    start = at
-    while True:
-        at = skip.run(_QUOTED_RUN, text, at)
-        if at < len(text) and text[at] == "'":
-            return at + 1, False
-        if at + 1 >= len(text):  # no closing quote
-            return _line_end(text, start)
-        at += 2
-
-
-def _line_end(text: str, at: int) -> tuple[int, bool]:
-    """Where the line from `at` ends (a backslash-newline goes on to the next line), and
-    whether it goes on past the text's last newline (kept out of the line)."""
-    while True:
-        at = _LINE_RUN.match(text, at).end()
-        if at >= len(text) or text[at] == "\n":
-            return at, False
-        if at + 2 >= len(text):
-            continued = at + 2 == len(text) and text.endswith("\n")
-            return len(text) - continued, continued
-        at += 2
-
-
-def _bare_end(text: str, start: int, skip: _Skip) -> int:
-    """Where a bare value ends: before a space, "&" or a quote."""
-    return skip.run(_BARE_RUN, text, start)
+def quoted_rest(text: str, quote: str = "'") -> tuple[int, bool]:
+    """Where a quoted value that `text` continues ends, as `keywords.quoted_end`."""
+    return quoted_end(text, 0, Skip([]), quote)

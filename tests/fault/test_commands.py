@@ -100,10 +100,16 @@ def test_an_orphaned_helper_with_a_cleared_environment_dies_with_a_timed_out_tri
 
 
 def test_no_secret_reaches_the_command_or_a_file_under_mlruns(mark: str) -> None:
+    # mutation: values only after `password=` hidden (issue 53: `token=` stayed in the log
+    # and the MLflow artifact)
     sweep(command_sweep("withheld", 'env; echo "connecting to $DATA_URL"\n'
-                                    "echo postgresql://me:S3CRET-printed@db/x"), SECRETS)
+                                    "echo postgresql://me:S3CRET-printed@db/x\n"
+                                    "echo token=S3CRET-tok api_key: S3CRET-apikey\n"
+                                    """echo '{"client_secret": "S3CRET-json", "n": 1}'"""),
+          SECRETS)
     log = Path("mlruns/trials/withheld/trial-0000/trial.log").read_text()
     assert "connecting to" in log and "postgresql://me:***@db/x" in log
+    assert "token=*** api_key: ***\n" in log and '{"client_secret": "***", "n": 1}' in log
     assert "PATH=" in log, "the command got the rest of the environment"
     for name in SECRETS:
         assert f"{name}=" not in log
