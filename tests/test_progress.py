@@ -26,6 +26,8 @@ def test_the_time_left_comes_from_the_trials_finished_in_this_run() -> None:
     bar.update(task, advance=1)
     now[0] = 125.0
     assert column.render(bar.tasks[task]).plain == "0:04:10"  # 125 s a trial, 2 to go
+    bar.update(task, advance=2)
+    assert column.render(bar.tasks[task]).plain == "0:00:00"
 
 
 def test_a_resumed_sweep_says_so_and_shows_its_best_at_once() -> None:

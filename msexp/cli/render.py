@@ -178,6 +178,8 @@ class SweepProgress(Subscriber):
                             TimeElapsedColumn(), TextColumn("eta"), Remaining(),
                             console=screen or console)
         self.task: Any = None
+        if task.finished:
+            return Text("0:00:00", style="progress.remaining")
         self.running: dict[int, Any] = {}  # trial number -> its row
 
     def __enter__(self) -> SweepProgress:
