@@ -72,6 +72,7 @@ class Experiment:
     own_knobs: Mapping[str, Knob]
     metrics: tuple[str, ...]
     data_formats: tuple[str, ...] | None = None
+    known: bool = True  # its DEFAULTS and PARAMS: not where it is not imported (see load)
 
     @property
     def is_command(self) -> bool:
@@ -108,14 +109,30 @@ def load_experiment(ref: str, source: str = "experiment") -> Experiment:
     if not callable(build):
         raise ExperimentError(source, "experiment",
                               f"{target} has no function `{attr}(params) -> Workload`", ref)
-    defaults = dict(getattr(module, "DEFAULTS", {}))
+    defaults, own = declared_knobs(source, target, dict(getattr(module, "DEFAULTS", {})),
+                                   dict(getattr(module, "PARAMS", {})))
+    metrics = tuple(getattr(module, "METRICS", ()))
+    formats = getattr(module, "DATA_FORMATS", None)
+    return Experiment(ref, build, defaults, own, metrics,
+                      None if formats is None else tuple(formats))
+
+
+def declared_knobs(source: str, target: str, defaults: dict[str, Any],
+                   params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Knob]]:
+    """An experiment's `DEFAULTS`, checked against msexp's knobs, and its `PARAMS` as its
+    own knobs.
+
+    Raises:
+        ExperimentError: a default breaks its knob's rule, or a param is malformed or
+            clashes with a knob of msexp's.
+    """
     for name, value in defaults.items():
         knob = KNOBS.get(name)
         rule = "is not an msexp knob" if knob is None else knob.check(value)
         if rule:
             raise ExperimentError(source, f"experiment DEFAULTS.{name}", rule, value)
     own: dict[str, Knob] = {}
-    for name, value in dict(getattr(module, "PARAMS", {})).items():
+    for name, value in params.items():
         if name in KNOBS:
             raise ExperimentError(source, f"experiment PARAMS.{name}",
                                   "clashes with an msexp knob of the same name", value)
@@ -123,10 +140,7 @@ def load_experiment(ref: str, source: str = "experiment") -> Experiment:
             own[name] = infer_knob(name, value, f"declared by {target}")
         except TypeError as exc:
             raise ExperimentError(source, f"experiment PARAMS.{name}", str(exc), value) from None
-    metrics = tuple(getattr(module, "METRICS", ()))
-    formats = getattr(module, "DATA_FORMATS", None)
-    return Experiment(ref, build, defaults, own, metrics,
-                      None if formats is None else tuple(formats))
+    return defaults, own
 
 
 def workload_problem(workload: Any, declared_metrics: tuple[str, ...] = ()) -> str | None:

@@ -76,3 +76,72 @@ def test_plan_numbers_grid_rows_as_the_study_numbers_its_trials(workdir) -> None
     study, _ = open_study(load_spec(path), None)
     queued = [(t.number, t.user_attrs[TrialKey.GRID_POINT]) for t in study.trials]
     assert queued == [(row["number"], row["grid_index"]) for row in grid]
+
+
+EXPERIMENT = '''
+from pathlib import Path
+
+from msexp.workloads import mlp_digits
+
+Path("imported").touch()  # plan reads the source; it never runs it
+DEFAULTS = {"lr": 0.05, "epochs": 2, "batch_size": 32}
+PARAMS = {"hidden": 64, "dropout": 0.1}
+
+
+def build(params):
+    return mlp_digits.build(params)
+'''
+
+
+def test_plan_prints_what_each_trial_gets_the_experiments_defaults_and_knobs_included(
+        workdir) -> None:
+    """A user experiment's DEFAULTS (lr 0.05, not msexp's 0.01) and its own knobs, and the
+    knobs a swept value brings in (loss_scale_window under dynamic): fixed + a row's params
+    are the trial's params, as the sweep resolves them with the experiment imported."""
+    write(workdir / "mine.py", EXPERIMENT)
+    path = write(workdir / "mine.yaml", """
+        name: mine
+        experiment: mine.py
+        fixed: {hidden: 16}
+        params: {micro_size: [1, 2], loss_scale: [none, dynamic]}
+    """)
+    result = CliRunner().invoke(app, ["plan", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert not (workdir / "imported").exists(), "plan runs anywhere: it imports nothing"
+    planned = json.loads(result.output)
+    fixed = planned["fixed"]
+    # mutation: plan takes msexp's defaults (lr=0.01, epochs=5) and leaves out dropout
+    assert (fixed["lr"], fixed["epochs"], fixed["hidden"], fixed["dropout"]) == (
+        0.05, 2, 16, 0.1)
+    spec = load_spec(path)  # what a sweep runs: the experiment imported
+    assert (workdir / "imported").exists()
+    trials = [spec.space.resolve(point) for _, point in spec.space.queue_order(4)]
+    # mutation: a row holds only the swept values (no loss_scale_window under dynamic)
+    assert [{**fixed, **row["params"]} for row in planned["grid"]] == trials
+    assert [row["micro_batch"] for row in planned["grid"]] == [
+        32 // t["micro_size"] for t in trials], "the experiment's batch_size"
+    table = CliRunner().invoke(app, ["plan", str(path)], env={"COLUMNS": "300"})
+    assert "lr=0.05" in table.output and "dropout=0.1" in table.output
+    assert "loss_scale_window" in table.output
+
+
+def test_plan_shows_only_what_it_knows_of_an_experiment_whose_defaults_are_computed(
+        workdir) -> None:
+    write(workdir / "computed.py", EXPERIMENT.replace(
+        '"batch_size": 32}', '"batch_size": 32}\nDEFAULTS["lr"] = 0.2'))
+    path = write(workdir / "computed.yaml", """
+        name: computed
+        experiment: computed.py
+        fixed: {epochs: 3}
+        params: {micro_size: [1, 2]}
+    """)
+    result = CliRunner().invoke(app, ["plan", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    planned = json.loads(result.output)
+    # mutation: msexp's lr=0.01 shown for a trial that gets 0.2
+    assert planned["fixed"] == {"epochs": 3}
+    assert [row["micro_batch"] for row in planned["grid"]] == [None, None]
+    assert planned["note"] == ("computed.py does not write its DEFAULTS and PARAMS as "
+                               "literals, so only the values the sweep file sets are "
+                               "shown; `msexp plan --check` imports it")
+    assert not (workdir / "imported").exists()

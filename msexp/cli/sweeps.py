@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.table import Table
 
 from msexp.cli import hints
 from msexp.cli.options import (
@@ -21,15 +20,13 @@ from msexp.cli.options import (
     err_console,
     optuna_to_log,
 )
+from msexp.cli.plans import plan_document, plan_table
 from msexp.cli.render import (
     LineProgress,
     SweepProgress,
-    cell,
-    kv,
     missing_objectives,
     print_json,
     summary,
-    when_text,
 )
 from msexp.cli.scripts import check_command_experiment, preflight
 from msexp.errors import SpecError
@@ -113,60 +110,24 @@ def plan(file: SweepFileArg, check: CheckOpt = False,
     (points that share compiled graphs run one after another). --json prints {"name",
     "method", "experiment", "trials", "fixed", "grid": [{"number", "grid_index",
     "params", "micro_batch", "effective_batch"}]}, or for a sampler "params": [{"name",
-    "distribution", "when"}] instead of "grid".
+    "distribution", "when"}] instead of "grid". Each grid trial gets "fixed" and its row's
+    "params": the experiment's DEFAULTS and knobs included.
 
     Without --check, plan neither imports a user's experiment nor probes this machine's
-    device (see `validate`): it runs anywhere, a CPU login node included.
+    device (see `validate`): it runs anywhere, a CPU login node included. It reads the
+    experiment's DEFAULTS and PARAMS from its source; where that cannot say them for sure,
+    it shows only the values the sweep file sets, and "note" says why.
 
     Example: msexp plan sweeps/accum.yaml --check
     """
     spec = load_spec(file, local=check)
     if check:
         _check(spec)
-    swept = [p.name for p in spec.space.params]
-    document: dict[str, Any] = {
-        "name": spec.name, "method": spec.method.value, "experiment": spec.experiment.ref,
-        "trials": spec.n_trials(), "fixed": {k: v for k, v in spec.space.resolve({}).items()
-                                             if k not in swept}}
-    if spec.method is Method.grid:
-        document["grid"] = [_grid_row(spec, number, index, point) for number, (index, point)
-                            in enumerate(spec.space.queue_order(spec.n_trials()))]
-    else:
-        document["params"] = [{"name": p.name, "distribution": p.describe(),
-                               "when": {k: list(v) for k, v in (p.when or {}).items()}}
-                              for p in spec.space.params]
+    document, shown = plan_document(spec)
     if as_json:
         print_json(document)
     else:
-        _plan_table(document, swept)
-
-
-def _grid_row(spec: SweepSpec, number: int, index: int, point: dict[str, Any]
-              ) -> dict[str, Any]:
-    extra = derived(spec.space.resolve(point))
-    return {"number": number, "grid_index": index, "params": point,
-            "micro_batch": extra.get("micro_batch"),
-            "effective_batch": extra.get("effective_batch")}
-
-
-def _plan_table(document: dict[str, Any], swept: list[str]) -> None:
-    title = f"{document['name']}: {document['method']}, {document['trials']} trials"
-    if "grid" in document:
-        table = Table(title=f"{document['name']}: grid of {document['trials']} trials on "
-                            f"{document['experiment']}")
-        for column in ("#", *swept, "micro_batch", "effective_batch"):
-            table.add_column(column, justify="left" if column in swept else "right")
-        for row in document["grid"]:
-            table.add_row(str(row["number"]), *(cell(row["params"].get(n, "-")) for n in swept),
-                          cell(row["micro_batch"] or "-"), cell(row["effective_batch"] or "-"))
-    else:
-        table = Table(title=f"{title} over")
-        for column in ("param", "distribution", "when"):
-            table.add_column(column)
-        for p in document["params"]:
-            table.add_row(p["name"], p["distribution"], when_text(p["when"]))
-    console.print(table)
-    console.print(f"fixed: {kv(document['fixed'])}", highlight=False)
+        plan_table(document, shown)
 
 
 def sweep(

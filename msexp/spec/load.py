@@ -9,7 +9,14 @@ from typing import Any
 
 from msexp.datasets import check_data
 from msexp.errors import ExperimentError, SpecError
-from msexp.experiment import Experiment, Workload, is_builtin, load_experiment
+from msexp.experiment import (
+    Experiment,
+    Workload,
+    declared_knobs,
+    is_builtin,
+    load_experiment,
+)
+from msexp.experiment_source import written_declarations
 from msexp.knobs import KNOBS, METRICS, Knob, infer_knob
 from msexp.paths import file_folder, read_bounded
 from msexp.spec.checks import (
@@ -145,20 +152,24 @@ def parse_spec(text: str, source: str, path: Path | None = None, local: bool = T
 
 
 def unimported_experiment(source: str, file: SweepFile) -> Experiment:
-    """A user's experiment as its sweep file describes it, its code not imported: msexp's
-    knobs, a knob for every other name the file sets (typed by its first value) and the
-    metrics the file names."""
-    own = {}
+    """A user's experiment as its files describe it, its code not imported: msexp's knobs
+    with the DEFAULTS its source writes, its own knobs (PARAMS) there, a knob for every
+    other name the sweep file sets (typed by its first value) and the metrics the file
+    names. Where its source does not say them for sure, it is not `known`."""
+    declared = written_declarations(file.experiment)
+    defaults, own = declared_knobs(source, file.experiment, *(
+        (declared["DEFAULTS"], declared["PARAMS"]) if declared is not None else ({}, {})))
     for where, section in (("fixed", file.fixed), ("params", file.params)):
         for name, written in section.items():
-            if name in KNOBS:
+            if name in KNOBS or name in own:
                 continue
             try:
                 own[name] = infer_knob(name, _first_value(written), "set in the sweep file")
             except TypeError as exc:
                 raise SpecError(source, f"{where}.{name}", str(exc), written) from None
     metrics = tuple(dict.fromkeys(m.metric for m in [*file.objective, *file.constraints]))
-    return Experiment(file.experiment, _not_imported(file.experiment), {}, own, metrics)
+    return Experiment(file.experiment, _not_imported(file.experiment), defaults, own, metrics,
+                      known=declared is not None)
 
 
 def _first_value(written: Any) -> Any:
