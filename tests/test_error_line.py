@@ -11,7 +11,7 @@ import pytest
 
 from msexp.execution import Epoch, Status, TrialInfo, TrialResult
 from msexp.execution.command import CommandFailed, run_command
-from msexp.execution.process import error_line
+from msexp.execution.output import error_line
 from msexp.execution.protocol import Command, TrialRequest
 from msexp.search.failfast import FailFast, failure_cause
 from msexp.search.tell import judge

@@ -25,6 +25,7 @@ from msexp.execution.subscribers import Subscriber, TrialInfo
 from msexp.keys import StudyKey, TrialKey
 from msexp.knobs import value_text as cell
 from msexp.secrets.redaction import redact
+from msexp.spec.checks import batch_statistics_warning
 
 
 def kv(values: dict[str, Any], exclude: Any = ()) -> str:
@@ -150,6 +151,22 @@ def summary(outcome: Any) -> None:
     console.print(f"sweep run:        {redact(parent)}")
 
 
+class SplitNotice:
+    """The sweep's one line on its network's BatchNorm and Dropout layers, where its
+    trials split the batch: said when the first trial that reports them ends."""
+
+    def __init__(self, spec: Any):
+        self.spec, self.told = spec, False
+
+    def line(self, result: Any) -> str | None:
+        stats = result.batch_statistics
+        if self.told or stats is None:
+            return None
+        self.told = True
+        return batch_statistics_warning(str(self.spec.path), stats.layers, self.spec.space,
+                                        stats.dropout)
+
+
 def resuming(name: str, total: int, done: int, best: str) -> str:
     """The line that starts a resumed sweep."""
     return f"resuming {name}: {done} of {total} trials already finished; best {best}"
@@ -161,6 +178,8 @@ class Remaining(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         finished = task.completed - task.fields.get("done_before", 0)
+        if task.finished:
+            return Text("0:00:00", style="progress.remaining")
         if task.total is None or not task.elapsed or finished <= 0:
             return Text("-:--:--", style="progress.remaining")
         left = int(task.elapsed * (task.total - task.completed) / finished)
@@ -178,9 +197,8 @@ class SweepProgress(Subscriber):
                             TimeElapsedColumn(), TextColumn("eta"), Remaining(),
                             console=screen or console)
         self.task: Any = None
-        if task.finished:
-            return Text("0:00:00", style="progress.remaining")
         self.running: dict[int, Any] = {}  # trial number -> its row
+        self.notice = SplitNotice(spec)
 
     def __enter__(self) -> SweepProgress:
         self.bar.__enter__()
@@ -217,6 +235,9 @@ class SweepProgress(Subscriber):
         shown = result.error if result.error or value is None else f"{metric}={value:.4g}"
         self.bar.console.print(f"trial {trial.number}: {result.status.value} {shown} "
                                f"({result.wall_s:.1f} s)", markup=False, highlight=False)
+        notice = self.notice.line(result)
+        if notice:
+            self.bar.console.print(notice, markup=False, highlight=False, soft_wrap=True)
         self.bar.update(self.task, advance=1, info=f"best {trial.best}")
 
 
@@ -225,6 +246,7 @@ class LineProgress(Subscriber):
 
     def __init__(self, spec: Any):
         self.spec = spec
+        self.notice = SplitNotice(spec)
 
     def __enter__(self) -> LineProgress:
         return self
@@ -239,3 +261,6 @@ class LineProgress(Subscriber):
     def on_trial_end(self, trial: TrialInfo, result: Any) -> None:
         console.print(f"trial {trial.number}: {result.status.value} ({result.wall_s:.1f} s); "
                       f"best {trial.best}", markup=False, highlight=False)
+        notice = self.notice.line(result)
+        if notice:
+            console.print(notice, markup=False, highlight=False, soft_wrap=True)

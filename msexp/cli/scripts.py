@@ -218,8 +218,9 @@ def _check_run(spec: SweepSpec, overrides: dict[str, Any], found_switches: list[
         raise SpecError(source, "experiment.check", f"the check run failed: {exc}",
                         overrides) from None
     show_metrics(f"{source}: the check run records", run.metrics, run.echoed)
-    layers = run.batch_statistics.layers if run.batch_statistics else 0
-    warning = batch_statistics_warning(source, layers, spec.space)
+    stats = run.batch_statistics
+    warning = batch_statistics_warning(source, stats.layers if stats else 0, spec.space,
+                                       stats.dropout if stats else 0)
     if warning:
         console.print(warning, highlight=False, soft_wrap=True)
     console.print(f"checkpoint: {run.checkpoint or '(none written in its folder)'}",

@@ -25,9 +25,8 @@ from typing import Any, Callable, TextIO
 
 from msexp.execution.arguments import arguments, command_argv, trial_params
 from msexp.execution.log_metrics import MetricReader, read_log
-from msexp.execution.output import copy_redacted
+from msexp.execution.output import ErrorLine, copy_redacted
 from msexp.execution.process import (
-    ErrorLine,
     descendants,
     die_with_parent,
     exit_reason,
@@ -196,15 +195,10 @@ def _copying(proc: subprocess.Popen, request: TrialRequest, log: TextIO | None
     redacted, reading metrics and the line that says what went wrong on the way."""
     assert request.command is not None
     reader = MetricReader(request.command.metrics, request.params)  # a param is no metric
-    failure = ErrorLine()
-
-    def read(line: str, length: int) -> None:
-        failure.feed(line)
-        reader.feed(line, length)
-
+    failure = ErrorLine(reader.feed)
     secrets = known_secrets(request.params)
     lines = threading.Thread(target=copy_redacted, daemon=True,
-                             args=(proc.stdout, log or sys.stdout, secrets, read))
+                             args=(proc.stdout, log or sys.stdout, secrets, failure.feed))
     lines.start()
     return reader, failure, lines
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from msexp.execution.protocol import Event, Result, Start, TrialRequest, reusable
 from msexp.experiment import Workload, load_experiment, workload_problem
-from msexp.training.records import BatchStatistics, Diverged, Stopped
+from msexp.training.records import Diverged, Stopped
 from msexp.trial_folder import Fence
 
 Emit = Callable[[Event], None]
@@ -133,16 +133,15 @@ def build_workload(request: TrialRequest) -> Workload:
 
 
 def _tell_batch_statistics(workload: Workload, params: dict[str, Any], emit: Emit) -> None:
-    """Emit the network's batch-statistic layers (if any) and, where each sees a part of
-    the batch, say what that changes in the trial's log."""
-    from msexp.training.batch_stats import batch_statistic_layers  # lazy: MindSpore
+    """Emit the network's batch-statistic and Dropout layers (if any) and, where each sees
+    a part of the batch, say what that changes in the trial's log."""
+    from msexp.training.batch_stats import split_layers  # lazy: MindSpore
 
-    layers = batch_statistic_layers(workload.network)
-    if not layers:
-        return
     batch = params["batch_size"]
-    stats = BatchStatistics(len(layers), batch // (params["micro_size"] * params.get("devices", 1)),
-                            batch)
+    stats = split_layers(workload.network,
+                         batch // (params["micro_size"] * params.get("devices", 1)), batch)
+    if stats is None:
+        return
     emit(stats)
     if not stats.exact:
         print(f"msexp: {stats.line()}", flush=True)

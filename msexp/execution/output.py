@@ -1,10 +1,12 @@
 """A process's output copied into its log as it comes, redacted as written, in bounded
-pieces (a line of any length costs bounded memory and time linear in its length)."""
+pieces (a line of any length costs bounded memory and time linear in its length); the
+line of it that says what went wrong (`ErrorLine`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -14,6 +16,8 @@ from msexp.execution.log_metrics import LINE_CHARS, PIECE_CHARS, LineHead, cut_n
 from msexp.secrets.redaction import LineRedactor
 
 DRAIN_S = 5.0  # for a process's last output lines to reach its log
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt): ")
 
 
 def copy_redacted(output: IO[str], log: IO[str], secrets: list[str],
@@ -111,3 +115,40 @@ def _copy_until_mark(output: IO[str], log: IO[str], secrets: list[str], mark: st
     copy.add(held)
     copy.end()
     drained.set()
+
+
+class ErrorLine:
+    """The line of a process's output (or an error's text) that says what went wrong, fed
+    line by line: the exception's own line of the last Python traceback (`TypeError: ...`),
+    not what its message goes on with (MindSpore's `(See file '.../analyze_fail.ir' ...)`,
+    30 lines below it); without one, the last line that starts with an exception's name;
+    else the last line that is not blank. `then` gets every line fed, as `feed` got it."""
+
+    def __init__(self, then: Callable[[str, int], object] | None = None) -> None:
+        self.last = self.exception = ""
+        self._in_traceback = False
+        self._then = then
+
+    def feed(self, line: str, length: int = 0) -> None:
+        text = line.strip()
+        if text == _TRACEBACK:
+            self._in_traceback = True
+        elif self._in_traceback and text and not line[0].isspace():  # frames are indented
+            self.exception, self._in_traceback = text, False
+        elif not self._in_traceback and _EXCEPTION.match(text):
+            self.exception = text
+        self.last = text or self.last
+        if self._then is not None:
+            self._then(line, length)
+
+    @property
+    def line(self) -> str:
+        return self.exception or self.last
+
+
+def error_line(text: str) -> str:
+    """`ErrorLine`'s line of a whole text."""
+    found = ErrorLine()
+    for line in text.splitlines():
+        found.feed(line)
+    return found.line

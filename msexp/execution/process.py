@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import select
 import shutil
 import signal
@@ -22,8 +21,6 @@ from msexp.paths import TRIALS_DIR
 
 REAP_S = 5.0
 LOW_SPACE_BYTES = 1 << 20  # a process that failed with less free space likely ran out of it
-_TRACEBACK = "Traceback (most recent call last):"
-_EXCEPTION = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt): ")
 
 
 def exit_reason(code: int, who: str = "trial process", folder: Path | None = TRIALS_DIR
@@ -62,43 +59,6 @@ def tail(path: Path, lines: int) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
-
-
-class ErrorLine:
-    """The line of a process's output (or an error's text) that says what went wrong, fed
-    line by line: the exception's own line (`TypeError: ...`) of the last Python traceback,
-    not what its message goes on with (MindSpore's trailer `(See file '.../analyze_fail.ir'
-    for more details ...)`, 30 lines below it); without a traceback, the last line that
-    starts with an exception's name; else the last line that is not blank."""
-
-    def __init__(self) -> None:
-        self.last = self.exception = ""
-        self._in_traceback = False
-
-    def feed(self, line: str) -> None:
-        text = line.strip()
-        if not text:
-            return
-        self.last = text
-        if text == _TRACEBACK:
-            self._in_traceback = True
-        elif self._in_traceback:
-            if not line[0].isspace():  # the frames are indented; the exception's line not
-                self.exception, self._in_traceback = text, False
-        elif _EXCEPTION.match(text):
-            self.exception = text
-
-    @property
-    def line(self) -> str:
-        return self.exception or self.last
-
-
-def error_line(text: str) -> str:
-    """`ErrorLine`'s line of a whole text."""
-    found = ErrorLine()
-    for line in text.splitlines():
-        found.feed(line)
-    return found.line
 
 
 def die_with_parent() -> None:

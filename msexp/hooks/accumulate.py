@@ -22,9 +22,8 @@ from mindspore import Parameter, Tensor, nn
 
 from msexp.hooks.channel import tell
 from msexp.knobs import KNOBS
-from msexp.training.batch_stats import batch_statistic_layers
+from msexp.training.batch_stats import split_layers
 from msexp.training.loss_scale import make_scaler
-from msexp.training.records import BatchStatistics
 from msexp.training.step import TrainStep
 
 Params = Any  # a dict, an argparse Namespace or a config object with attributes
@@ -81,7 +80,6 @@ class AccumulatingTrainStep(nn.Cell):
                                                    values["clip_grad_norm"]))
         self.drop_overflow_update = drop
         self.micro = 0  # the micro-batch size, from the largest batch seen
-        self.batch_statistic_layers = len(batch_statistic_layers(network))
         self.overflow_steps = self.skipped_updates = 0
 
     def __call__(self, *columns: Any) -> Tensor:
@@ -108,11 +106,11 @@ class AccumulatingTrainStep(nn.Cell):
         return sum(losses[1:], losses[0]) / self.micro_size
 
     def _tell_batch_statistics(self, batch: int) -> None:
-        """At the first batch: msexp learns of the network's BatchNorm layers; the log says
-        what they change where each sees a part of the batch."""
-        if not self.batch_statistic_layers:
+        """At the first batch: msexp learns of the network's BatchNorm and Dropout layers;
+        the log says what they change where each sees a part of the batch."""
+        stats = split_layers(self.network, -(-batch // self.micro_size), batch)
+        if stats is None:
             return
-        stats = BatchStatistics(self.batch_statistic_layers, -(-batch // self.micro_size), batch)
         tell(stats)
         if not stats.exact:
             print(f"msexp: {stats.line()}", flush=True)

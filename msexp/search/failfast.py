@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from msexp.execution import Epoch, Status, Subscriber, TrialInfo, TrialResult
-from msexp.execution.process import error_line
+from msexp.execution.output import error_line
 from msexp.search.unreported import unreported_at
 from msexp.spec import SweepSpec
 

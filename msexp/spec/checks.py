@@ -177,9 +177,11 @@ def _may_use_thor(space: Space) -> bool:
     return space.resolve({}).get("optimizer") == "thor"
 
 
-def batch_statistics_warning(source: str, layers: int, space: Space) -> str | None:
-    """The line `validate --check` and `plan --check` print where trials split the batch
-    of a network with `layers` BatchNorm layers; None where none does."""
+def batch_statistics_warning(source: str, layers: int, space: Space, dropout: int = 0
+                             ) -> str | None:
+    """The line `validate --check`, `plan --check` and the sweep print where trials split
+    the batch of a network with `layers` BatchNorm layers or `dropout` Dropout layers;
+    None where none does."""
     splits = set()
     for combo in space.combos({"micro_size", "batch_size", "devices"}):
         values = space.resolve(combo)
@@ -187,12 +189,22 @@ def batch_statistics_warning(source: str, layers: int, space: Space) -> str | No
             "batch_size", 0)
         if parts > 1:
             splits.add((batch // parts, batch, parts))
-    if not layers or not splits:
+    if not (layers or dropout) or not splits:
         return None
     seen = [f"{micro} of {batch}" if batch else f"1/{parts} of the batch"
             for micro, batch, parts in sorted(splits)]
-    return (f"{source}: batch statistics: the network has {layers} BatchNorm layer(s), which "
-            "normalise each micro-batch by its own mean and variance (micro-batches: "
-            f"{', '.join(seen)}): where the batch is split, the update is not the "
-            "full-batch one, and loss and accuracy move with micro_size "
-            "(docs/how-a-trial-runs.md#batch-statistics)")
+    kinds, has, docs = [], [], []
+    if layers:
+        kinds.append("batch statistics")
+        has.append(f"{layers} BatchNorm layer(s), which normalise each micro-batch by its "
+                   "own mean and variance")
+        docs.append("docs/how-a-trial-runs.md#batch-statistics")
+    if dropout:
+        kinds.append("dropout")
+        has.append(f"{dropout} Dropout layer(s), which draw a mask per micro-batch, so the "
+                   "update equals the full-batch one only in distribution")
+        docs.append("docs/how-a-trial-runs.md#dropout")
+    return (f"{source}: {' and '.join(kinds)}: the network has {' and '.join(has)} "
+            f"(micro-batches: {', '.join(seen)}): where the batch is split, the update is "
+            "not the full-batch one, and loss and accuracy move with micro_size "
+            f"({', '.join(docs)})")

@@ -15,7 +15,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from msexp.errors import MsexpError
 from msexp.keys import StudyKey, TrialKey
-from msexp.tracking.batch_statistics import SPLITS, batch_statistic_layers, batch_statistics_note
+from msexp.tracking.batch_statistics import (
+    SPLITS,
+    batch_statistics_note,
+    inexact_layers,
+    split_label,
+)
 from msexp.tracking.replicates import SEED, configurations, effects
 
 # msexp's own metrics come first, in this order; then every other metric the trials recorded
@@ -119,17 +124,17 @@ class KnobEffects:
     summary: dict[str, list[Change]] = field(default_factory=dict)  # knob -> changes
     points: frozenset[str] = frozenset()  # the metrics shown in percentage points
     notes: list[str] = field(default_factory=list)  # values that make no sense as named
-    batch_statistic_layers: int = 0  # the network's BatchNorm layers (0: none, or unknown)
+    inexact_layers: dict[str, int] = field(default_factory=dict)  # BatchNorm, Dropout: n
 
     def lines(self) -> list[str]:
         """One line per knob: `micro_size 1 -> 8: samples_per_s x0.28, ...`; a knob that
-        splits the batch of a network with BatchNorm says so (`(batch statistics)`)."""
+        splits the batch of a network with BatchNorm or Dropout says so (`(dropout)`)."""
         return [f"{k.name} {k.base.label} -> {k.compared.label}{self._cause(k.name)}: "
                 + ", ".join(c.text() for c in self.summary[k.name])
                 for k in self.knobs if self.summary.get(k.name)]
 
     def _cause(self, knob: str) -> str:
-        return " (batch statistics)" if self.batch_statistic_layers and knob in SPLITS else ""
+        return split_label(self.inexact_layers) if knob in SPLITS else ""
 
     def markdown(self) -> str:
         rows = ["| knob | baseline -> value | " + " | ".join(self.metrics) + " |",
@@ -157,12 +162,12 @@ def knob_effects(study: optuna.Study, baselines: dict[str, str] | None = None) -
         if knob.name in baselines:
             knob.baseline = level_index(knob, baselines[knob.name])
     points, notes = fractions(trials, metrics)
-    layers = batch_statistic_layers(trials)
+    layers = inexact_layers(trials)
     split = [k.name for k in knobs if k.name in SPLITS]
     if layers and split:
         notes.append(batch_statistics_note(layers, split))
     result = KnobEffects(knobs, metrics, points=points, notes=notes,
-                         batch_statistic_layers=layers)
+                         inexact_layers=layers)
     spreads = seed_spreads(study, metrics)
     for knob in knobs:
         result.summary[knob.name] = [

@@ -1,11 +1,32 @@
-"""The layers that normalise with the statistics of the batch they see in train mode
-(BatchNorm of every kind, and any Cell with `use_batch_statistics` or a training-mode
-BatchNorm primitive). Under accumulation each of them normalises one micro-batch by that
-micro-batch's own mean and variance, so the update is not the full-batch one."""
+"""The layers that make a micro-batch's gradients depend on how the batch is split, so
+that accumulation gives the full-batch update only where they are absent:
+
+- batch statistics: BatchNorm of every kind, and any Cell with `use_batch_statistics` or
+  a training-mode BatchNorm primitive. Under accumulation each normalises one micro-batch
+  by that micro-batch's own mean and variance, so the update is not the full-batch one.
+- random masks: Dropout of every kind (`nn.Dropout`, `Dropout1d/2d/3d`, `mint.nn.Dropout`,
+  a Cell named `DropPath`, `DropBlock`, ... as mindcv's stochastic depth), `nn.RReLU`
+  (random slopes), and any Cell holding a random primitive. Each call draws its own mask,
+  so micro-batches get masks other than the full batch's: the update equals the
+  full-batch one only in distribution. A rate of 0 draws none. `ops.dropout` called
+  inside a Cell's `construct` cannot be seen without running it.
+"""
 
 from __future__ import annotations
 
+import re
+
 from mindspore import nn
+
+from msexp.training.records import BatchStatistics
+
+_DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.DropoutExt,
+             nn.Dropout2dExt)
+_DROP_NAME = re.compile(r"Drop(?:out|Path|Block|Connect)", re.IGNORECASE)
+_RANDOM = frozenset({"Dropout", "Dropout2D", "Dropout3D", "DropoutGenMask",
+                     "StatelessDropOutGenMask", "UniformReal", "StandardNormal", "Bernoulli",
+                     "RandomChoiceWithMask", "Multinomial", "Gamma", "Poisson", "UniformInt"})
+_RATES = ("p", "prob", "drop_prob", "drop_rate", "rate")  # a drop probability, by its name
 
 
 def batch_statistic_layers(network: nn.Cell) -> list[str]:
@@ -25,3 +46,50 @@ def computes_batch_statistics(cell: nn.Cell) -> bool:
     primitives = getattr(cell, "_primitives", {}) or {}
     return any(type(p).__name__ == "BatchNorm" and getattr(p, "is_training", False)
                for p in primitives.values())
+
+
+def random_mask_layers(network: nn.Cell) -> list[str]:
+    """The names of `network`'s cells that draw a random mask per call in train mode (the
+    outermost of nested ones: mindcv's DropPath holds a Dropout)."""
+    found: list[str] = []
+    for name, cell in network.cells_and_names():
+        if any(name.startswith(f"{outer}.") for outer in found):
+            continue
+        if draws_random_masks(cell):
+            found.append(name or type(cell).__name__)
+    return found
+
+
+def draws_random_masks(cell: nn.Cell) -> bool:
+    """Whether `cell` draws a random mask (or random values) per call in train mode."""
+    if isinstance(cell, nn.RReLU):
+        return cell.lower.asnumpy() != cell.upper.asnumpy()  # equal bounds: one slope
+    kind = type(cell).__name__
+    primitives = getattr(cell, "_primitives", {}) or {}
+    random = any(type(p).__name__ in _RANDOM for p in primitives.values())
+    if not (isinstance(cell, _DROPOUTS) or _DROP_NAME.search(kind) or random):
+        return False
+    rate = drop_rate(cell)
+    return rate is None or rate > 0
+
+
+def drop_rate(cell: nn.Cell) -> float | None:
+    """The probability that `cell` drops a value, as its attributes say (`p`, `prob`,
+    `drop_prob`, `1 - keep_prob`); None where none does."""
+    for name in _RATES:
+        value = getattr(cell, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    keep = getattr(cell, "keep_prob", None)
+    if isinstance(keep, (int, float)) and not isinstance(keep, bool):
+        return 1.0 - float(keep)
+    return None
+
+
+def split_layers(network: nn.Cell, micro_batch: int, batch: int) -> BatchStatistics | None:
+    """What `network`'s layers make of a batch of `batch` split into micro-batches of
+    `micro_batch` (see the module's text), or None for a network with none of them."""
+    layers, masks = batch_statistic_layers(network), random_mask_layers(network)
+    if not layers and not masks:
+        return None
+    return BatchStatistics(len(layers), micro_batch, batch, len(masks))

@@ -66,11 +66,13 @@ def loss_metrics(losses: list[float]) -> dict[str, float]:
 @dataclass(frozen=True)
 class BatchStatistics:
     """A trial's network holds `layers` layers that normalise with batch statistics in
-    train mode, and each sees micro-batches of `micro_batch` samples of a `batch`."""
+    train mode and `dropout` layers that draw a random mask per call (Dropout), and each
+    sees micro-batches of `micro_batch` samples of a `batch` (`training/batch_stats`)."""
 
     layers: int
     micro_batch: int
     batch: int
+    dropout: int = 0
 
     @property
     def exact(self) -> bool:
@@ -79,7 +81,15 @@ class BatchStatistics:
 
     def line(self) -> str:
         """What changes, in one line (docs/how-a-trial-runs.md: batch statistics)."""
-        return (f"batch statistics: {self.layers} BatchNorm layer(s) normalise each "
-                f"micro-batch of {self.micro_batch} samples by its own mean and variance, not "
-                f"the batch of {self.batch}, and update their moving statistics once per "
-                "micro-batch: the update is not the full-batch one")
+        said = []
+        if self.layers:
+            said.append(f"batch statistics: {self.layers} BatchNorm layer(s) normalise each "
+                        f"micro-batch of {self.micro_batch} samples by its own mean and "
+                        f"variance, not the batch of {self.batch}, and update their moving "
+                        "statistics once per micro-batch")
+        if self.dropout:
+            said.append(f"dropout: {self.dropout} Dropout layer(s) draw a mask per "
+                        f"micro-batch of {self.micro_batch} samples, not one for the batch "
+                        f"of {self.batch}: equal to the full-batch update only in "
+                        "distribution")
+        return "; ".join(said) + ": the update is not the full-batch one"
