@@ -1,0 +1,144 @@
+"""A restart of the study storage mid-sweep: a real PostgreSQL, or msexp's gRPC proxy in
+front of it, stopped for 20 s and started again. The sweep waits, says once what it waits
+for, and goes on: every point once, nothing lost. Down past the sweep's patience, it stops
+with the real cause in one line, and the next run finishes the study."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from msexp.cluster import services
+from tests.conftest import msexp_cmd, write
+from tests.fault.conftest import (
+    DEADLINE_S,
+    MARK,
+    assert_invariants,
+    completed,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow  # sweeps in worker processes (tests/README.md: tiers)
+
+OUTAGE_S = 20.0
+POINTS = [{"lr": lr} for lr in (0.01, 0.02, 0.03, 0.04, 0.05, 0.06)]
+
+
+@pytest.fixture
+def db(mark: str, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+       ) -> Iterator[services.Services]:
+    """A PostgreSQL and msexp's gRPC proxy of its own (the test stops them)."""
+    pytest.importorskip("grpc")
+    try:
+        running = start(tmp_path_factory.mktemp("restarts") / "services")
+    except FileNotFoundError:
+        pytest.skip("PostgreSQL server binaries are not installed (.ci/run installs them)")
+    monkeypatch.setenv("PGPASSFILE", str(running.pgpass))
+    yield running
+    services.down(running.root)
+
+
+def start(root: Path) -> services.Services:
+    """PostgreSQL and the proxy (again), without the test's marker: they are not what the
+    sweep leaves."""
+    marker = os.environ.pop(MARK)
+    try:
+        return services.up(root, mlflow=False, proxy=True)
+    finally:
+        os.environ[MARK] = marker
+
+
+def stop_proxy(db: services.Services) -> None:
+    proc = psutil.Process(json.loads((db.root / "proxy.pid").read_text())["pid"])
+    assert "msexp.search.proxy" in proc.cmdline(), "the proxy runs"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def stop_postgres(db: services.Services) -> None:
+    stop_proxy(db)  # `down` stops the proxy too; it comes back with PostgreSQL
+    services.down(db.root)
+
+
+def sweep_file(name: str) -> Path:
+    return write(Path(f"{name}.yaml"), f"""
+        name: {name}
+        experiment: broken:build
+        fixed: {{epochs: 2, hidden: 16, pause_s: 0.4}}
+        params:
+          lr: [0.01, 0.02, 0.03, 0.04, 0.05, 0.06]
+    """)
+
+
+def waiting_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "waiting for the study storage" in line]
+
+
+@pytest.mark.parametrize("restarted", ["postgresql", "proxy"])
+def test_a_sweep_rides_out_a_restart_of_its_storage(mark: str, db: services.Services,
+                                                    restarted: str) -> None:
+    """# mutation: no patience (each storage call tried once): the sweep stops with
+    Optuna's "invalid data in the commit" or gRPC's UNAVAILABLE"""
+    name = f"ride-{restarted}"
+    url = db.storage_url if restarted == "postgresql" else db.proxy_url
+    proc = subprocess.Popen(msexp_cmd("sweep", str(sweep_file(name)), "--storage", url),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for("a first trial", lambda: completed(name, db.storage_url) > 0, proc)
+        (stop_postgres if restarted == "postgresql" else stop_proxy)(db)
+        time.sleep(OUTAGE_S)
+        assert proc.poll() is None, "the sweep waits for its storage"
+        start(db.root)
+        output, _ = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, output
+    (line,) = waiting_lines(output)
+    assert f"waiting for the study storage {url}: " in line, line
+    assert line.rstrip().endswith("(retrying for up to 90 s)"), line
+    for noise in ("StorageInternalError", "debug_error_string", "Traceback"):
+        assert noise not in output, output
+    assert_invariants(name, name, mark, POINTS, storage=db.storage_url)
+
+
+@pytest.mark.parametrize("stopped", ["postgresql", "proxy"])
+def test_past_its_patience_a_sweep_stops_with_the_cause_in_one_line(
+        mark: str, db: services.Services, stopped: str, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Patience cut to 5 s: the storage stays down, the sweep stops in one line naming the
+    storage and why (not Optuna's "invalid data in the commit", nor gRPC's
+    debug_error_string); once it serves again, the same command finishes the study."""
+    name = f"impatient-{stopped}"
+    url = db.storage_url if stopped == "postgresql" else db.proxy_url
+    monkeypatch.setenv("MSEXP_STORAGE_PATIENCE_S", "5")
+    sweep = sweep_file(name)
+    proc = subprocess.Popen(msexp_cmd("sweep", str(sweep), "--storage", url),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for("a first trial", lambda: completed(name, db.storage_url) > 0, proc)
+        (stop_postgres if stopped == "postgresql" else stop_proxy)(db)
+        out, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out + err
+    *waited, line = err.splitlines()  # the waiting line, then the sweep's last
+    assert len(waiting_lines("\n".join(waited))) == 1, err
+    assert f"the study storage {url} did not answer for 5 s (" in line, line
+    cause = "refused" if stopped == "proxy" else ""
+    assert cause in line.lower(), line
+    for noise in ("StorageInternalError", "invalid data", "debug_error_string"):
+        assert noise not in out + err, out + err
+    start(db.root)
+    monkeypatch.delenv("MSEXP_STORAGE_PATIENCE_S")
+    again = subprocess.run(msexp_cmd("sweep", str(sweep), "--storage", url),
+                           capture_output=True, text=True, timeout=DEADLINE_S)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_invariants(name, name, mark, POINTS, storage=db.storage_url)
