@@ -18,7 +18,13 @@ from msexp.cli import app
 from msexp.cli.options import parse_baselines
 from msexp.errors import MsexpError
 from msexp.keys import StudyKey, TrialKey
-from msexp.tracking.curves import curves_of, epoch_table
+from msexp.tracking.curves import (
+    MAX_UPDATE_POINTS,
+    UPDATES,
+    curves_of,
+    epoch_table,
+    update_curves_of,
+)
 from msexp.tracking.effects import (
     MAX_CATEGORIES,
     is_fraction_name,
@@ -144,12 +150,14 @@ def test_grid_pngs_html_and_learning_curves(tmp_path: Path) -> None:
     report = build_report(grid_study(), tmp_path, color_by="micro_size")
     names = {p.name for p in report.plots}
     assert {"effects_micro_size.png", "effects_amp_level.png", "learning_curves.png",
-            "effects.md", "effects.html", "optimization_history.html"} <= names
+            "effects.md", "report.html", "history.png", "parallel_coordinates.png",
+            "importances.png"} <= names
     assert "tradeoffs.html" not in names
-    for name in ("effects_micro_size.png", "effects_amp_level.png", "learning_curves.png"):
+    for name in ("effects_micro_size.png", "effects_amp_level.png", "learning_curves.png",
+                 "history.png", "parallel_coordinates.png", "importances.png"):
         assert_sensible_png(tmp_path / name)
-    page = (tmp_path / "effects.html").read_text()
-    assert page.count("data:image/png;base64,") == 3
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 6
     assert "micro_size 1 -&gt; 8: eval_accuracy -1.5 pp" in page
     with pytest.raises(MsexpError, match="--color-by seed: not a swept knob"):
         build_report(grid_study(), tmp_path, color_by="seed")
@@ -173,7 +181,8 @@ def test_a_100_trial_tpe_study_bins_ranges_on_a_log_axis(tmp_path: Path) -> None
     optimizer = {c.metric: c for c in found.summary["optimizer"]}
     assert optimizer["peak_mem_mb"].ratio == pytest.approx(450 / 400)  # sgd -> adam
     shapes = {p.name: assert_sensible_png(p) for p in report.plots if p.suffix == ".png"}
-    assert set(shapes) == {"effects_lr.png", "effects_optimizer.png", "learning_curves.png"}
+    assert set(shapes) == {"effects_lr.png", "effects_optimizer.png", "learning_curves.png",
+                           "history.png", "parallel_coordinates.png", "importances.png"}
     moved = knob_effects(study, {"lr": "0.05"})
     lr_moved = next(k for k in moved.knobs if k.name == "lr")
     assert lr_moved.baseline == 4 and lr_moved.compared is lr_moved.levels[0]
@@ -237,7 +246,7 @@ def test_report_of_a_real_sweep_logs_the_pngs_on_the_parent_run(workdir: Path) -
     artifacts = {a.path for a in client.list_artifacts(
         study.user_attrs[StudyKey.PARENT_RUN], "report")}
     assert {"report/effects_micro_size.png", "report/learning_curves.png",
-            "report/effects.html", "report/effects.md"} <= artifacts
+            "report/report.html", "report/effects.md"} <= artifacts
     assert_sensible_png(Path("mlruns/reports/fx/learning_curves.png"))
 
 
@@ -315,3 +324,58 @@ def test_a_constant_objective_ranks_nothing_and_says_so(workdir: Path) -> None:
             value=value))
     assert build_report(seed_only).importance_note == \
         "importance: none, only the replicate seed varies"
+
+
+def test_epoch_table_keeps_the_training_loss_by_update_counted_across_epochs() -> None:
+    epochs = [Epoch(1, 3, 0.5, {"eval_accuracy": 0.5}, {"train_loss": [2.0, 1.5, 1.25]}),
+              Epoch(2, 6, 1.0, {"eval_accuracy": 0.6}, {"train_loss": [1.0, float("nan"), 0.5]})]
+    table = epoch_table(epochs)
+    assert table[UPDATES] == {"train_loss": [[1, 2.0], [2, 1.5], [3, 1.25], [4, 1.0], [6, 0.5]]}
+    trial = optuna.trial.create_trial(value=0.6, user_attrs={TrialKey.EPOCHS: table})
+    assert curves_of(trial, "eval_accuracy") == {"eval_accuracy": [(1, 0.5), (2, 0.6)]}
+    assert update_curves_of(trial) == {"train_loss": [(1, 2.0), (2, 1.5), (3, 1.25),
+                                                      (4, 1.0), (6, 0.5)]}
+    # an epoch's step counting its own updates only: they follow the last epoch's
+    own = epoch_table([Epoch(1, 2, 0.5, {}, {"train_loss": [2.0, 1.0]}),
+                       Epoch(2, 2, 1.0, {}, {"train_loss": [0.8, 0.6]})])
+    assert [u for u, _ in own[UPDATES]["train_loss"]] == [1, 2, 3, 4]
+    long = epoch_table([Epoch(1, 1000, 9.0, {}, {"train_loss": [1 / (i + 1) for i in
+                                                                 range(1000)]})])
+    kept = long[UPDATES]["train_loss"]
+    assert len(kept) == MAX_UPDATE_POINTS and kept[0] == [1, 1.0] and kept[-1] == [1000, 0.001]
+    assert all(a[0] < b[0] for a, b in zip(kept, kept[1:]))
+
+
+def one_epoch_study(series: bool) -> optuna.Study:
+    """micro_size 1 and 4, one epoch of 6 updates each, with or without the loss by update."""
+    study = optuna.create_study(study_name="one", direction="maximize")
+    study.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
+    dists = {"micro_size": CategoricalDistribution([1, 4])}
+    for micro in (1, 4):
+        losses = {"train_loss": [2.3 - 0.3 * i - 0.01 * micro for i in range(6)]}
+        epoch = Epoch(1, 6, 1.0, {"eval_accuracy": 0.8 + micro / 100},
+                      losses if series else {})
+        study.add_trial(optuna.trial.create_trial(
+            params={"micro_size": micro}, distributions=dists, value=0.8 + micro / 100,
+            user_attrs={TrialKey.METRICS: {"eval_accuracy": 0.8 + micro / 100},
+                        TrialKey.EPOCHS: epoch_table([epoch])}))
+    return study
+
+
+def test_a_one_epoch_sweep_draws_its_learning_curves_by_update(tmp_path: Path) -> None:
+    from msexp.tracking.effect_plots import _curves_figure
+
+    study = one_epoch_study(series=True)
+    knob = knob_effects(study).knobs[0]
+    figure = _curves_figure(study, knob)
+    (ax,) = [a for a in figure.axes if a.get_lines()]
+    # mutation: the epoch curves kept where every trial has one point -> xlabel "epoch"
+    assert ax.get_xlabel() == "update" and ax.get_title() == "train_loss"
+    assert [list(line.get_xdata()) for line in ax.get_lines()] == [[1, 2, 3, 4, 5, 6]] * 2
+    assert "by update (one epoch each)" in figure.texts[0].get_text()
+    report = build_report(study, tmp_path / "with")
+    assert_sensible_png(tmp_path / "with" / "learning_curves.png")
+    assert "learning_curves.png" in {p.name for p in report.plots}
+    before = build_report(one_epoch_study(series=False), tmp_path / "without")
+    assert "learning_curves.png" not in {p.name for p in before.plots}, "no dots on an axis"
+    assert _curves_figure(grid_study(), None).axes[0].get_xlabel() == "epoch"

@@ -3,12 +3,13 @@ lands on the MLflow parent run (best metrics, best params, the best checkpoint).
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
 import optuna
 import pytest
-from optuna.distributions import FloatDistribution
+from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from msexp.errors import MsexpError
@@ -161,15 +162,26 @@ def test_a_report_logs_its_files_under_report_on_the_parent_run(
     report = build_report(study, tmp_path / "plots")
     assert [t.number for t in report.best] == [2]
     assert report.objective_names() == ["eval_accuracy"]
-    assert '"eval_accuracy"' in html(tmp_path / "plots" / "optimization_history.html")
     assert set(report.importances) == {"lr"}
-    names = {p.name for p in report.plots}
-    assert {"optimization_history.html", "param_importances.html",
-            "parallel_coordinate.html"} <= names
+    names = [p.name for p in report.plots]
+    assert names[0] == "report.html" and "history.png" in names
+    assert_offline(report.plots)
     parent = with_parent(study, tracker, "report")
-    assert log_report(report, tracker) == parent
+    assert log_report(report, tracker=tracker) == parent
     logged = {a.path for a in tracker.client.list_artifacts(parent, "report")}
     assert logged == {f"report/{p.name}" for p in report.plots}
+
+
+def assert_offline(paths: list[Path]) -> None:
+    """Files a person opens offline at a sensible size: PNGs, Markdown, and one page that
+    inlines the PNGs and loads nothing (Optuna's plotly pages weighed 4.8 MB each)."""
+    for path in paths:
+        assert path.suffix in (".png", ".md", ".html"), path
+        assert path.stat().st_size < 400_000, (path, path.stat().st_size)
+    (page,) = [p for p in paths if p.suffix == ".html"]
+    text = page.read_text(encoding="utf-8")
+    assert "<script" not in text and "http" not in text  # mutation: plotly's pages
+    assert text.count("data:image/png;base64,") == sum(p.suffix == ".png" for p in paths)
 
 
 def test_a_study_of_one_point_has_no_importances_and_unnamed_objectives_get_names(
@@ -178,17 +190,21 @@ def test_a_study_of_one_point_has_no_importances_and_unnamed_objectives_get_name
     report = build_report(study)
     assert report.importances == {} and report.plots == []
     plotted = {p.name for p in build_report(study, tmp_path / "two").plots}
-    assert {"optimization_history.html", "parallel_coordinate.html"} <= plotted
-    assert "param_importances.html" not in plotted
-    alone = {p.name for p in build_report(study_of(trial(0.5, 0.1)), tmp_path / "one").plots}
-    assert "optimization_history.html" in alone and "parallel_coordinate.html" not in alone
+    assert {"report.html", "history.png"} <= plotted
+    assert "importances.png" not in plotted and "parallel_coordinates.png" not in plotted
     assert report.objective_names() == ["value0"] and not report.multi_objective
 
 
-def html(path: Path) -> str:
-    text = path.read_text(encoding="utf-8")
-    assert '<script src="https://cdn.plot.ly' not in text and len(text) > 1_000_000, "offline"
-    return text
+def test_two_varied_knobs_get_parallel_coordinates_and_importances(tmp_path: Path) -> None:
+    dists = {"lr": FloatDistribution(0.001, 1.0), "wd": FloatDistribution(0.0, 1.0)}
+    study = study_of(*(create_trial(values=[lr + wd / 10], params={"lr": lr, "wd": wd},
+                                    distributions=dists)
+                       for lr, wd in ((0.1, 0.5), (0.4, 0.1), (0.8, 0.9), (0.2, 0.3))))
+    report = build_report(study, tmp_path)
+    assert set(report.importances) == {"lr", "wd"}
+    shown = {p.name: p for p in report.plots}
+    assert {"importances.png", "parallel_coordinates.png"} <= set(shown)
+    assert_offline(report.plots)
 
 
 def test_a_multi_objective_report_plots_the_front_and_each_objectives_history(
@@ -199,14 +215,57 @@ def test_a_multi_objective_report_plots_the_front_and_each_objectives_history(
     report = build_report(study, tmp_path / "deep" / "plots")  # folders are made
     assert report.multi_objective and report.objective_names() == ["acc", "mem"]
     files = {p.name: p for p in report.plots}
-    assert {"pareto_front.html", "history_acc.html", "history_mem.html",
-            "parallel_coordinate.html"} <= set(files)
-    front = html(files["pareto_front.html"])
-    assert '"acc"' in front and '"mem"' in front
-    memory, accuracy = html(files["history_mem.html"]), html(files["history_acc.html"])
-    assert '"mem"' in memory and '"acc"' not in memory
-    assert '"acc"' in accuracy and '"mem"' not in accuracy
-    assert '"acc"' in html(files["parallel_coordinate.html"]), "coloured by the first"
+    assert {"report.html", "history.png", "pareto_front.png"} <= set(files)
+    assert_offline(report.plots)
+    page = files["report.html"].read_text(encoding="utf-8")
+    assert "Pareto set: #0 acc=0.914, mem=124" in page
+
+
+def test_the_report_is_drawn_and_logged_once_per_state_of_the_study(
+        tracker: Tracker, tmp_path: Path) -> None:
+    study = study_of(*(trial(v, lr, **{TrialKey.METRICS: {"eval_accuracy": v}})
+                       for v, lr in ((0.5, 0.1), (0.7, 0.4))))
+    study.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
+    parent = with_parent(study, tracker, "once")
+    stale = tmp_path / "optimization_history.html"  # an earlier msexp's 4.8 MB page
+    stale.write_text("<html>plotly</html>")
+    tracker.client.log_artifact(parent, str(stale), "report")
+    folder = tmp_path / "reports"
+    first = build_report(study, folder)
+    assert log_report(first, tracker=tracker) == parent
+    logged = {a.path for a in tracker.client.list_artifacts(parent, "report")}
+    # replaced, not accumulated (mutation: no delete of the run's report/ folder)
+    assert logged == {f"report/{p.name}" for p in first.plots}
+    drawn = {p.name: p.stat().st_mtime_ns for p in first.plots}
+    again = build_report(study, folder)
+    assert {p.name: p.stat().st_mtime_ns for p in again.plots} == drawn, "not drawn again"
+    assert log_report(again, tracker=tracker) == parent
+    elsewhere = build_report(study, tmp_path / "elsewhere")  # no manifest says it is logged
+    assert elsewhere.fingerprint == first.fingerprint
+    assert log_report(elsewhere, tracker=tracker) == parent  # the run's tag says it is
+    history = tracker.client.get_metric_history(parent, "best_eval_accuracy")
+    assert len(history) == 1, "logged once (mutation: log_best on every report)"
+    study.add_trial(trial(0.9, 0.8, **{TrialKey.METRICS: {"eval_accuracy": 0.9}}))
+    third = build_report(study, folder)
+    assert third.fingerprint != first.fingerprint
+    assert log_report(third, tracker=tracker) == parent
+    assert tracker.client.get_run(parent).data.metrics["best_eval_accuracy"] == 0.9
+    assert tracker.client.get_run(parent).data.tags["msexp.report"] == third.fingerprint
+    assert {a.path for a in tracker.client.list_artifacts(parent, "report")} == {
+        f"report/{p.name}" for p in third.plots}
+
+
+def test_a_new_report_replaces_the_files_of_the_earlier_one(tmp_path: Path) -> None:
+    dists = {"lr": FloatDistribution(0.001, 1.0), "wd": FloatDistribution(0.0, 1.0)}
+    two = study_of(*(create_trial(values=[lr + wd], params={"lr": lr, "wd": wd},
+                                  distributions=dists)
+                     for lr, wd in ((0.1, 0.5), (0.4, 0.1), (0.8, 0.9))))
+    (tmp_path / "param_importances.html").write_text("plotly")  # before manifests
+    assert "parallel_coordinates.png" in {p.name for p in build_report(two, tmp_path).plots}
+    one = study_of(trial(0.5, 0.1), trial(0.7, 0.4))
+    written = {p.name for p in build_report(one, tmp_path).plots}  # the folder, anew
+    assert {p.name for p in tmp_path.iterdir()} == written | {"manifest.json"}, \
+        "no file of the earlier report is left (mutation: files only added)"
 
 
 def test_a_repeated_study_reports_replicates_and_effects(tmp_path: Path) -> None:
@@ -230,3 +289,40 @@ def test_a_repeated_study_reports_replicates_and_effects(tmp_path: Path) -> None
         build_report(single, color_by="seed")
     assert str(caught.value) == (f"--color-by seed: not a swept knob of {single.study_name}; "
                                  "swept: lr")
+
+
+def test_no_importance_ranks_a_knob_whose_effect_is_within_the_seed_spread() -> None:
+    noise = repeated_study({(1, 0): 0.90, (1, 1): 0.96, (8, 0): 0.92, (8, 1): 0.95})
+    noise.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
+    report = build_report(noise)
+    # mutation: the replicates' effects not passed to importances -> micro_size=1.00
+    assert report.importances == {}
+    assert report.importance_note == (
+        "importance: none, micro_size moves eval_accuracy by 0.005, within the "
+        "seed-to-seed spread (0.03354): noise, not a rank")
+    assert report.findings()[0].startswith("micro_size: eval_accuracy moves by 0.005")
+    real = repeated_study({(1, 0): 0.90, (1, 1): 0.92, (8, 0): 0.70, (8, 1): 0.74})
+    real.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
+    ranked = build_report(real)
+    assert ranked.importances == {"micro_size": 1.0} and ranked.importance_note is None
+
+
+def test_only_the_knobs_beyond_the_seed_spread_are_ranked() -> None:
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
+    dists = {"micro_size": CategoricalDistribution([1, 8]),
+             "amp_level": CategoricalDistribution(["O0", "O2"]),
+             "seed": CategoricalDistribution([0, 1])}
+    for micro, amp, seed in itertools.product((1, 8), ("O0", "O2"), (0, 1)):
+        value = (0.9 if micro == 1 else 0.7) + (0.001 if amp == "O2" else 0) + seed / 50
+        study.add_trial(create_trial(
+            params={"micro_size": micro, "amp_level": amp, "seed": seed}, distributions=dists,
+            value=value, user_attrs={TrialKey.METRICS: {"eval_accuracy": value}}))
+    report = build_report(study)
+    assert list(report.importances) == ["micro_size"]  # mutation: amp_level ranked too
+    assert report.importance_note.startswith(
+        "importance: not ranked: amp_level moves eval_accuracy by 0.001, within the "
+        "seed-to-seed spread (0.01414)")
+    share = report.importances["micro_size"]
+    assert report.findings()[-2:] == [f"importance: micro_size={share:.2f}",
+                                      report.importance_note]

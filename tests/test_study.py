@@ -224,12 +224,12 @@ def test_multi_objective_report_shows_the_pareto_set(workdir: Path) -> None:
     result = CliRunner().invoke(app, ["report", str(sweep)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "Pareto set" in result.output
-    assert Path("mlruns/reports/multi/pareto_front.html").exists()
+    assert Path("mlruns/reports/multi/pareto_front.png").exists()
     study = load("multi")
     client = mlflow_client()
     artifacts = {a.path for a in client.list_artifacts(study.user_attrs["mlflow_parent_run_id"],
                                                        "report")}
-    assert "report/pareto_front.html" in artifacts
+    assert "report/pareto_front.png" in artifacts
 
 
 def test_report_logs_plots_and_best_metrics_and_optuna_tools_read_the_study(

@@ -58,7 +58,7 @@ def test_tiny_sweep_lands_in_mlflow_and_resumes(workdir: Path) -> None:
     assert parent.data.tags["msexp.method"] == "grid"
     assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["tiny.yaml"]
     assert CliRunner().invoke(app, ["report", str(sweep)]).exit_code == 0
-    assert {"report/optimization_history.html", "report/effects_micro_size.png"} <= {
+    assert {"report/report.html", "report/effects_micro_size.png"} <= {
         a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert parent.info.status == "FINISHED"
     assert "best_eval_accuracy" in parent.data.metrics

@@ -18,8 +18,8 @@ from msexp.cli.options import (
 )
 from msexp.cli.render import cell, finished_trials, kv, print_json, trials_table
 from msexp.cli.studies import JsonOpt, existing_study
+from msexp.errors import MsexpError
 from msexp.paths import REPORTS_DIR
-from msexp.tracking.runs import Tracker
 
 
 def report(
@@ -37,10 +37,12 @@ def report(
 ) -> None:
     """Show a study's trials, best trial, importances and knob effects.
 
-    Optuna's plots (optimization history, parallel coordinates, importances, Pareto front)
-    are saved as HTML under mlruns/reports/, with a PNG per swept knob (each metric against
-    the knob's values, and as a ratio to its baseline value), learning curves, and
-    effects.md/effects.html; all are logged under report/ on the sweep's MLflow parent run.
+    Writes mlruns/reports/STUDY/report.html, one page that holds it all, beside its PNGs
+    (the objective by trial, a PNG per swept knob with each metric against the knob's
+    values and as a ratio to its baseline value, learning curves, and where they apply the
+    Pareto front, importances and parallel coordinates) and effects.md; logs them under
+    report/ on the sweep's MLflow parent run, once per state of the study. A study with no
+    finished trial has nothing to report (exit 1).
 
     --json prints {"study", "trials": [{"number", "status", "params", "metrics",
     "feasible"}], "best": [{"number", "values", "params"}], "multi_objective",
@@ -49,22 +51,35 @@ def report(
 
     Example: msexp report sweeps/accum.yaml --baseline micro_size=1
     """
-    from msexp.tracking.report import build_report, log_report  # lazy: Optuna's plots
+    from msexp.tracking.report import build_report, log_report  # lazy: Optuna, matplotlib
 
     loaded = existing_study(file, study, storage)
+    _require_finished(loaded)
     rep = build_report(loaded, REPORTS_DIR / loaded.study_name,
                        parse_baselines(baseline or []), color_by)
     if as_json:
-        print_json(_report_document(rep, log_report(rep, Tracker(tracking_uri))))
+        print_json(_report_document(rep, log_report(rep, tracking_uri)))
         return
     trials_table(loaded)
     _best_table(rep)
     if rep.configurations:
         _replicates_table(rep)
     _findings(rep)
-    run_id = log_report(rep, Tracker(tracking_uri))
+    run_id = log_report(rep, tracking_uri)
     if run_id:
-        console.print(f"logged on MLflow run {run_id}")
+        console.print(f"logged on MLflow run {run_id}", highlight=False)
+
+
+def _require_finished(loaded: Any) -> None:
+    """A study none of whose trials has finished has nothing to report: one line, exit 1."""
+    from msexp.tracking.report import state_counts  # lazy: as above
+
+    if any(t.state.is_finished() for t in loaded.get_trials(deepcopy=False)):
+        return
+    counts = state_counts(loaded)
+    now = ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items()))
+    raise MsexpError(f"nothing to report: no trial of study {loaded.study_name!r} has "
+                     f"finished yet ({now or 'no trials'})")
 
 
 def _best_table(rep: Any) -> None:
@@ -80,21 +95,14 @@ def _best_table(rep: Any) -> None:
 
 
 def _findings(rep: Any) -> None:
-    """Each knob's effect and its notes, the importances, and the plots written."""
-    if rep.knob_effects and rep.knob_effects.lines():
-        console.print("knob effects (baseline -> value):")
-        for line in rep.knob_effects.lines():
-            console.print(f"  {line}", highlight=False, soft_wrap=True)
-    for note in rep.knob_effects.notes if rep.knob_effects else []:
-        console.print(f"note: {note}", highlight=False, soft_wrap=True)
-    if rep.importances:
-        of = f" for {rep.objective_names()[0]}" if rep.multi_objective else ""
-        console.print(f"importance{of}: " + ", ".join(f"{k}={v:.2f}" for k, v in
-                                                       rep.importances.items()))
-    elif rep.importance_note:
-        console.print(rep.importance_note, highlight=False)
-    for path in rep.plots:
-        console.print(f"plot: {path}")
+    """The replicates' and knobs' effects, notes and importances, then the report's files:
+    its page first (one file that holds them all)."""
+    for line in rep.findings()[len(rep.effects):]:  # the replicates' effects are shown
+        console.print(line, highlight=False, soft_wrap=True)
+    if rep.plots:
+        console.print(f"report: {rep.plots[0]} (one page; beside it: "
+                      + ", ".join(p.name for p in rep.plots[1:]) + ")", highlight=False,
+                      soft_wrap=True)
 
 
 def _report_document(rep: Any, run_id: str | None) -> dict[str, Any]:

@@ -25,8 +25,9 @@ from msexp.cli.render import (
     missing_objectives,
     print_json,
 )
-from msexp.errors import MsexpError, SpecError
+from msexp.errors import MsexpError, SpecError, Suggestion
 from msexp.keys import StudyKey, TrialKey
+from msexp.paths import JOURNAL
 from msexp.secrets.redaction import redact, redact_params
 from msexp.spec import load_spec, read_name
 from msexp.tracking.delivery import flush_spool
@@ -209,9 +210,10 @@ def _export_from(spec: Any, loaded: Any, chosen: Any, folder: Path, checkpoint: 
 
 
 def existing_study(file: Path | None, study: str | None, storage: str | None,
-                    sweep: str | None = None) -> Any:
+                   sweep: str | None = None) -> Any:
     """The study `--study` names, else the newest version of the sweep's (named `sweep`,
-    else read from `file`)."""
+    else read from `file`). A read command makes no store: where the storage is a file
+    that does not exist, or holds no such study, it says to sweep first."""
     import optuna  # lazy: Optuna takes a second to import
 
     from msexp.search.storage import (  # lazy: as above
@@ -225,6 +227,8 @@ def existing_study(file: Path | None, study: str | None, storage: str | None,
     if file is None and study is None:
         raise SpecError("msexp", "", "give a sweep file or --study NAME", show_value=False)
     name = study or sweep or read_name(file)
+    if not _store_file_exists(storage):
+        raise _never_swept(name, study, storage, file)
     try:
         with storage_errors(storage):
             opened = open_storage(storage)
@@ -232,7 +236,29 @@ def existing_study(file: Path | None, study: str | None, storage: str | None,
                 name = newest_name(opened, name)
             return optuna.load_study(study_name=name, storage=opened)
     except KeyError:
-        raise MsexpError(f"no study named {name!r} in {storage_label(storage)}") from None
+        raise _never_swept(name, study, storage, file, storage_label(storage)) from None
+
+
+def _never_swept(name: str, study: str | None, storage: str | None, file: Path | None,
+                 label: str | None = None) -> MsexpError:
+    """`no study named 'x' in STORE: run `msexp sweep FILE` first` (with --study and
+    --storage where a copy needs them)."""
+    where = label or (storage or str(JOURNAL))
+    if file is None:
+        return MsexpError(f"no study named {name!r} in {redact(where)}")
+    return MsexpError(f"no study named {name!r} in {redact(where)}: run `",
+                      Suggestion(("sweep", str(file)), study, storage), "` first")
+
+
+def _store_file_exists(storage: str | None) -> bool:
+    """Whether the Optuna storage exists where it is a file (the journal, SQLite): opening
+    one that does not would make it. Other storages are taken to exist."""
+    if storage is None or storage.endswith(".journal"):
+        return Path(storage or JOURNAL).exists()
+    prefix = "sqlite:///"
+    if storage.startswith(prefix) and storage[len(prefix):] not in ("", ":memory:"):
+        return Path(storage[len(prefix):]).exists()
+    return True
 
 
 def sync(tracking_uri: TrackingOpt = None) -> None:

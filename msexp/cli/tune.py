@@ -20,7 +20,7 @@ from msexp.spec import SweepSpec, load_spec
 from msexp.tracking.runs import Tracker
 from msexp.tune.candidates import check_noise, check_tunable
 from msexp.tune.measure import finite_or_none
-from msexp.tune.outcome import Outcome, fate
+from msexp.tune.outcome import Outcome, fate, speeds_disagree
 from msexp.tune.output import ratio_text
 from msexp.tune.record import PhaseRuns
 from msexp.tune.rules import seed_spread
@@ -187,10 +187,14 @@ def summary(outcome: Outcome) -> dict[str, Any]:
     }
     pick = outcome.pick
     if pick is not None and base is not None:
+        probes = pick.profile
         document["pick"] = {
             **_trained(pick),
             "memory_ratio": (pick.memory_mb / base.memory_mb
-                             if pick.memory_mb and base.memory_mb else None)}
+                             if pick.memory_mb and base.memory_mb else None),
+            "probe_ratio": probes.ratios[-1] if probes.ratios else None,
+            "probe_spread": finite_or_none(probes.spreads[-1]) if probes.spreads else None,
+            "speed_distinguishable": not speeds_disagree(pick)}
     return document
 
 
@@ -239,13 +243,24 @@ def lines(document: dict[str, Any]) -> list[str]:
     else:
         memory = (f"{pick['memory_ratio']:.2f}x" if pick["memory_ratio"] is not None else "-")
         out += [f"pick: {_config(pick['config'])}",
-                f"  throughput {_ratio(pick['throughput_ratio'], pick['throughput_spread'])} "
-                f"the baseline's ({_config(base['config'])}; trainings of the same seeds), "
-                f"memory {memory}, objective {_spread(pick['objective'])} (baseline "
-                f"{_spread(base['objective'])})",
+                f"  {_speed(pick, base)}, memory {memory}, objective "
+                f"{_spread(pick['objective'])} (baseline {_spread(base['objective'])})",
                 f"  sweep file: {document['sweep_file']}"]
     out.append(f"plot: {document['plot']}")
     return out
+
+
+def _speed(pick: dict[str, Any], base: dict[str, Any]) -> str:
+    """The pick's throughput against the baseline's, or, where its probes and its trainings
+    disagree beyond their spreads, that its speed is not distinguishable."""
+    trained = _ratio(pick["throughput_ratio"], pick["throughput_spread"])
+    if pick.get("speed_distinguishable", True):
+        return (f"throughput {trained} the baseline's ({_config(base['config'])}; trainings "
+                "of the same seeds)")
+    return (f"not distinguishable on speed from the baseline ({_config(base['config'])}): "
+            f"its trainings ran {trained} the baseline's, its probes "
+            f"{_ratio(pick['probe_ratio'], pick['probe_spread'])}, farther apart than "
+            "their spreads allow")
 
 
 def _ratio(ratio: float | None, spread: float | None) -> str:

@@ -1,4 +1,5 @@
-"""Learning curves: a trial's eval metrics by epoch, stored compactly in its user attrs."""
+"""Learning curves: a trial's eval metrics by epoch and its training loss by update, stored
+compactly in its user attrs."""
 
 from __future__ import annotations
 
@@ -12,17 +13,47 @@ from msexp.knobs import EPOCH_METRICS
 from msexp.training.records import Epoch
 
 CURVE_METRICS = tuple(m for m in EPOCH_METRICS if m.startswith("eval_"))
+UPDATE_SERIES = ("train_loss",)  # per-update series kept for the curves of a short trial
+UPDATES = "updates"  # the epoch table's key of the per-update series
+MAX_UPDATE_POINTS = 200  # per series: every update up to this, else evenly spaced ones
 
 
 def epoch_table(epochs: Sequence[Epoch]) -> dict[str, list[float | None]]:
-    """`{"epoch": [1, 2], "eval_accuracy": [0.8, 0.9], ...}`: what `TrialKey.EPOCHS` holds."""
+    """`{"epoch": [1, 2], "eval_accuracy": [0.8, 0.9], ..., "updates": {"train_loss":
+    [[1, 2.3], [2, 2.2], ...]}}`: what `TrialKey.EPOCHS` holds. The per-update series
+    (`[update, value]`, counted from the trial's first update) keep at most
+    `MAX_UPDATE_POINTS` points, the last update's always."""
     table: dict[str, list[float | None]] = {"epoch": [e.epoch for e in epochs]}
     for metric in CURVE_METRICS:
         values = [e.metrics.get(metric) for e in epochs]
         if any(v is not None for v in values):
-            table[metric] = [float(f"{v:.6g}") if v is not None and math.isfinite(v) else None
-                             for v in values]
+            table[metric] = [_compact(v) for v in values]
+    updates = {name: points for name in UPDATE_SERIES if (points := _update_points(epochs, name))}
+    if updates:
+        table[UPDATES] = updates  # type: ignore[assignment]  # the one nested entry
     return table
+
+
+def _update_points(epochs: Sequence[Epoch], name: str) -> list[list[float]]:
+    """[[update, value]] of a per-update series over the epochs: an epoch's updates end at
+    its `step` (updates so far) where that covers its series, else follow the last."""
+    points: list[list[float]] = []
+    done = 0
+    for epoch in epochs:
+        series = epoch.series.get(name) or []
+        first = epoch.step - len(series) if epoch.step >= done + len(series) else done
+        points += [[first + i + 1, v] for i, v in enumerate(series)]
+        done = first + len(series)
+    finite = [[u, float(f"{v:.6g}")] for u, v in points if math.isfinite(v)]
+    if len(finite) <= MAX_UPDATE_POINTS:
+        return finite
+    stride = len(finite) / MAX_UPDATE_POINTS
+    kept = [finite[int(i * stride)] for i in range(MAX_UPDATE_POINTS - 1)]
+    return [*kept, finite[-1]]
+
+
+def _compact(value: float | None) -> float | None:
+    return float(f"{value:.6g}") if value is not None and math.isfinite(value) else None
 
 
 def curves_of(trial: FrozenTrial, objective: str) -> dict[str, list[tuple[int, float]]]:
@@ -31,10 +62,17 @@ def curves_of(trial: FrozenTrial, objective: str) -> dict[str, list[tuple[int, f
     table = trial.user_attrs.get(TrialKey.EPOCHS)
     if table:
         return {m: [(e, v) for e, v in zip(table["epoch"], values) if v is not None]
-                for m, values in table.items() if m != "epoch"}
+                for m, values in table.items() if m not in ("epoch", UPDATES)}
     if trial.intermediate_values:
         return {objective: sorted(trial.intermediate_values.items())}
     return {}
+
+
+def update_curves_of(trial: FrozenTrial) -> dict[str, list[tuple[int, float]]]:
+    """series -> [(update, value)]: the per-update series `TrialKey.EPOCHS` keeps (none for
+    a trial recorded before msexp kept them)."""
+    kept = (trial.user_attrs.get(TrialKey.EPOCHS) or {}).get(UPDATES) or {}
+    return {name: [(int(u), v) for u, v in points] for name, points in kept.items() if points}
 
 
 def objective_name(user_attrs: dict) -> str:

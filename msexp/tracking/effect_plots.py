@@ -1,10 +1,8 @@
-"""The knob-effects report as files: a PNG per knob, learning curves, a Markdown summary and
-one HTML page that embeds them all."""
+"""The knob-effects report as files: a PNG per knob, learning curves and a Markdown
+summary, drawn with matplotlib."""
 
 from __future__ import annotations
 
-import base64
-import html
 import math
 import random
 import re
@@ -14,7 +12,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from msexp.tracking.curves import curves_of, objective_name
+from msexp.tracking.curves import curves_of, objective_name, update_curves_of
 from msexp.tracking.effects import KnobEffects, SweptKnob, metric_of, short
 
 PANEL_W, PANEL_H = 3.6, 2.6  # inches per metric panel at a few levels
@@ -23,26 +21,29 @@ MAX_CURVES = 300  # trials drawn in the learning curves; more only blur into one
 
 def write_effects(study: optuna.Study, found: KnobEffects, folder: Path,
                   color_by: str | None = None) -> list[Path]:
-    """Write effects_<knob>.png, learning_curves.png, effects.md and effects.html."""
-    import matplotlib  # lazy: matplotlib takes about a second to import
-
-    matplotlib.use("Agg")  # files only, never a window
+    """Write effects_<knob>.png, learning_curves.png and effects.md."""
+    files_backend()
     folder.mkdir(parents=True, exist_ok=True)
     pngs = []
     for knob in found.knobs:
         if found.metrics:
-            pngs.append(_save(_knob_figure(knob, found.metrics, found.points),
+            pngs.append(save(_knob_figure(knob, found.metrics, found.points),
                               folder / f"effects_{_safe(knob.name)}.png"))
     knob = next((k for k in found.knobs if k.name == color_by), None) or \
         (found.knobs[0] if found.knobs else None)
     curves = _curves_figure(study, knob)
     if curves is not None:
-        pngs.append(_save(curves, folder / "learning_curves.png"))
+        pngs.append(save(curves, folder / "learning_curves.png"))
     summary = folder / "effects.md"
     summary.write_text(_markdown(study, found, pngs), encoding="utf-8")
-    page = folder / "effects.html"
-    page.write_text(_html(study, found, pngs), encoding="utf-8")
-    return [*pngs, summary, page]
+    return [*pngs, summary]
+
+
+def files_backend() -> None:
+    """matplotlib draws into files only, never a window."""
+    import matplotlib  # lazy: matplotlib takes about a second to import
+
+    matplotlib.use("Agg")
 
 
 def _knob_figure(knob: SweptKnob, metrics: list[str], points: frozenset[str]) -> Any:
@@ -96,7 +97,7 @@ def _range_panel(ax: Any, knob: SweptKnob, metric: str) -> None:
         ax.plot(*zip(*trend), color="tab:orange", marker="o")
     if knob.log:
         ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(_three_digits())
+    ax.xaxis.set_major_formatter(three_digits())
 
 
 def _baseline_axis(ax: Any, knob: SweptKnob, metric: str, points: bool) -> None:
@@ -106,7 +107,7 @@ def _baseline_axis(ax: Any, knob: SweptKnob, metric: str, points: bool) -> None:
     if math.isnan(base):
         return
     ax.axhline(base, color="grey", linestyle="--", linewidth=0.8)
-    ax.yaxis.set_major_formatter(_three_digits())
+    ax.yaxis.set_major_formatter(three_digits())
     if points:
         right = ax.secondary_yaxis("right", functions=(lambda v: 100 * (v - base),
                                                        lambda d: base + d / 100))
@@ -117,39 +118,46 @@ def _baseline_axis(ax: Any, knob: SweptKnob, metric: str, points: bool) -> None:
         right.set_ylabel("x baseline", fontsize=8)
     else:
         return
-    right.yaxis.set_major_formatter(_three_digits())
+    right.yaxis.set_major_formatter(three_digits())
     right.tick_params(labelsize=8)
     ax.tick_params(labelsize=8)
 
 
 def _curves_figure(study: optuna.Study, knob: SweptKnob | None) -> Any:
-    """Eval metrics by epoch, a line per trial, coloured by the knob's value."""
+    """Eval metrics by epoch, a line per trial, coloured by the knob's value; where no trial
+    ran two epochs (one point each is no curve), the training loss by update instead. None:
+    nothing to draw."""
     import matplotlib.pyplot as plt  # lazy: as above
     from matplotlib import colormaps, colors
 
     objective = objective_name(study.user_attrs)
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-    curves = {t.number: c for t in trials[-MAX_CURVES:] if (c := curves_of(t, objective))}
+    trials = trials[-MAX_CURVES:]
+    curves = {t.number: c for t in trials if (c := curves_of(t, objective))}
+    along = "epoch"
+    if all(len(points) <= 1 for c in curves.values() for points in c.values()):
+        curves, along = {t.number: c for t in trials if (c := update_curves_of(t))}, "update"
     metrics = list(dict.fromkeys(m for c in curves.values() for m in c))
     if not metrics:
         return None
     by_number = {t.number: t for t in trials}
-    figure, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 3.8),
+    figure, axes = plt.subplots(1, len(metrics), figsize=(max(7.5, 5.5 * len(metrics)), 3.8),
                                 squeeze=False, layout="constrained")
     color = _colors(knob, colormaps, colors)
     alpha = 0.9 if len(curves) <= 10 else max(0.15, 3 / math.sqrt(len(curves)))
     for ax, metric in zip(axes.flat, metrics):
         for number, curve in curves.items():
             if curve.get(metric):
-                epochs, values = zip(*curve[metric])
-                ax.plot(epochs, values, color=color(by_number[number]), alpha=alpha,
-                        linewidth=1.2, marker="o" if len(epochs) == 1 else None, markersize=3)
-        ax.set_xlabel("epoch")
+                steps, values = zip(*curve[metric])
+                ax.plot(steps, values, color=color(by_number[number]), alpha=alpha,
+                        linewidth=1.2, marker="o" if len(steps) == 1 else None, markersize=3)
+        ax.set_xlabel(along)
         ax.set_title(metric, fontsize=10)
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.yaxis.set_major_formatter(_three_digits())
+        ax.yaxis.set_major_formatter(three_digits())
     _legend(figure, axes[0][-1], knob, colormaps, colors)
-    title = f"learning curves of {len(curves)} trials"
+    title = (f"learning curves of {len(curves)} trials" if along == "epoch" else
+             f"learning curves of {len(curves)} trials by update (one epoch each)")
     figure.suptitle(title + (f", coloured by {knob.name}" if knob else ""), fontsize=11)
     return figure
 
@@ -174,7 +182,7 @@ def _legend(figure: Any, ax: Any, knob: SweptKnob | None, colormaps: Any, colors
         values = [t.params[knob.name] for t in knob.trials()]
         norm = (colors.LogNorm if knob.log else colors.Normalize)(min(values), max(values))
         mappable = figure.colorbar(
-            _scalar_mappable(norm, colormaps["viridis"]), ax=ax, format=_three_digits())
+            scalar_mappable(norm, colormaps["viridis"]), ax=ax, format=three_digits())
         mappable.set_label(knob.name)
         return
     from matplotlib.lines import Line2D  # lazy: as above
@@ -186,19 +194,19 @@ def _legend(figure: Any, ax: Any, knob: SweptKnob | None, colormaps: Any, colors
               loc="center left", bbox_to_anchor=(1.02, 0.5))
 
 
-def _scalar_mappable(norm: Any, cmap: Any) -> Any:
+def scalar_mappable(norm: Any, cmap: Any) -> Any:
     from matplotlib.cm import ScalarMappable  # lazy: as above
 
     return ScalarMappable(norm=norm, cmap=cmap)
 
 
-def _three_digits() -> Any:
+def three_digits() -> Any:
     from matplotlib.ticker import FuncFormatter  # lazy: as above
 
     return FuncFormatter(lambda v, _pos: short(float(v)))
 
 
-def _save(figure: Any, path: Path) -> Path:
+def save(figure: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt  # lazy: as above
 
     figure.savefig(path, dpi=100)
@@ -218,16 +226,3 @@ def _markdown(study: optuna.Study, found: KnobEffects, pngs: list[Path]) -> str:
              found.markdown(), *(f"Note: {note}" for note in found.notes)]
     lines += [f"![{p.stem}]({p.name})" for p in pngs]
     return "\n".join(lines) + "\n"
-
-
-def _html(study: optuna.Study, found: KnobEffects, pngs: list[Path]) -> str:
-    """One self-contained page (PNGs inlined), so MLflow's artifact viewer shows it whole."""
-    rows = "".join(f"<li>{html.escape(line)}</li>" for line in [*found.lines(), *found.notes])
-    images = "".join(
-        f'<h2>{html.escape(p.stem)}</h2><img style="max-width:100%" alt="{html.escape(p.stem)}" '
-        f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
-        for p in pngs)
-    title = html.escape(f"{study.study_name}: knob effects")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
-            f"<body style='font-family:sans-serif'><h1>{title}</h1><ul>{rows}</ul>{images}"
-            "</body></html>\n")

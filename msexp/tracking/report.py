@@ -1,4 +1,5 @@
-"""What a study found: trials, the best trial or Pareto set, importances, Optuna's plots."""
+"""What a study found: trials, the best trial or Pareto set, importances, and its files,
+logged once on the sweep's MLflow parent run."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -16,18 +16,20 @@ from msexp.errors import MsexpError
 from msexp.keys import RunTag, StudyKey, TrialKey
 from msexp.library_warnings import warnings_to_log
 from msexp.secrets.redaction import redact
+from msexp.tracking import report_files
 from msexp.tracking.effects import KnobEffects, knob_effects, short
+from msexp.tracking.importances import importances
 from msexp.tracking.replicates import (
-    SEED,
     Configuration,
     Effect,
     configurations,
     effects,
     markdown,
 )
-from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker
+from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker, tracking_uri
 
-UNRANKED = "will be equal"  # Optuna's warning when it cannot rank the params
+REPORT_ARTIFACTS = "report"  # the parent run's folder of the report's files
+REPORT_TAG = "msexp.report"  # on the parent run: the fingerprint of the report logged there
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Report:
     configurations: list[Configuration] = field(default_factory=list)  # with repeats
     effects: list[Effect] = field(default_factory=list)
     knob_effects: KnobEffects | None = None
+    fingerprint: str = ""  # what the report shows (`report_files.fingerprint`)
+    folder: Path | None = None  # where its files are
 
     @property
     def multi_objective(self) -> bool:
@@ -50,6 +54,23 @@ class Report:
     def objective_names(self) -> list[str]:
         names = self.study.user_attrs.get(StudyKey.OBJECTIVES)
         return names or [f"value{i}" for i in range(len(self.study.directions))]
+
+    def findings(self) -> list[str]:
+        """The report's lines below its tables: the replicates' effects, each knob's effect
+        and its notes, and the importances (or why there are none)."""
+        lines = [effect.line() for effect in self.effects]
+        if self.knob_effects and self.knob_effects.lines():
+            lines += ["knob effects (baseline -> value):",
+                      *(f"  {line}" for line in self.knob_effects.lines())]
+        lines += [f"note: {note}" for note in (self.knob_effects.notes
+                                               if self.knob_effects else [])]
+        if self.importances:
+            of = f" for {self.objective_names()[0]}" if self.multi_objective else ""
+            lines.append(f"importance{of}: " + ", ".join(
+                f"{k}={v:.2f}" for k, v in self.importances.items()))
+        if self.importance_note:
+            lines.append(self.importance_note)
+        return lines
 
 
 def best_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -106,109 +127,115 @@ def build_report(study: optuna.Study, plots_dir: Path | None = None,
                  baselines: dict[str, str] | None = None, color_by: str | None = None
                  ) -> Report:
     """Collect the best trial(s), importances, each knob's effects against its baseline
-    value (`baselines`: knob -> value, default each knob's first) and, if `plots_dir`,
-    Optuna's HTML plots and the knob-effects PNGs (learning curves coloured by `color_by`,
-    default the most important knob)."""
+    value (`baselines`: knob -> value, default each knob's first) and, if `plots_dir`, the
+    report's files there (`report_files`; learning curves coloured by `color_by`, default
+    the most important knob): written again only when the study changed."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     report = Report(study, best_trials(study))
     metrics = report.objective_names()
-    report.importances, report.importance_note = importances(study, complete, metrics[0])
     groups = configurations(study, metrics)
     if any(len(v) > 1 for c in groups for v in c.values.values()):
         report.configurations = groups
         report.effects = [e for m in metrics for e in effects(groups, m)]
+    report.importances, report.importance_note = importances(
+        study, complete, metrics[0], [e for e in report.effects if e.metric == metrics[0]])
     report.knob_effects = knob_effects(study, baselines)
     swept = [k.name for k in report.knob_effects.knobs]
     if color_by is not None and color_by not in swept:
         raise MsexpError(f"--color-by {color_by}: not a swept knob of {study.study_name}; "
                          f"swept: {', '.join(swept) or 'none'}")
+    report.fingerprint = report_files.fingerprint(
+        study, {"baselines": baselines or {}, "color_by": color_by})
     if plots_dir is not None and complete:
-        report.plots = _write_plots(report, plots_dir)
-        from msexp.tracking.effect_plots import write_effects  # lazy: matplotlib
-
-        report.plots += write_effects(study, report.knob_effects, plots_dir,
-                                      color_by or next(iter(report.importances), None))
-        if report.configurations:
-            table = plots_dir / "replicates.md"
-            table.write_text(markdown(groups, metrics, report.effects), encoding="utf-8")
-            report.plots.append(table)
+        report.folder = plots_dir
+        report.plots = report_files.current_files(plots_dir, report.fingerprint) or \
+            _write_files(report, plots_dir, color_by)
     return report
 
 
-def importances(study: optuna.Study, complete: list[FrozenTrial], objective: str
-                ) -> tuple[dict[str, float], str | None]:
-    """Optuna's importance of each varied param but the replicate seed, for the first
-    objective; or none and the reason, when no ranking can mean anything."""
-    varied = _varied_params(complete)
-    if len(complete) < 2 or not varied:
-        return {}, None
-    values = {t.values[0] for t in complete}
-    if len(values) == 1:
-        return {}, (f"importance: none, every complete trial has {objective} = "
-                    f"{short(values.pop())}")
-    ranked = [name for name in varied if name != SEED]
-    if not ranked:
-        return {}, "importance: none, only the replicate seed varies"
-    target = (lambda t: t.values[0]) if len(study.directions) > 1 else None
-    with warnings_to_log() as caught:
-        try:
-            found = dict(optuna.importance.get_param_importances(study, params=ranked,
-                                                                 target=target))
-        except (RuntimeError, ValueError):
-            found = {}
-    unranked = next((str(w.message) for w in caught if UNRANKED in str(w.message)), None)
-    if unranked:
-        return {}, f"importance: none ({unranked.split('. ')[0].lower()})"
-    return found, None
+def _write_files(report: Report, folder: Path, color_by: str | None) -> list[Path]:
+    """The study's PNGs, the knob effects' PNGs and Markdown, the replicates' table and
+    one page of them all, in place of an earlier report's files."""
+    from msexp.tracking.effect_plots import write_effects  # lazy: matplotlib
+    from msexp.tracking.study_plots import write_study_plots  # lazy: as above
 
-
-def _varied_params(trials: list[FrozenTrial]) -> list[str]:
-    names = sorted({name for t in trials for name in t.params})
-    return [n for n in names if len({repr(t.params.get(n)) for t in trials}) > 1]
-
-
-def _write_plots(report: Report, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    with warnings_to_log():
-        figures = _figures(report)
-    paths = []
-    for name, figure in figures.items():
-        path = folder / f"{name}.html"
-        figure.write_html(str(path), include_plotlyjs=True)  # viewable offline
-        paths.append(path)
-    return paths
-
-
-def _figures(report: Report) -> dict[str, Any]:
-    from optuna import visualization as vis  # lazy: plotly takes a second to import
-
+    report_files.clear(folder)
     study, names = report.study, report.objective_names()
-    figures: dict[str, Any] = {}
-    if report.multi_objective:
-        figures["pareto_front"] = vis.plot_pareto_front(study, target_names=names)
-        for i, name in enumerate(names):
-            figures[f"history_{name}"] = vis.plot_optimization_history(
-                study, target=lambda t, i=i: t.values[i], target_name=name)
-    else:
-        figures["optimization_history"] = vis.plot_optimization_history(
-            study, target_name=names[0])
-        if report.importances:
-            figures["param_importances"] = vis.plot_param_importances(
-                study, params=list(report.importances))
-    if report.importances or len(study.get_trials(deepcopy=False)) > 1:
-        target = (lambda t: t.values[0]) if report.multi_objective else None
-        figures["parallel_coordinate"] = vis.plot_parallel_coordinate(
-            study, target=target, target_name=names[0])
-    return figures
+    with warnings_to_log():
+        written = write_study_plots(study, names, report.best, report.importances, folder)
+        written += write_effects(study, report.knob_effects, folder,
+                                 color_by or next(iter(report.importances), None))
+    if report.configurations:
+        table = folder / "replicates.md"
+        table.write_text(markdown(report.configurations, names, report.effects),
+                         encoding="utf-8")
+        written.append(table)
+    page = folder / report_files.PAGE
+    page.write_text(report_files.page(
+        f"{study.study_name}: what the sweep found", [*_best_lines(report),
+                                                      *report.findings()],
+        [p for p in written if p.suffix == ".png"]), encoding="utf-8")
+    written.insert(0, page)
+    report_files.write_manifest(folder, report.fingerprint, written)
+    return written
 
 
-def log_report(report: Report, tracker: Tracker) -> str | None:
-    """Attach the plots and the best metrics to the study's MLflow parent run."""
-    run_id = log_best(report.study, tracker)
-    if run_id:
-        for path in report.plots:
-            tracker.client.log_artifact(run_id, str(path), "report")
+def _best_lines(report: Report) -> list[str]:
+    names = report.objective_names()
+    title = "Pareto set" if report.multi_objective else "best trial"
+    return [f"{title}: #{t.number} " + ", ".join(f"{n}={short(v)}" for n, v in
+                                                 zip(names, t.values))
+            + " (" + ", ".join(f"{k}={short(v)}" for k, v in t.params.items()) + ")"
+            for t in report.best]
+
+
+def log_report(report: Report, uri: str | None = None, tracker: Tracker | None = None
+               ) -> str | None:
+    """Attach the report's files and the best trial's metrics to the study's MLflow parent
+    run (store `uri`, or `tracker`'s), once per report: the files of an earlier report
+    there are replaced, and a report of the same trials is not logged again (its
+    fingerprint is the run's tag `msexp.report`, and its manifest says where it went, so
+    MLflow is not even opened). Returns the run's id; None where there is no parent run."""
+    run_id = report.study.user_attrs.get(StudyKey.PARENT_RUN)
+    if not run_id:
+        return None
+    where = _absolute(tracker.uri if tracker is not None else tracking_uri(uri))
+    folder = report.folder
+    if folder is not None and report_files.logged_where(folder, report.fingerprint) == {
+            "uri": where, "run": run_id}:
+        return run_id
+    tracker = tracker or Tracker(uri)
+    if not tracker.has_run(run_id):
+        return None
+    if tracker.client.get_run(run_id).data.tags.get(REPORT_TAG) != report.fingerprint:
+        log_best(report.study, tracker)
+        _replace_files(tracker, run_id, report.plots)
+        tracker.client.set_tag(run_id, REPORT_TAG, report.fingerprint)
+    if folder is not None:
+        report_files.record_logged(folder, report.fingerprint, where, run_id)
     return run_id
+
+
+def _replace_files(tracker: Tracker, run_id: str, paths: list[Path]) -> None:
+    """The run's report/ folder holds `paths` and nothing an earlier report left."""
+    from mlflow.store.artifact.artifact_repository_registry import (  # lazy: MLflow
+        get_artifact_repository,
+    )
+
+    run = tracker.client.get_run(run_id)
+    if tracker.client.list_artifacts(run_id, REPORT_ARTIFACTS):
+        get_artifact_repository(run.info.artifact_uri).delete_artifacts(REPORT_ARTIFACTS)
+    for path in paths:
+        tracker.client.log_artifact(run_id, str(path), REPORT_ARTIFACTS)
+
+
+def _absolute(uri: str) -> str:
+    """A relative SQLite URI made absolute, as the store it names."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        return prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
 
 
 def log_best(study: optuna.Study, tracker: Tracker) -> str | None:

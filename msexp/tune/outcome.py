@@ -63,6 +63,20 @@ def noise(verdict: Verdict) -> float:
     return verdict.profile.spreads[-1] if verdict.profile.spreads else math.inf
 
 
+def speeds_disagree(verdict: Verdict) -> bool:
+    """Whether a trained configuration's probes and its confirm trainings measured its
+    throughput ratio farther apart than their spreads allow (`rules.SPREADS` times their
+    combined spread; a spread not measured counts as none): then neither figure tells its
+    speed from the baseline's."""
+    probes = verdict.profile
+    if not probes.ratios or not math.isfinite(verdict.ratio):
+        return False
+    errors = [ratio * spread for ratio, spread in ((probes.ratios[-1], probes.spreads[-1]),
+                                                   (verdict.ratio, verdict.ratio_spread))
+              if math.isfinite(spread)]
+    return abs(verdict.ratio - probes.ratios[-1]) > rules.SPREADS * math.hypot(*errors)
+
+
 def fate(outcome: Outcome, profile: Profile) -> str:
     """What became of a candidate, in a few words."""
     if profile.dropped:
