@@ -40,7 +40,7 @@ class TrialKey:
     FEASIBLE = "feasible"  # whether it kept the sweep's constraints
     MISSING = "missing_objectives"  # objectives a trial that ran to the end did not report
     EPOCHS = "epoch_metrics"  # {"epoch": [1, 2, ...], "eval_accuracy": [...], ...}
-    BATCH_STATISTICS = "batch_statistics"  # {"layers", "micro_batch", "batch", "dropout"}
+    BATCH_STATISTICS = "batch_statistics"  # BatchStatistics: layers, micro_batch, batch, ...
 
 
 class RunTag:
@@ -60,6 +60,7 @@ class RunTag:
     NOTE = "mlflow.note.content"  # the run's description in the UI
     BATCH_STAT_LAYERS = "batch_stat_layers"  # how many BatchNorm layers the network holds
     DROPOUT_LAYERS = "dropout_layers"  # how many Dropout layers it holds
+    SEEDED_DROPOUT = "seeded_dropout_layers"  # of which msexp draws the masks (they split)
     BATCH_STATISTICS = "batch_statistics"  # what they change at the trial's micro_size
     OWNER = "msexp.owner"  # on a tune phase's parent run: the tune process (host:pid)
 

@@ -164,7 +164,7 @@ class SplitNotice:
             return None
         self.told = True
         return batch_statistics_warning(str(self.spec.path), stats.layers, self.spec.space,
-                                        stats.dropout)
+                                        stats.dropout, stats.seeded)
 
 
 def resuming(name: str, total: int, done: int, best: str) -> str:

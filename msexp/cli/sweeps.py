@@ -90,11 +90,16 @@ def _check_workload(spec: SweepSpec) -> None:
         problem = f"the first trial raised {type(exc).__name__}: {str(exc).splitlines()[0]}"
     if problem:
         raise SpecError(str(spec.path), "experiment", problem, ref)
-    from msexp.training.batch_stats import batch_statistic_layers, random_mask_layers  # lazy
+    from msexp.training.batch_stats import (  # lazy: MindSpore
+        batch_statistic_layers,
+        random_mask_layers,
+        seeded_dropout_layers,
+    )
 
     network = workload.network
     warning = batch_statistics_warning(str(spec.path), len(batch_statistic_layers(network)),
-                                       spec.space, len(random_mask_layers(network)))
+                                       spec.space, len(random_mask_layers(network)),
+                                       len(seeded_dropout_layers(network)))
     if warning:
         console.print(warning, highlight=False, soft_wrap=True)
 

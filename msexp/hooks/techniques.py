@@ -24,8 +24,9 @@ from mindspore.train import LossScaleManager, Model
 from msexp.hooks.accumulate import AccumulatingTrainStep, Params, settings
 from msexp.hooks.callback import MsexpCallback
 from msexp.hooks.channel import active
-from msexp.hooks.model_arguments import knob_values, refuse_boost
+from msexp.hooks.model_arguments import knob_values, named, refuse_boost
 from msexp.training.amp import apply_amp
+from msexp.training.dropout import seed_dropouts
 from msexp.training.optim import make_optimizer
 
 
@@ -44,6 +45,7 @@ def train_network(network: nn.Cell, loss_fn: Any, optimizer: nn.Optimizer,
     pairs it with `FixedLossScaleManager(L, drop_overflow_update=False)`); msexp's step
     unscales the gradients itself, so they reach that optimizer times L (`own_scale`)."""
     values = settings(params)
+    seed_dropouts(network, named(params).get("seed", ms.get_seed() or 0))
     if own_scale(optimizer) != 1.0:
         optimizer = _ScaledFor(optimizer)
     return AccumulatingTrainStep(apply_amp(network, values), loss_fn, optimizer, values)

@@ -177,11 +177,11 @@ def _may_use_thor(space: Space) -> bool:
     return space.resolve({}).get("optimizer") == "thor"
 
 
-def batch_statistics_warning(source: str, layers: int, space: Space, dropout: int = 0
-                             ) -> str | None:
+def batch_statistics_warning(source: str, layers: int, space: Space, dropout: int = 0,
+                             seeded: int = 0) -> str | None:
     """The line `validate --check`, `plan --check` and the sweep print where trials split
-    the batch of a network with `layers` BatchNorm layers or `dropout` Dropout layers;
-    None where none does."""
+    the batch of a network with `layers` BatchNorm layers, `dropout` Dropout layers of
+    MindSpore's masks or `seeded` of msexp's; None where none does."""
     splits = set()
     for combo in space.combos({"micro_size", "batch_size", "devices"}):
         values = space.resolve(combo)
@@ -189,10 +189,16 @@ def batch_statistics_warning(source: str, layers: int, space: Space, dropout: in
             "batch_size", 0)
         if parts > 1:
             splits.add((batch // parts, batch, parts))
-    if not (layers or dropout) or not splits:
+    if not (layers or dropout or seeded) or not splits:
         return None
     seen = [f"{micro} of {batch}" if batch else f"1/{parts} of the batch"
             for micro, batch, parts in sorted(splits)]
+    ours = (f"dropout: the network's {seeded} nn.Dropout layer(s) draw msexp's seeded masks, "
+            "each micro-batch the rows of the batch's mask: they leave the update the "
+            "full-batch one where a layer's input has the batch first, and a seeded trial "
+            "repeats (docs/how-a-trial-runs.md#dropout)") if seeded else ""
+    if not (layers or dropout):
+        return f"{source}: {ours} (micro-batches: {', '.join(seen)})"
     kinds, has, docs = [], [], []
     if layers:
         kinds.append("batch statistics")
@@ -207,4 +213,4 @@ def batch_statistics_warning(source: str, layers: int, space: Space, dropout: in
     return (f"{source}: {' and '.join(kinds)}: the network has {' and '.join(has)} "
             f"(micro-batches: {', '.join(seen)}): where the batch is split, the update is "
             "not the full-batch one, and loss and accuracy move with micro_size "
-            f"({', '.join(docs)})")
+            f"({', '.join(docs)})" + (f"; {ours}" if ours else ""))

@@ -56,7 +56,8 @@ def run_tags(result: TrialResult, extra: Mapping[str, str]) -> list:
     stats = result.batch_statistics
     if stats:
         tags[RunTag.BATCH_STAT_LAYERS] = str(stats.layers)
-        tags[RunTag.DROPOUT_LAYERS] = str(stats.dropout)
+        tags[RunTag.DROPOUT_LAYERS] = str(stats.dropout + stats.seeded)
+        tags[RunTag.SEEDED_DROPOUT] = str(stats.seeded)
         if not stats.exact:
             tags[RunTag.BATCH_STATISTICS] = stats.line()
     return [Tag(k, v) for k, v in redacted_tags(tags).items()]

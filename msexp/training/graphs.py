@@ -24,6 +24,7 @@ from mindspore import ParameterTuple, nn, ops
 from msexp.experiment import Workload
 from msexp.training.amp import apply_amp
 from msexp.training.checkpoint import scaler_parameters, set_data, state_parameters
+from msexp.training.dropout import seed_dropouts
 from msexp.training.loss_scale import make_scaler
 from msexp.training.optim import make_optimizer
 from msexp.training.step import TrainStep, call, fuses, graph
@@ -60,6 +61,7 @@ class Graphs:
               scratch: Path, reducer: Callable | None = None) -> Graphs:
         """Build (not yet compile) a trial's graphs; O1 rewrites the network's source into
         `scratch`, which must last until the graphs have compiled."""
+        seed_dropouts(workload.network, params["seed"])
         network = apply_amp(workload.network, params, scratch)
         optimizer = build_optimizer(workload, params, network, steps_per_epoch)
         scaler, drop = make_scaler(params)

@@ -73,6 +73,7 @@ class BatchStatistics:
     micro_batch: int
     batch: int
     dropout: int = 0
+    seeded: int = 0  # nn.Dropout layers whose masks msexp draws: they split with the batch
 
     @property
     def exact(self) -> bool:
@@ -92,4 +93,13 @@ class BatchStatistics:
                         f"micro-batch of {self.micro_batch} samples, not one for the batch "
                         f"of {self.batch}: equal to the full-batch update only in "
                         "distribution")
+        if not said:
+            return self.seeded_line()
         return "; ".join(said) + ": the update is not the full-batch one"
+
+    def seeded_line(self) -> str:
+        """What msexp's seeded Dropout masks do (docs/how-a-trial-runs.md: dropout)."""
+        return (f"dropout: {self.seeded} nn.Dropout layer(s) draw msexp's seeded masks (a "
+                "seeded trial repeats; MindSpore's CPU Dropout does not), each micro-batch of "
+                f"{self.micro_batch} samples the rows of the batch of {self.batch}'s mask: the "
+                "update is the full-batch one where a layer's input has the batch first")

@@ -1,0 +1,128 @@
+"""The model zoo's TextCNN (NLP, `nn.Dropout(p=0.5)`, no BatchNorm; tests/assets/modelzoo/
+textcnn, byte for byte) swept unchanged and with textcnn-hooks.patch (issue 49):
+`train_loss` is one number in Optuna, the trial's record and MLflow; a micro_size-1 trial
+trains the same whether micro_size is fixed or swept, and again when run twice; with msexp's
+seeded dropout masks micro_size 4 equals micro_size 1."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import optuna
+import pytest
+
+from msexp.search.storage import open_storage
+from tests.conftest import ASSETS, child_runs, mlflow_client, write
+from tests.test_real_scripts import invoke
+
+TEXTCNN = ASSETS / "modelzoo" / "textcnn"
+PATCH = ASSETS / "modelzoo" / "textcnn-hooks.patch"
+UPDATES = 8  # 2 epochs of 4 batches of 64 (259 training sentences, the rest dropped)
+_LOSS_LINE = re.compile(r"epoch: \d+ step: \d+, loss is ([-+.\deE]+)")
+
+
+def write_reviews(folder: Path, per_class: int = 144) -> None:
+    """An MR-style folder: one sentence a line in rt-polarity.pos and rt-polarity.neg,
+    each holding two words of its class among common ones."""
+    rng = random.Random(3)
+    words = {"pos": ["good", "great", "fine", "superb", "lovely", "warm", "funny", "smart"],
+             "neg": ["bad", "awful", "dull", "poor", "boring", "weak", "silly", "flat"]}
+    common = ["the", "film", "movie", "story", "is", "was", "a", "plot", "acting", "and",
+              "very", "quite"]
+    folder.mkdir(parents=True)
+    for kind, own in words.items():
+        lines = []
+        for _ in range(per_class):
+            sentence = [rng.choice(common) for _ in range(rng.randint(5, 14))]
+            for _ in range(2):
+                sentence.insert(rng.randrange(len(sentence)), rng.choice(own))
+            lines.append(" ".join(sentence))
+        (folder / f"rt-polarity.{kind}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def textcnn(workdir: Path, hooked: bool) -> Path:
+    folder = workdir / ("textcnn-hooks" if hooked else "textcnn")
+    shutil.copytree(TEXTCNN, folder)
+    if hooked:
+        subprocess.run(["git", "apply", str(PATCH)], cwd=folder, check=True)
+    write_reviews(folder / "data")
+    return folder
+
+
+def sweep_file(folder: Path, name: str, micro_size: str) -> Path:
+    return write(folder / f"{name}.yaml", f"""
+        name: {name}
+        experiment: {{command: python train.py --config_path=mr_config_cpu.yaml}}
+        objective: {{metric: train_loss, direction: minimize}}
+        budget: {{trial_timeout: 600}}
+        fixed: {{data_path: data, epoch_size: 2, base_lr: 0.03{micro_size}}}
+    """)
+
+
+def trials(name: str) -> dict[int, tuple[optuna.trial.FrozenTrial, object]]:
+    """Each COMPLETE trial of a study with its MLflow run, by number."""
+    study = optuna.load_study(study_name=name, storage=open_storage(None))
+    runs = {int(r.data.tags["msexp.trial"]): r for r in child_runs(name)}
+    done = [t for t in study.trials if t.state is optuna.trial.TrialState.COMPLETE]
+    return {t.number: (t, runs[t.number]) for t in done}
+
+
+def update_losses(run) -> list[float]:
+    history = mlflow_client().get_metric_history(run.info.run_id, "train_loss")
+    return [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
+
+
+def last_loss_line(name: str, number: int) -> float:
+    log = Path(f"mlruns/trials/{name}/trial-{number:04d}/trial.log").read_text()
+    return float(_LOSS_LINE.findall(log)[-1])
+
+
+def assert_one_meaning(trial: optuna.trial.FrozenTrial, run, name: str) -> None:
+    """`train_loss` is the same number as Optuna's value, the trial's kept metrics, the MLflow
+    run's final value and the script's own last LossMonitor line."""
+    told = trial.values[0]
+    assert trial.user_attrs["metrics"]["train_loss"] == told
+    assert run.data.metrics["train_loss"] == pytest.approx(told, rel=1e-6)
+    assert last_loss_line(name, trial.number) == pytest.approx(told, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_the_unchanged_textcnn_reports_its_last_loss_line_everywhere(workdir: Path) -> None:
+    folder = textcnn(workdir, hooked=False)
+    result = invoke("sweep", str(sweep_file(folder, "textcnn", "")))
+    assert result.exit_code == 0, result.output
+    [(trial, run)] = trials("textcnn").values()
+    assert_one_meaning(trial, run, "textcnn")
+
+
+@pytest.mark.slow
+def test_hooked_textcnn_repeats_and_accumulates_exactly_with_dropout(workdir: Path) -> None:
+    """micro_size 1 fixed, then swept with 4, then swept again: the micro_size-1 trials'
+    8 update losses are identical, micro_size 4's equal them to float rounding (msexp's
+    seeded masks: each micro-batch draws its rows of the batch's mask), and each trial's
+    `train_loss` means one thing."""
+    folder = textcnn(workdir, hooked=True)
+    runs = {}
+    for name, micro in (("fixed", ", micro_size: 1"), ("swept", ""), ("again", "")):
+        sweep = sweep_file(folder, name, micro)
+        if not micro:
+            sweep.write_text(sweep.read_text() + "params: {micro_size: [1, 4]}\n")
+        result = invoke("sweep", str(sweep))
+        assert result.exit_code == 0, result.output
+        if not micro:  # a sweep that splits the batch says what its Dropout layers do
+            assert "1 nn.Dropout layer(s) draw msexp's seeded masks" in result.output
+        found = trials(name)
+        for trial, run in found.values():
+            assert_one_meaning(trial, run, name)
+        runs[name] = {int(run.data.params["micro_size"]): run for _, run in found.values()}
+    one = update_losses(runs["fixed"][1])
+    assert len(one) == UPDATES and len(set(one)) == UPDATES
+    assert update_losses(runs["swept"][1]) == one, "swept micro_size 1 trains as fixed"
+    assert update_losses(runs["again"][1]) == one, "the same trial twice"
+    assert update_losses(runs["again"][4]) == update_losses(runs["swept"][4])
+    assert update_losses(runs["swept"][4]) == pytest.approx(one, rel=1e-5), \
+        "accumulation with dropout is exact: micro-batches draw the batch's mask rows"
