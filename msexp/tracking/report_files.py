@@ -20,7 +20,7 @@ from msexp.paths import write_atomic
 
 MANIFEST = "manifest.json"
 PAGE = "report.html"
-FORMAT = 2  # raised whenever the same study would give other files
+FORMAT = 3  # raised whenever the files drawn for the same study change
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # what msexp wrote there before the manifest: Optuna's plotly pages, the effects page
 LEGACY = ("optimization_history.html", "param_importances.html", "parallel_coordinate.html",
