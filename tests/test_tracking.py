@@ -199,8 +199,11 @@ def test_ui_links_open_the_training_view(tracker: Tracker) -> None:
     runs, parent, command = tracker.ui_links("1", "abc")
     assert runs == "http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning"
     assert parent.endswith("/experiments/1/runs/abc?workflowType=machine_learning")
-    assert command == (f"mlflow ui --backend-store-uri {DEFAULT_TRACKING_URI} --port 5000 "
-                       "--workers 1")
+    assert command == "msexp ui"  # mutation: the `mlflow ui ...` command (not on PATH)
+    assert tracker.ui_links("1", "abc", Path("sweeps/a b.yaml"))[2] == "msexp ui 'sweeps/a b.yaml'"
+    elsewhere = Tracker(f"sqlite:///{Path('other.db').resolve()}")
+    assert elsewhere.ui_links("1", "abc")[2] == (
+        f"msexp ui --tracking-uri sqlite:///{Path('other.db').resolve()}")
 
 
 def test_msexp_sync_delivers_what_waits_and_says_what_is_left(

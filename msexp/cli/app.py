@@ -20,7 +20,7 @@ from typing import Annotated, Any, Callable
 import typer
 
 from msexp import interrupts
-from msexp.cli import cluster, hints, reports, run, scaffold, scripts, studies, sweeps, tune
+from msexp.cli import cluster, hints, reports, run, scaffold, scripts, studies, sweeps, tune, ui
 from msexp.cli.options import debug_command, err_console, state
 from msexp.cli.usage import CONTEXT, Command, Group
 from msexp.errors import MsexpError
@@ -163,6 +163,7 @@ for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, repor
     _command(app)(command)
 _command(app, "run")(run.run_one)
 _command(app, "tune")(tune.tune_command)
+_command(app, "ui")(ui.ui)
 
 services_app = _typer("A local PostgreSQL and MLflow server for trying shared studies.")
 _command(services_app, "up")(cluster.services_up)

@@ -42,6 +42,16 @@ class Subscriber:
         """The sweep starts with `done` of its `total` trials finished; `best`: the
         study's best so far (`search.tell.best_so_far`)."""
 
+    def on_mlflow_open(self, runs: str, parent: str, serve: str | None) -> None:
+        """The sweep's MLflow parent run exists: the links of its runs table and of it, and
+        the command that serves the store (None: a tracking server serves it)."""
+
+    def on_sweep_stopping(self, running: list[int], opening: bool, hurried: bool) -> None:
+        """A stop signal came (told at once, from its handler): the `running` trials go
+        back to the queue, to resume from their last checkpoints; `opening`: MLflow is
+        still opening, and the sweep waits for it; `hurried`: a second stop, after which
+        it waits no more."""
+
     def on_trial_start(self, trial: TrialInfo) -> None:
         """A trial was claimed and its process is starting it."""
 

@@ -42,7 +42,7 @@ def _run(spec: SweepSpec, progress: Subscriber, hosts: HostPool, tracking_uri: s
     report = Suggestion(("report", str(spec.path)), study=study.study_name,
                         storage=storage_url, tracking_uri=tracking_uri)
     recorder = MlflowRecorder(spec, study, created, tracking_uri, storage_label(storage_url),
-                              report)
+                              report, [progress])
     source = TrialSource(study, storage_url, spec.n_trials(), spec.method is not Method.grid,
                          kill_leftovers=kill_marked)
     return Sweep(spec, study, source, hosts, recorder, [progress]).run()

@@ -8,6 +8,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, Callable
 
@@ -15,7 +16,7 @@ import optuna
 
 from msexp.errors import Suggestion
 from msexp.execution.result import TrialResult
-from msexp.execution.subscribers import Recorder, TrialInfo
+from msexp.execution.subscribers import Recorder, Subscriber, TrialInfo
 from msexp.keys import RunTag, StudyKey, TrialKey
 from msexp.spec import SweepSpec
 from msexp.tracking.delivery import flush_spool, warn_kept
@@ -43,9 +44,11 @@ class MlflowRecorder(Recorder):
     """
 
     def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool,
-                 tracking_uri: str | None, storage_label: str, report: Suggestion):
-        """`report`: the `msexp report` command of this study, for a warning."""
-        self.spec, self.study, self.report = spec, study, report
+                 tracking_uri: str | None, storage_label: str, report: Suggestion,
+                 watchers: Sequence[Subscriber] = ()):
+        """`report`: the `msexp report` command of this study, for a warning; `watchers`
+        are told the UI links once the parent run exists."""
+        self.spec, self.study, self.report, self.watchers = spec, study, report, watchers
         self.opened: Future = Future()  # (tracker, experiment id, parent run id)
         self.writes = _Writes()
         self.runs: dict[int, Future] = {}  # trial number: its run id (None: not made)
@@ -63,6 +66,12 @@ class MlflowRecorder(Recorder):
             self.opened.set_result((tracker, experiment_id, parent_id))
         except BaseException as exc:
             self.opened.set_exception(exc)
+            return
+        for watcher in self.watchers:
+            try:
+                watcher.on_mlflow_open(*self.ui_links())
+            except Exception as exc:  # a display: the sweep goes on without its links
+                _log.debug(f"UI links not shown ({type(exc).__name__}: {exc})")
 
     def ready(self) -> bool:
         return self.opened.done()
@@ -227,7 +236,8 @@ class MlflowRecorder(Recorder):
     def ui_links(self) -> tuple[str, str, str | None]:
         """The runs table, the parent run, and the command that serves the store."""
         tracker, experiment_id, parent_id = self.opened.result()
-        return tracker.ui_links(experiment_id, parent_id)
+        path = self.spec.path
+        return tracker.ui_links(experiment_id, parent_id, path if path.is_file() else None)
 
 
 class _Writes:

@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shlex
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -241,16 +242,32 @@ class Tracker:
             self.client.set_terminated(run_id, _RUN_STATUS[result.status],
                                        end_time=int((started + result.wall_s) * 1000))
 
-    def ui_links(self, experiment_id: str, parent_id: str) -> tuple[str, str, str | None]:
-        """(runs table URL, parent run URL, command that serves the store or None)."""
+    def ui_links(self, experiment_id: str, parent_id: str, sweep_file: Path | None = None
+                 ) -> tuple[str, str, str | None]:
+        """(runs table URL, parent run URL, the command that serves the store (`msexp ui
+        [FILE]`) or None for a tracking server)."""
+        runs, parent = ui_links(ui_base(self.uri), experiment_id, parent_id)
         if self.uri.startswith(("http://", "https://")):
-            base, command = self.uri.rstrip("/"), None
-        else:
-            base = f"http://127.0.0.1:{UI_PORT}"
-            command = f"mlflow ui --backend-store-uri {self.uri} --port {UI_PORT} --workers 1"
-        return (f"{base}/#/experiments/{experiment_id}/runs{UI_TRAINING_VIEW}",
-                f"{base}/#/experiments/{experiment_id}/runs/{parent_id}{UI_TRAINING_VIEW}",
-                command)
+            return runs, parent or runs, None
+        argv = ["msexp", "ui", *([str(sweep_file)] if sweep_file else [])]
+        if self.uri not in (DEFAULT_TRACKING_URI, os.environ.get("MLFLOW_TRACKING_URI")):
+            argv += ["--tracking-uri", self.uri]
+        return runs, parent or runs, shlex.join(argv)
+
+
+def ui_base(uri: str, port: int = UI_PORT) -> str:
+    """The UI's address: a tracking server's own, else that of `msexp ui` on `port`."""
+    if uri.startswith(("http://", "https://")):
+        return uri.rstrip("/")
+    return f"http://127.0.0.1:{port}"
+
+
+def ui_links(base: str, experiment_id: str, parent_id: str | None) -> tuple[str, str | None]:
+    """The links of an experiment's runs table and of its run `parent_id` (None: none) in
+    the model-training view."""
+    runs = f"{base}/#/experiments/{experiment_id}/runs"
+    return (runs + UI_TRAINING_VIEW,
+            f"{runs}/{parent_id}{UI_TRAINING_VIEW}" if parent_id else None)
 
 
 def _absolute(uri: str) -> str:
