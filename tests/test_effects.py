@@ -326,19 +326,17 @@ def test_a_constant_objective_ranks_nothing_and_says_so(workdir: Path) -> None:
         "importance: none, only the replicate seed varies"
 
 
-def test_epoch_table_keeps_the_training_loss_by_update_counted_across_epochs() -> None:
-    epochs = [Epoch(1, 3, 0.5, {"eval_accuracy": 0.5}, {"train_loss": [2.0, 1.5, 1.25]}),
-              Epoch(2, 6, 1.0, {"eval_accuracy": 0.6}, {"train_loss": [1.0, float("nan"), 0.5]})]
-    table = epoch_table(epochs)
-    assert table[UPDATES] == {"train_loss": [[1, 2.0], [2, 1.5], [3, 1.25], [4, 1.0], [6, 0.5]]}
+def test_a_one_epoch_trial_keeps_its_training_loss_by_update() -> None:
+    one = [Epoch(1, 4, 0.5, {"eval_accuracy": 0.5},
+                 {"train_loss": [2.0, 1.5, float("nan"), 1.25]})]
+    table = epoch_table(one)
+    assert table[UPDATES] == {"train_loss": [[1, 2.0], [2, 1.5], [4, 1.25]]}
     trial = optuna.trial.create_trial(value=0.6, user_attrs={TrialKey.EPOCHS: table})
-    assert curves_of(trial, "eval_accuracy") == {"eval_accuracy": [(1, 0.5), (2, 0.6)]}
-    assert update_curves_of(trial) == {"train_loss": [(1, 2.0), (2, 1.5), (3, 1.25),
-                                                      (4, 1.0), (6, 0.5)]}
-    # an epoch's step counting its own updates only: they follow the last epoch's
-    own = epoch_table([Epoch(1, 2, 0.5, {}, {"train_loss": [2.0, 1.0]}),
-                       Epoch(2, 2, 1.0, {}, {"train_loss": [0.8, 0.6]})])
-    assert [u for u, _ in own[UPDATES]["train_loss"]] == [1, 2, 3, 4]
+    assert curves_of(trial, "eval_accuracy") == {"eval_accuracy": [(1, 0.5)]}
+    assert update_curves_of(trial) == {"train_loss": [(1, 2.0), (2, 1.5), (4, 1.25)]}
+    # two epochs make a curve of their own: no per-update series in the study's storage
+    two = epoch_table([*one, Epoch(2, 8, 1.0, {"eval_accuracy": 0.6}, {"train_loss": [1.0]})])
+    assert UPDATES not in two  # mutation: every trial's series kept
     long = epoch_table([Epoch(1, 1000, 9.0, {}, {"train_loss": [1 / (i + 1) for i in
                                                                  range(1000)]})])
     kept = long[UPDATES]["train_loss"]

@@ -13,43 +13,36 @@ from msexp.knobs import EPOCH_METRICS
 from msexp.training.records import Epoch
 
 CURVE_METRICS = tuple(m for m in EPOCH_METRICS if m.startswith("eval_"))
-UPDATE_SERIES = ("train_loss",)  # per-update series kept for the curves of a short trial
+UPDATE_SERIES = ("train_loss",)  # per-update series kept for a one-epoch trial's curves
 UPDATES = "updates"  # the epoch table's key of the per-update series
 MAX_UPDATE_POINTS = 200  # per series: every update up to this, else evenly spaced ones
 
 
 def epoch_table(epochs: Sequence[Epoch]) -> dict[str, list[float | None]]:
-    """`{"epoch": [1, 2], "eval_accuracy": [0.8, 0.9], ..., "updates": {"train_loss":
-    [[1, 2.3], [2, 2.2], ...]}}`: what `TrialKey.EPOCHS` holds. The per-update series
-    (`[update, value]`, counted from the trial's first update) keep at most
-    `MAX_UPDATE_POINTS` points, the last update's always."""
+    """`{"epoch": [1, 2], "eval_accuracy": [0.8, 0.9], ...}`: what `TrialKey.EPOCHS` holds.
+    A trial of one epoch, whose epoch curve would be one point, also keeps its per-update
+    series: `"updates": {"train_loss": [[1, 2.3], [2, 2.2], ...]}`, at most
+    `MAX_UPDATE_POINTS` evenly spaced points, the last update's always."""
     table: dict[str, list[float | None]] = {"epoch": [e.epoch for e in epochs]}
     for metric in CURVE_METRICS:
         values = [e.metrics.get(metric) for e in epochs]
         if any(v is not None for v in values):
             table[metric] = [_compact(v) for v in values]
-    updates = {name: points for name in UPDATE_SERIES if (points := _update_points(epochs, name))}
-    if updates:
-        table[UPDATES] = updates  # type: ignore[assignment]  # the one nested entry
+    if len(epochs) == 1:
+        updates = {name: points for name in UPDATE_SERIES
+                   if (points := _update_points(epochs[0].series.get(name) or []))}
+        if updates:
+            table[UPDATES] = updates  # type: ignore[assignment]  # the one nested entry
     return table
 
 
-def _update_points(epochs: Sequence[Epoch], name: str) -> list[list[float]]:
-    """[[update, value]] of a per-update series over the epochs: an epoch's updates end at
-    its `step` (updates so far) where that covers its series, else follow the last."""
-    points: list[list[float]] = []
-    done = 0
-    for epoch in epochs:
-        series = epoch.series.get(name) or []
-        first = epoch.step - len(series) if epoch.step >= done + len(series) else done
-        points += [[first + i + 1, v] for i, v in enumerate(series)]
-        done = first + len(series)
-    finite = [[u, float(f"{v:.6g}")] for u, v in points if math.isfinite(v)]
+def _update_points(series: list[float]) -> list[list[float]]:
+    """[[update, value]] of an epoch's series, its finite values, thinned out evenly."""
+    finite = [[i + 1, float(f"{v:.6g}")] for i, v in enumerate(series) if math.isfinite(v)]
     if len(finite) <= MAX_UPDATE_POINTS:
         return finite
     stride = len(finite) / MAX_UPDATE_POINTS
-    kept = [finite[int(i * stride)] for i in range(MAX_UPDATE_POINTS - 1)]
-    return [*kept, finite[-1]]
+    return [*(finite[int(i * stride)] for i in range(MAX_UPDATE_POINTS - 1)), finite[-1]]
 
 
 def _compact(value: float | None) -> float | None:
