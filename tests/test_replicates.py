@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from msexp.errors import SpecError
 from msexp.execution.arguments import arguments
+from msexp.search.storage import open_storage
 from msexp.spec import parse_spec
 from msexp.tracking.replicates import configurations, effects, markdown
 from tests.conftest import mlflow_client, write
@@ -95,6 +96,15 @@ def test_the_report_of_a_repeated_sweep(workdir: Path) -> None:
         if r.data.tags["msexp.role"] == "sweep")
     assert "report/replicates.md" in {a.path for a in client.list_artifacts(
         parent.info.run_id, "report")}
+    assert "importance: lr=1.00" in result.output, "an effect beyond the spread is ranked"
+    study = optuna.load_study(study_name="repeated", storage=open_storage(None))
+    assert all(len(t.user_attrs["epoch_metrics"]["updates"]["train_loss"]) > 1
+               for t in study.trials), "one epoch: the loss by update is kept"
+    assert Path("mlruns/reports/repeated/learning_curves.png").stat().st_size > 5000
+    logged = client.get_metric_history(parent.info.run_id, "best_eval_accuracy")
+    again = CliRunner().invoke(app, ["report", str(sweep)], env={"COLUMNS": "200"})
+    assert again.exit_code == 0 and "importance: lr=1.00" in again.output
+    assert client.get_metric_history(parent.info.run_id, "best_eval_accuracy") == logged
 
 
 def test_groups_ignore_param_order_unfinished_trials_and_missing_metrics() -> None:
