@@ -4,6 +4,7 @@ logged once on the sweep's MLflow parent run."""
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from msexp.errors import MsexpError
+from msexp.errors import MsexpError, describe
 from msexp.keys import RunTag, StudyKey, TrialKey
 from msexp.library_warnings import warnings_to_log
 from msexp.secrets.redaction import redact
@@ -28,6 +29,7 @@ from msexp.tracking.replicates import (
 )
 from msexp.tracking.runs import CHECKPOINT_ARTIFACTS, Tracker, tracking_uri
 
+_log = logging.getLogger("msexp")
 REPORT_ARTIFACTS = "report"  # the parent run's folder of the report's files
 REPORT_TAG = "msexp.report"  # on the parent run: the fingerprint of the report logged there
 
@@ -219,13 +221,18 @@ def log_report(report: Report, uri: str | None = None, tracker: Tracker | None =
 
 def _replace_files(tracker: Tracker, run_id: str, paths: list[Path]) -> None:
     """The run's report/ folder holds `paths` and nothing an earlier report left."""
-    from mlflow.store.artifact.artifact_repository_registry import (  # lazy: MLflow
+    from mlflow.exceptions import MlflowException  # lazy: MLflow
+    from mlflow.store.artifact.artifact_repository_registry import (  # lazy: as above
         get_artifact_repository,
     )
 
     run = tracker.client.get_run(run_id)
     if tracker.client.list_artifacts(run_id, REPORT_ARTIFACTS):
-        get_artifact_repository(run.info.artifact_uri).delete_artifacts(REPORT_ARTIFACTS)
+        try:  # a store that cannot delete keeps the old files; the new ones overwrite theirs
+            get_artifact_repository(run.info.artifact_uri).delete_artifacts(REPORT_ARTIFACTS)
+        except (MlflowException, NotImplementedError, OSError) as exc:
+            _log.warning("the earlier report's files stay on MLflow run %s (%s)", run_id,
+                         describe(exc))
     for path in paths:
         tracker.client.log_artifact(run_id, str(path), REPORT_ARTIFACTS)
 
