@@ -4,11 +4,14 @@ did: this fails the day Optuna renames or changes one of them."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import optuna
+from optuna.storages import _cached_storage
 from optuna.trial import TrialState
 
 from msexp.search import optuna_private
+from msexp.search.patience import patient
 
 
 def test_the_heartbeat_contract_has_the_methods_msexp_implements() -> None:
@@ -37,3 +40,19 @@ def test_popping_waiting_trials_and_putting_one_back_work_on_a_real_study() -> N
     assert "trial_id" in inspect.signature(optuna.Trial.__init__).parameters
     storage = optuna_private.storage_of(study)
     assert storage.get_study_id_from_name(study.study_name) == optuna_private.study_id(study)
+
+
+def test_the_private_calls_of_optunas_cache_are_the_ones_msexp_rides_out() -> None:
+    """# mutation: a private call of `_CachedStorage` left out of CACHED_BACKEND_CALLS (the
+    reads of `get_all_trials` went through `_get_trials` unretried: a PostgreSQL restart
+    stopped the sweep with "invalid data in the commit")"""
+    source = inspect.getsource(_cached_storage)
+    called = set(re.findall(r"self\._backend\.(_[a-z]\w*)", source))
+    assert called == set(optuna_private.CACHED_BACKEND_CALLS)
+    rdb = patient(optuna.storages.RDBStorage)
+    for name in called:
+        assert name in vars(rdb), f"{name} is retried through an outage"
+    cached = optuna.storages.get_storage(optuna.storages.RDBStorage("sqlite://"))
+    assert optuna_private.backend_of(cached) is not cached
+    memory = optuna.storages.InMemoryStorage()
+    assert optuna_private.backend_of(memory) is memory

@@ -35,6 +35,7 @@ from msexp.search.optuna_private import (
     study_id,
     trial_id,
 )
+from msexp.search.patience import outage_within
 
 Trial = optuna.Trial | FrozenTrial
 OnFail = Callable[[FrozenTrial, str], dict[str, Any]]
@@ -74,6 +75,11 @@ class TrialHeartbeat(BaseHeartbeat):
                                            and (owner_is_dead(owner_of(trial)) or silent(trial)))]
 
     def _silent(self) -> Callable[[FrozenTrial], bool]:
+        """Whether a trial's owner went silent. Not after this process found the storage
+        down within STALE_AFTER_S: heartbeats missed meanwhile say nothing of their owners
+        (a live one beats again within seconds of the storage's return)."""
+        if outage_within(storage_of(self.study), STALE_AFTER_S):
+            return lambda trial: False
         if self.optuna is not None:
             ids = set(self.optuna._get_stale_trial_ids(study_id(self.study)))
             return lambda trial: trial_id(trial) in ids

@@ -17,6 +17,12 @@ from optuna.storages.journal._file import (  # noqa: F401  (re-exported)
 )
 from optuna.trial import TrialState
 
+# What Optuna's cache of an RDB storage (`_CachedStorage`, which Optuna puts around every
+# `RDBStorage` a study is given) calls on it by private names, besides the storage and
+# heartbeat contracts: `search.patience` rides out an outage in these calls too
+CACHED_BACKEND_CALLS = ("_create_new_trial", "_set_trial_param", "_get_best_trial_id",
+                        "_get_trials", "_get_stale_trial_ids")
+
 
 def pop_waiting(study: optuna.Study) -> optuna.Trial | None:
     """Take a WAITING trial, or None when none waits: the first whose WAITING -> RUNNING
@@ -68,3 +74,9 @@ def reconnect(proxy: optuna.storages.GrpcStorageProxy) -> None:
     waits out gRPC's reconnect backoff (up to 120 s) before it tries again. The old one is
     left to calls still on it (they fail, and are retried on the new one)."""
     proxy._setup()
+
+
+def backend_of(storage: optuna.storages.BaseStorage) -> optuna.storages.BaseStorage:
+    """The storage behind Optuna's cache of an RDB storage (the storage itself otherwise):
+    where msexp keeps what it knows of the storage's outages."""
+    return getattr(storage, "_backend", storage)

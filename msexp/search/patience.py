@@ -14,13 +14,21 @@ import logging
 import os
 import threading
 import time
+from datetime import datetime
 from typing import Any, Callable, TypeVar
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from msexp.errors import MsexpError
-from msexp.search.optuna_private import BaseHeartbeat, reconnect
+from msexp.keys import TrialKey
+from msexp.search.optuna_private import (
+    CACHED_BACKEND_CALLS,
+    BaseHeartbeat,
+    backend_of,
+    reconnect,
+    trial_id,
+)
 from msexp.secrets.redaction import redact
 
 PATIENCE_S = 90.0  # a restart of up to a minute, with room; MSEXP_STORAGE_PATIENCE_S sets it
@@ -64,6 +72,7 @@ class Patience:
     def _patiently(self, call: Callable[[], T], before_retry: Callable[[], object]) -> T:
         tries = 0
         while True:
+            began = time.monotonic()
             try:
                 answer = call()
             except Exception as exc:
@@ -74,7 +83,7 @@ class Patience:
                 tries += 1
                 before_retry()
             else:
-                self._answered()
+                self._answered(began)
                 return answer
 
     def _wait(self, reason: str, tries: int) -> None:
@@ -89,11 +98,13 @@ class Patience:
                              f"{patience_s():.0f} s ({reason})")
         time.sleep(_BACKOFF_S[min(tries, len(_BACKOFF_S) - 1)])
 
-    def _answered(self) -> None:
-        if self.began is None:
+    def _answered(self, asked: float) -> None:
+        """A call asked at `asked` was answered: the outage is over if it was asked after
+        the outage began (one asked before may be answered while the server shuts down)."""
+        if self.began is None or asked < self.began:
             return
         with self.lock:
-            if self.began is not None:
+            if self.began is not None and asked >= self.began:
                 self.began, self.ended = None, time.monotonic()
                 _log.info(f"the study storage {self.url} answers again")
 
@@ -111,6 +122,12 @@ def patience_of(url: str) -> Patience:
     """One `Patience` per storage and process: the storage and its study lock share it."""
     with _PATIENCE_LOCK:
         return _PATIENCE.setdefault(url, Patience(url))
+
+
+def outage_within(storage: optuna.storages.BaseStorage, seconds: float) -> bool:
+    """Whether this process found `storage` down within the last `seconds` (or now)."""
+    patience = getattr(backend_of(storage), "msexp_patience", None)
+    return patience is not None and patience.recovered_within(seconds)
 
 
 def unreachable(exc: BaseException) -> str | None:
@@ -156,10 +173,12 @@ def _line(text: str) -> str:
 
 def patient(cls: type[T]) -> type[T]:
     """`cls` (an Optuna storage) whose every storage call rides out an outage: a subclass,
-    so Optuna still sees an `RDBStorage` (its cache, its heartbeat) or a gRPC proxy."""
+    so Optuna still sees an `RDBStorage` (its cache, its heartbeat) or a gRPC proxy. The
+    private calls Optuna's cache makes on an RDB storage are retried too."""
     calls = {name for base in (optuna.storages.BaseStorage, BaseHeartbeat)
              for name in vars(base) if not name.startswith("__") and hasattr(cls, name)
              and callable(getattr(cls, name))}
+    calls |= {name for name in CACHED_BACKEND_CALLS if hasattr(cls, name)}
     wrapped = {name: _retried(getattr(cls, name), name) for name in sorted(calls)}
     return type(f"Patient{cls.__name__}", (cls,), wrapped)  # type: ignore[return-value]
 
@@ -170,17 +189,16 @@ def _retried(method: Callable[..., Any], name: str) -> Callable[..., Any]:
         patience = getattr(self, "msexp_patience", None)
         if patience is None:
             return method(self, *args, **kwargs)
+        since = datetime.now()  # Optuna stamps a trial's start with this clock too
         tried: list[bool] = []
 
         def once() -> Any:
-            again = bool(tried)
+            if tried:  # the first try's write may have landed, only its answer lost
+                landed = _landed(self, name, args, kwargs, since)
+                if landed is not None:
+                    return landed
             tried.append(True)
-            try:
-                return method(self, *args, **kwargs)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                if again and name == "set_trial_state_values" and _landed(self, args, kwargs):
-                    return True  # the first try's write landed; only its answer was lost
-                raise
+            return method(self, *args, **kwargs)
 
         return patience.call(once, lambda: reconnect(self) if isinstance(
             self, optuna.storages.GrpcStorageProxy) else None)
@@ -188,8 +206,49 @@ def _retried(method: Callable[..., Any], name: str) -> Callable[..., Any]:
     return call
 
 
-def _landed(storage: Any, args: tuple, kwargs: dict[str, Any]) -> bool:
-    """Whether the trial is in the state a `set_trial_state_values` asked for."""
-    trial_id = args[0] if args else kwargs["trial_id"]
-    state = args[1] if len(args) > 1 else kwargs["state"]
-    return state is not TrialState.RUNNING and storage.get_trial(trial_id).state is state
+def _landed(storage: Any, name: str, args: tuple, kwargs: dict[str, Any], since: datetime
+            ) -> Any:
+    """What a write that was cut off answers if it landed before the cut, else None: a
+    retried write is not applied twice (a trial created twice, a claim or a tell refused as
+    if another process had made it). Writes not named here are idempotent."""
+    if name in ("create_new_trial", "_create_new_trial"):
+        made = _created(storage, _arg(args, kwargs, 0, "study_id"),
+                        _arg(args, kwargs, 1, "template_trial"), since)
+        return made if made is None or name == "_create_new_trial" else trial_id(made)
+    if name == "set_trial_state_values":
+        state, values = _arg(args, kwargs, 1, "state"), _arg(args, kwargs, 2, "values")
+        frozen = storage.get_trial(_arg(args, kwargs, 0, "trial_id"))
+        told = values is None or list(frozen.values or []) == list(values)
+        return True if told and _in_state(frozen, state, since) else None
+    return None
+
+
+def _arg(args: tuple, kwargs: dict[str, Any], index: int, keyword: str) -> Any:
+    return args[index] if len(args) > index else kwargs.get(keyword)
+
+
+def _created(storage: Any, study: int, template: FrozenTrial | None, since: datetime
+             ) -> FrozenTrial | None:
+    """The trial a cut-off create made: one queued from `template` (msexp queues each
+    trial with a mark of its own, its grid point or the trial it reruns, so an equal one is
+    this call's), or, without a template (a sampler's new trial), one started since the
+    call with no claim marked on it yet (the caller holds the study lock)."""
+    state = template.state if template is not None else TrialState.RUNNING
+    for frozen in storage.get_all_trials(study, deepcopy=False, states=(state,)):
+        if template is not None and (frozen.user_attrs, frozen.system_attrs, frozen.params) \
+                == (template.user_attrs, template.system_attrs, template.params):
+            return frozen
+        if template is None and not frozen.user_attrs and frozen.datetime_start is not None \
+                and frozen.datetime_start >= since:
+            return frozen
+    return None
+
+
+def _in_state(frozen: FrozenTrial, state: TrialState, since: datetime) -> bool:
+    """Whether the trial is where a cut-off `set_trial_state_values(state)` put it: a
+    finished state (told), WAITING (put back), or RUNNING since the call with no claim
+    marked yet (taken by this call: the claim holds the study lock)."""
+    if state is TrialState.RUNNING:
+        return frozen.state is state and not frozen.user_attrs.get(TrialKey.OWNER) and \
+            frozen.datetime_start is not None and frozen.datetime_start >= since
+    return frozen.state is state

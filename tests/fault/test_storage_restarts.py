@@ -92,7 +92,8 @@ def test_a_sweep_rides_out_a_restart_of_its_storage(mark: str, db: services.Serv
     proc = subprocess.Popen(msexp_cmd("sweep", str(sweep_file(name)), "--storage", url),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert wait_for("a first trial", lambda: completed(name, db.storage_url) > 0, proc)
+        assert wait_for("a first trial", lambda: completed(name, db.storage_url) > 0, proc), \
+            proc.communicate()
         (stop_postgres if restarted == "postgresql" else stop_proxy)(db)
         time.sleep(OUTAGE_S)
         assert proc.poll() is None, "the sweep waits for its storage"
@@ -123,7 +124,8 @@ def test_past_its_patience_a_sweep_stops_with_the_cause_in_one_line(
     proc = subprocess.Popen(msexp_cmd("sweep", str(sweep), "--storage", url),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for("a first trial", lambda: completed(name, db.storage_url) > 0, proc)
+        assert wait_for("a first trial", lambda: completed(name, db.storage_url) > 0, proc), \
+            proc.communicate()
         (stop_postgres if stopped == "postgresql" else stop_proxy)(db)
         out, err = proc.communicate(timeout=DEADLINE_S)
     finally:
