@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Callable
 
 import optuna
@@ -63,15 +64,23 @@ class MlflowRecorder(Recorder):
             experiment_id = tracker.experiment_id(self.spec.name)
             parent_id = self._parent_run(tracker, experiment_id, created, storage_label)
             self._supersede(tracker, parent_id)
+            self._tell_links(tracker.ui_links(experiment_id, parent_id, self._sweep_file()))
             self.opened.set_result((tracker, experiment_id, parent_id))
         except BaseException as exc:
             self.opened.set_exception(exc)
-            return
+
+    def _tell_links(self, links: tuple[str, str, str | None]) -> None:
+        """The watchers told the UI links, before anything waiting for MLflow goes on (the
+        sweep's end prints them again)."""
         for watcher in self.watchers:
             try:
-                watcher.on_mlflow_open(*self.ui_links())
+                watcher.on_mlflow_open(*links)
             except Exception as exc:  # a display: the sweep goes on without its links
                 _log.debug(f"UI links not shown ({type(exc).__name__}: {exc})")
+
+    def _sweep_file(self) -> Path | None:
+        """The sweep file, for `msexp ui FILE` (None where it was read from a pipe)."""
+        return self.spec.path if self.spec.path.is_file() else None
 
     def ready(self) -> bool:
         return self.opened.done()
@@ -236,8 +245,7 @@ class MlflowRecorder(Recorder):
     def ui_links(self) -> tuple[str, str, str | None]:
         """The runs table, the parent run, and the command that serves the store."""
         tracker, experiment_id, parent_id = self.opened.result()
-        path = self.spec.path
-        return tracker.ui_links(experiment_id, parent_id, path if path.is_file() else None)
+        return tracker.ui_links(experiment_id, parent_id, self._sweep_file())
 
 
 class _Writes:

@@ -1,1 +1,0 @@
-"""Built-in workloads. Each module is an msexp experiment: `build(params) -> Workload`."""

@@ -1,0 +1,215 @@
+"""`msexp ui`: a real MLflow server on a real sweep's store, its links, and no process left
+after Ctrl-C, SIGTERM or a killed msexp; the sweep's links as it starts."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from msexp.cli import app
+from tests.conftest import ASSETS, ROOT, msexp_cmd, write
+
+START_S = 300  # the server's first answer on a loaded 2-core machine
+LINK = re.compile(r"^compare trials: +(http://127\.0\.0\.1:(\d+)/#/experiments/(\d+)/runs"
+                  r"\?workflowType=machine_learning)$", re.M)
+PARENT = re.compile(r"^sweep run: +http://127\.0\.0\.1:\d+/#/experiments/\d+/runs/(\w+)"
+                    r"\?workflowType=machine_learning$", re.M)
+
+
+@dataclass(frozen=True)
+class Swept:
+    folder: Path
+    output: str
+
+
+def env() -> dict[str, str]:
+    found = {k: v for k, v in os.environ.items()
+             if k not in ("MLFLOW_TRACKING_URI", "MSEXP_STORAGE", "COLUMNS")}
+    found["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ASSETS)])
+    return found
+
+
+def free_port() -> int:
+    """A free port from 5070 up (Chromium and some clients refuse others, 5061 among them)."""
+    for port in range(5070, 5170):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    raise AssertionError("no free port in 5070..5169")
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> Swept:
+    """A finished two-trial sweep of mlp_digits, its output piped."""
+    folder = tmp_path_factory.mktemp("ui")
+    write(folder / "tiny.yaml", """
+        name: tiny
+        experiment: mlp_digits
+        fixed: {epochs: 1, hidden: 16}
+        params: {micro_size: [1, 2]}
+    """)
+    done = subprocess.run(msexp_cmd("sweep", "tiny.yaml"), cwd=folder, env=env(),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return Swept(folder, done.stdout)
+
+
+class Ui:
+    """`msexp ui` running in the foreground, its output read line by line."""
+
+    def __init__(self, folder: Path, *args: str):
+        self.process = subprocess.Popen(msexp_cmd("ui", *args), cwd=folder, env=env(),
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+        self.output = ""
+
+    def read_until(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline:
+            found = pattern.search(self.output)
+            if found:
+                return found
+            line = self.process.stdout.readline()  # type: ignore[union-attr]
+            if not line and self.process.poll() is not None:
+                break
+            self.output += line
+        raise AssertionError(f"no {pattern.pattern} in: {self.output}"
+                             f"{self.process.stderr.read()}")  # type: ignore[union-attr]
+
+    def server_pids(self, port: int) -> list[int]:
+        """The processes of the server on `port` (MLflow's CLI and its uvicorn), not zombies."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if b"--port" in argv and str(port).encode() in argv and state != "Z" and any(
+                    b"mlflow" in a or b"uvicorn" in a for a in argv):
+                found.append(int(entry.name))
+        return found
+
+
+def get(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        return int(answer.status)
+
+
+def gone(ui: Ui, port: int, within: float = 30.0) -> bool:
+    deadline = time.monotonic() + within
+    while ui.server_pids(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not ui.server_pids(port)
+
+
+@pytest.mark.slow  # a sweep of two trials
+def test_a_sweep_prints_its_links_as_it_starts_and_as_it_ends(swept: Swept) -> None:
+    # mutation: run_sweep gives the recorder no watchers -> the links only at the end
+    links = LINK.findall(swept.output)
+    assert len(links) == 2 and links[0] == links[1], swept.output
+    starting = swept.output.index("compare trials:")
+    assert starting < swept.output.index("tiny: trials"), "the start's links come first"
+    assert swept.output[:starting].endswith("serve the store:  msexp ui tiny.yaml\n"), (
+        swept.output)
+
+
+@pytest.mark.slow  # a real MLflow server
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_msexp_ui_serves_the_sweeps_store_until_stopped(swept: Swept, stop: int) -> None:
+    port = free_port()
+    ui = Ui(swept.folder, "tiny.yaml", "--port", str(port))
+    try:
+        runs = ui.read_until(LINK)
+        parent = ui.read_until(PARENT)[1]
+        assert "ready in" in ui.output and int(runs[2]) == port, ui.output
+        assert get(runs[1]) == 200
+        # the store it serves is the sweep's: its parent run, by the printed id
+        api = f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/runs/get?run_id={parent}"
+        assert get(api) == 200
+        assert len(ui.server_pids(port)) >= 2, "MLflow's CLI and its uvicorn"
+        ui.process.send_signal(stop)
+        # mutation: serve installs no handlers -> Ctrl-C exits 130, SIGTERM 143
+        assert ui.process.wait(timeout=60) == 0
+        assert gone(ui, port), f"left running: {ui.server_pids(port)}"
+        assert "MLflow UI stopped" in ui.process.stderr.read()  # type: ignore[union-attr]
+    finally:
+        ui.process.kill()
+
+
+@pytest.mark.slow  # a real MLflow server
+def test_a_killed_msexp_ui_takes_its_server_with_it(swept: Swept) -> None:
+    """SIGKILL leaves no handler to run: the server learns it from the kernel."""
+    port = free_port()
+    ui = Ui(swept.folder, "tiny.yaml", "--port", str(port))
+    try:
+        ui.read_until(LINK)
+        ui.process.kill()
+        ui.process.wait(timeout=30)
+        # mutation: no PR_SET_PDEATHSIG in the server -> it outlives msexp
+        assert gone(ui, port), f"left running: {ui.server_pids(port)}"
+    finally:
+        for pid in ui.server_pids(port):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow  # a real MLflow server
+def test_msexp_ui_of_a_tracking_server_prints_its_links_and_starts_nothing(
+        swept: Swept) -> None:
+    port = free_port()
+    ui = Ui(swept.folder, "tiny.yaml", "--port", str(port))
+    try:
+        served = ui.read_until(LINK)
+        parent = ui.read_until(PARENT)[1]
+        other = free_port()
+        done = subprocess.run(msexp_cmd("ui", "tiny.yaml", "--tracking-uri",
+                                        f"http://127.0.0.1:{port}", "--port", str(other)),
+                              cwd=swept.folder, env=env(), capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert LINK.search(done.stdout)[1] == served[1], done.stdout  # type: ignore[index]
+        assert PARENT.search(done.stdout)[1] == parent, done.stdout  # type: ignore[index]
+        assert "ready in" not in done.stdout and not ui.server_pids(other)
+    finally:
+        ui.process.send_signal(signal.SIGINT)
+        ui.process.wait(timeout=60)
+
+
+@pytest.mark.slow  # MLflow opens the store
+def test_msexp_ui_refuses_a_taken_port(swept: Swept) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(msexp_cmd("ui", "tiny.yaml", "--port", str(port)),
+                              cwd=swept.folder, env=env(), capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 1
+    assert f"port {port} already answers" in done.stderr and f"--port {port + 1}" in done.stderr
+
+
+def test_msexp_ui_before_any_sweep_says_to_sweep_and_makes_no_store(workdir: Path) -> None:
+    write(workdir / "tiny.yaml", "name: tiny\nexperiment: mlp_digits\n")
+    result = CliRunner().invoke(app, ["ui", "tiny.yaml"])
+    assert result.exit_code == 1, result.output
+    assert ("no MLflow store at mlruns/mlflow.db: run `msexp sweep tiny.yaml` first"
+            in result.output), result.output
+    assert not (workdir / "mlruns" / "mlflow.db").exists()
+
+
+def test_msexp_ui_help_has_a_summary_and_an_example_that_runs() -> None:
+    result = CliRunner().invoke(app, ["ui", "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0
+    assert "Serve the sweep's MLflow store and print the links of its runs." in result.output
+    assert "Example: msexp ui sweeps/accum.yaml" in result.output
+    assert (ROOT / "sweeps/accum.yaml").is_file()
