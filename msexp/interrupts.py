@@ -1,53 +1,131 @@
-"""Stop signals the CLI received: a library that swallows one (MindSpore turns a Ctrl-C
-during its import into an ImportError) must not turn a stop into a reported error."""
+"""Stop signals (Ctrl-C, SIGTERM) the CLI received: remembered, the first acknowledged at
+once where the command reports stops (`msexp sweep`, `msexp worker`), and acted on where
+the command can act. A library that swallows one (MindSpore turns a Ctrl-C during its
+import into an ImportError) must not turn a stop into a reported error."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
 
-received: list[int] = []
+STOPS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C; Slurm, Kubernetes and systemd
+RESUME = "run the same command again to resume"
+
+received: list[int] = []  # every stop signal so far, first first
+_acknowledging: list[bool] = []  # [True] where the command acknowledges a stop (`install`)
 
 
-def install() -> None:
-    """Ctrl-C raises KeyboardInterrupt, SIGTERM exits 143; both are remembered."""
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
+def stopping_line(trials: list[int]) -> str:
+    """What a sweep says at once when a stop comes: the trials it stops, which resume."""
+    if not trials:
+        return "stopping: no trial running"
+    if len(trials) == 1:
+        return f"stopping: trial {trials[0]} will resume from its last checkpoint"
+    names = ", ".join(map(str, trials[:-1])) + f" and {trials[-1]}"
+    return f"stopping: trials {names} will resume from their last checkpoints"
 
 
-def _stop(signum: int, frame: object) -> None:
-    received.append(signum)
+def install(held: bool = False) -> None:
+    """Ctrl-C raises KeyboardInterrupt, SIGTERM exits 143; both are remembered.
+
+    `held` (sweep, worker): the first stop is acknowledged at once and held until the
+    command can report it (`act`); a second one acts at once.
+    """
+    _acknowledging[:] = [held]
+    for sig in STOPS:
+        signal.signal(sig, _hold if held else _stop)
+
+
+def act() -> None:
+    """From now on a stop signal acts at once; one held until now acts now."""
+    for sig in STOPS:
+        signal.signal(sig, _stop)
+    if received:
+        leave(received[0])
+
+
+def leave(signum: int) -> None:
+    """Act on a stop: KeyboardInterrupt for Ctrl-C, exit 128 + the signal otherwise."""
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     sys.exit(128 + signum)
 
 
+def note(signum: int) -> bool:
+    """Remember a stop signal and acknowledge the first where the command does; True for
+    the first."""
+    received.append(signum)
+    first = len(received) == 1
+    if first and any(_acknowledging):
+        say(stopping_line([]))
+    return first
+
+
+def say(line: str) -> None:
+    """Write a line on stdout at once, even from a signal handler that interrupted a print
+    (a second write into the same buffer would raise)."""
+    try:
+        os.write(sys.stdout.fileno(), f"{line}\n".encode())
+    except (AttributeError, OSError, ValueError):  # no file behind it (a test's capture)
+        print(line, flush=True)
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    note(signum)
+    leave(signum)
+
+
+def _hold(signum: int, frame: FrameType | None) -> None:
+    if not note(signum):
+        leave(signum)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Remember stop signals (the first acknowledged) and act on none while the block
+    runs: what a stopped command prints last (its table, the resume line) is printed
+    whole."""
+    with _handlers(lambda signum, frame: note(signum)):
+        yield
+
+
 @contextmanager
 def deferred() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM until the block ends, then act on them: MindSpore's C++
-    runtime, interrupted while it initialises, aborts the process (SIGABRT)."""
+    runtime, interrupted while it initialises, aborts the process (SIGABRT). The first is
+    acknowledged at once."""
+    pending: list[int] = []
+    with _handlers(lambda signum, frame: (note(signum), pending.append(signum))) as previous:
+        yield
+    for signum in pending[:1]:
+        handler = previous.get(signum)
+        if handler is _hold:
+            return  # still held: the command acts on it once it can report it
+        if handler is _stop or not callable(handler):
+            leave(signum)
+        else:
+            handler(signum, None)
+
+
+@contextmanager
+def _handlers(handler: Callable[[int, FrameType | None], object]
+              ) -> Iterator[dict[int, object]]:
+    """`handler` for Ctrl-C and SIGTERM while the block runs (main thread only); yields
+    the handlers it replaced."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield {}
         return
-    held: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in STOPS}
     try:
-        yield
+        yield previous
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for signum in held[:1]:
-            handler = previous[signum]
-            if callable(handler):
-                handler(signum, None)
-            elif signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            else:
-                sys.exit(128 + signum)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def import_mindspore() -> None:
@@ -57,19 +135,16 @@ def import_mindspore() -> None:
 
 
 @contextmanager
-def handled(signals: tuple[int, ...], on_signal: Callable[[int], None]) -> Iterator[None]:
-    """Call `on_signal(signum)` for `signals` while the block runs (main thread only).
+def handled(on_signal: Callable[[int], None]) -> Iterator[None]:
+    """Remember each stop signal and call `on_signal(signum)` while the block runs (main
+    thread only).
 
     A sweep stops its trials this way instead of by KeyboardInterrupt: one raised inside
     `Thread.join` can leave CPython reporting a running thread as dead.
     """
-    if threading.current_thread() is not threading.main_thread():
+    def handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        on_signal(signum)
+
+    with _handlers(handler):
         yield
-        return
-    previous = {sig: signal.signal(sig, lambda signum, frame: on_signal(signum))
-                for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from msexp.cli.options import console
 from msexp.execution.subscribers import Subscriber, TrialInfo
+from msexp.interrupts import stopping_line
 from msexp.keys import StudyKey, TrialKey
 from msexp.knobs import value_text as cell
 from msexp.secrets.redaction import redact
@@ -144,6 +145,8 @@ def summary(outcome: Any) -> None:
     missing = missing_objectives(outcome.study)
     if missing:
         console.print(missing, markup=False, highlight=False)
+    if not outcome.recorder.ready() or outcome.recorder.failure() is not None:
+        return  # a second stop left MLflow opening: no links to give
     runs, parent, command = outcome.recorder.ui_links()
     if command:
         console.print(f"serve the store:  {command}")
@@ -165,6 +168,16 @@ class SplitNotice:
         self.told = True
         return batch_statistics_warning(str(self.spec.path), stats.layers, self.spec.space,
                                         stats.dropout, stats.seeded)
+
+
+def stopping(running: list[int], opening: bool, hurried: bool) -> str:
+    """The line a stop signal gets at once: the first names the trials that go back to
+    the queue (and says where MLflow still opens), a second says the sweep waits for
+    MLflow no more."""
+    if hurried:
+        return "stopping now, without waiting for MLflow (the next run records what waits)"
+    line = stopping_line(running)
+    return f"{line}; MLflow is still opening (Ctrl-C again not to wait)" if opening else line
 
 
 def resuming(name: str, total: int, done: int, best: str) -> str:
@@ -213,6 +226,9 @@ class SweepProgress(Subscriber):
         self.task = self.bar.add_task(self.spec.name, total=total, completed=done,
                                       info=f"best {best}", done_before=done)
 
+    def on_sweep_stopping(self, running: list[int], opening: bool, hurried: bool) -> None:
+        self.bar.console.print(stopping(running, opening, hurried), markup=False, highlight=False)
+
     def on_trial_start(self, trial: TrialInfo) -> None:
         """A row per running trial: its params, epoch of epochs, last loss, ETA."""
         self.running[trial.number] = self.bar.add_task(
@@ -257,6 +273,9 @@ class LineProgress(Subscriber):
     def on_sweep_start(self, total: int, done: int, best: str = "-") -> None:
         console.print(resuming(self.spec.name, total, done, best) if done else
                       f"{self.spec.name}: 0/{total} trials done", highlight=False)
+
+    def on_sweep_stopping(self, running: list[int], opening: bool, hurried: bool) -> None:
+        console.print(stopping(running, opening, hurried), markup=False, highlight=False)
 
     def on_trial_end(self, trial: TrialInfo, result: Any) -> None:
         console.print(f"trial {trial.number}: {result.status.value} ({result.wall_s:.1f} s); "

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
+from msexp import interrupts
 from msexp.cli import hints
 from msexp.cli.options import (
     ColdOpt,
@@ -18,20 +20,22 @@ from msexp.cli.options import (
     cold_spec,
     console,
     err_console,
-    optuna_to_log,
 )
 from msexp.cli.plans import plan_document, plan_table
 from msexp.cli.render import (
     LineProgress,
     SweepProgress,
+    finished_trials,
     missing_objectives,
     print_json,
     summary,
+    trials_table,
 )
 from msexp.cli.scripts import check_command_experiment, preflight
+from msexp.cli.studies import existing_study
 from msexp.errors import SpecError
-from msexp.execution.host import HostPool
 from msexp.execution.protocol import TrialRequest
+from msexp.search.slots import run_in_slots
 from msexp.spec import Method, SweepSpec, load_spec
 from msexp.spec.checks import batch_statistics_warning
 from msexp.spec.space import derived
@@ -161,17 +165,22 @@ def sweep(
     command's flags refused, nothing run; 3 stopped by budget.fail_fast; 130 / 143
     stopped by Ctrl-C / SIGTERM (run the same command again to resume).
 
+    Ctrl-C stops the running trials at once (each resumes from its last checkpoint);
+    a second Ctrl-C also stops waiting for MLflow.
+
     Example: msexp sweep sweeps/accum.yaml --workers 2
     """
-    spec = preflight(cold_spec(load_spec(file), cold))
-    outcome = _run(spec, workers or spec.budget.workers, SweepProgress(spec), tracking_uri,
-                   storage, study, rerun, restart)
-    summary(outcome)
-    where = _where(outcome, study, storage)
-    report = hints.command("report", file, **where, tracking_uri=tracking_uri)
-    best = hints.command("best", file, **where, tracking_uri=tracking_uri)
-    console.print(f"plots, importances: {report}; best model: {best}", highlight=False)
-    _finish(outcome, file, where)
+    with _stops(file, study, storage):
+        spec = preflight(cold_spec(load_spec(file), cold))
+        outcome = _run(spec, workers or spec.budget.workers, SweepProgress(spec),
+                       tracking_uri, storage, study, rerun, restart)
+        with interrupts.held():  # a stop now still gets the whole table
+            summary(outcome)
+            where = _where(outcome, study, storage)
+            report = hints.command("report", file, **where, tracking_uri=tracking_uri)
+            best = hints.command("best", file, **where, tracking_uri=tracking_uri)
+            console.print(f"plots, importances: {report}; best model: {best}", highlight=False)
+            _finish(outcome, file, where)
 
 
 def worker(
@@ -195,13 +204,53 @@ def worker(
 
     Example: msexp worker sweeps/accum.yaml --storage postgresql://msexp@db/msexp
     """
-    spec = preflight(cold_spec(load_spec(file), cold))
-    outcome = _run(spec, workers or spec.budget.workers, LineProgress(spec), tracking_uri,
-                   storage, study, rerun, restart)
-    missing = missing_objectives(outcome.study)
-    if missing:
-        console.print(missing, markup=False, highlight=False)
-    _finish(outcome, file, _where(outcome, study, storage))
+    with _stops(file, study, storage):
+        spec = preflight(cold_spec(load_spec(file), cold))
+        outcome = _run(spec, workers or spec.budget.workers, LineProgress(spec),
+                       tracking_uri, storage, study, rerun, restart)
+        with interrupts.held():  # a stop now still gets its lines
+            missing = missing_objectives(outcome.study)
+            if missing:
+                console.print(missing, markup=False, highlight=False)
+            _finish(outcome, file, _where(outcome, study, storage))
+
+
+@contextmanager
+def _stops(file: Path, study: str | None, storage: str | None) -> Iterator[None]:
+    """Act on stop signals from here on. A stop the sweep could not end by itself (while
+    it starts and its stores open, a second Ctrl-C while MLflow opens) still ends with the
+    study's trials table, the resume line and the stop's exit code (130, 143)."""
+    try:
+        interrupts.act()
+        yield
+    except typer.Exit:
+        raise  # the sweep's own end, a stop's included
+    except BaseException:
+        if not interrupts.received:
+            raise
+        with interrupts.held():
+            _stopped_table(file, study, storage)
+            _resume_line()
+        raise typer.Exit(128 + interrupts.received[0]) from None
+
+
+def _stopped_table(file: Path, study: str | None, storage: str | None) -> None:
+    """The trials table of a study stopped before its sweep could show it; a line where
+    none has finished (or none exists: a stop before its store was made makes none)."""
+    try:
+        loaded = existing_study(file, study, storage)
+    except Exception:  # never swept, or stopped while its store was being made
+        console.print("no trial has finished yet", highlight=False)
+        return
+    if finished_trials(loaded):
+        trials_table(loaded)
+    else:
+        console.print(f"{loaded.study_name}: no trial has finished yet", highlight=False)
+
+
+def _resume_line() -> None:
+    err_console.print(f"interrupted: {interrupts.RESUME} (stopped trials continue from "
+                      "their last checkpoint)", highlight=False)
 
 
 def _where(outcome: Any, study: str | None, storage: str | None) -> dict[str, Any]:
@@ -223,10 +272,9 @@ def _finish(outcome: Any, file: Path, where: dict[str, Any]) -> None:
         rerun = hints.command("sweep", file, "--retry-failed", **where)
         err_console.print(f"{len(failed)} trial(s) failed or timed out; after fixing the "
                           f"experiment: {rerun}", highlight=False, soft_wrap=True)
-    if outcome.interrupted:
-        err_console.print("interrupted: run the same command again to resume (stopped "
-                          "trials continue from their last checkpoint)")
-        raise typer.Exit(128 + outcome.interrupted)
+    if interrupts.received:  # the sweep's stop, or one while its end was shown
+        _resume_line()
+        raise typer.Exit(128 + interrupts.received[0])
     if outcome.fail_fast:
         raise typer.Exit(FAIL_FAST_EXIT)
     ended = [t for t in outcome.study.get_trials(deepcopy=False) if t.state.is_finished()]
@@ -238,20 +286,7 @@ def _finish(outcome: Any, file: Path, where: dict[str, Any]) -> None:
 def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
          storage: str | None, study: str | None, rerun: bool = False,
          restart: bool = False) -> Any:
-    """Run the sweep's trials in `workers` trial processes, showing `progress` (a context
-    manager) while they run: the body of the sweep and worker commands.
-
-    No more workers start than the sweep has trials (the sweep then stops those its
-    study has no pending trials for); more workers than CPU cores get a warning.
-    """
-    workers = min(workers, spec.n_trials())
-    cores = os.cpu_count() or 1
-    if workers > cores:
-        err_console.print(f"warning: {workers} workers on {cores} CPU cores: trials compete "
-                          "for the cores and each gets one thread", highlight=False)
-    hosts = HostPool(workers, preload=spec.command is None)  # MindSpore imports there
-    from msexp.search.sweep import run_sweep  # lazy: Optuna and MLflow import meanwhile
-
-    optuna_to_log()
-    with progress:
-        return run_sweep(spec, progress, hosts, tracking_uri, storage, study, rerun, restart)
+    """The body of the sweep and worker commands: `search.slots.run_in_slots` (which the
+    Python API's `msexp.sweep` calls too), its warnings on stderr."""
+    return run_in_slots(spec, workers, progress, tracking_uri, storage, study, rerun,
+                        restart, lambda line: err_console.print(line, highlight=False))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -29,9 +28,9 @@ from msexp.search.source import TrialSource
 from msexp.search.tell import best_so_far, judge, tell
 from msexp.spec import Method, SweepSpec
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C; Slurm, Kubernetes and systemd
 AHEAD = 10  # trials a slot may end while MLflow opens (a new store takes seconds)
 BEST_EVERY_S = 1.0  # the shown best is looked up at most this often: a look reads every trial
+WAKE_S = 0.1  # how often an end waiting for MLflow's opening looks for a second stop
 
 
 @dataclass
@@ -58,6 +57,8 @@ class Sweep:
         self.blind = spec.method in (Method.grid, Method.random) and not self.pruning.enabled
         self.watchers: list[Subscriber] = [recorder, self.pruning, self.fail_fast, *watchers]
         self.stopping = threading.Event()
+        self.hurried = threading.Event()  # a second stop signal: no more waiting for MLflow
+        self.closing = False  # the trials are over; the sweep's record is being closed
         self.results: dict[int, TrialResult] = {}
         self.running: dict[int, Host] = {}  # trial number: the host running it
         self.waiting: list[threading.Thread] = []  # ends waiting for MLflow to open
@@ -79,26 +80,41 @@ class Sweep:
         best = self._best() if done else "-"
         for watcher in self.watchers:
             watcher.on_sweep_start(self.spec.n_trials(), done, best)
-        stopped_early = None
+        with handled(self._interrupt):
+            stopped_early = self._run_trials()
+            self.closing = True  # from here a second stop leaves at once (KeyboardInterrupt)
+            return self._close_sweep(stopped_early)
+
+    def _run_trials(self) -> str | None:
+        """Run trials in every slot until none are left or a stop; the fail-fast line if
+        the sweep stopped starting trials."""
         try:
-            with handled(STOP_SIGNALS, self._interrupt):
-                try:
-                    self.hosts.each(lambda host: self._guarded(self._work, host),
-                                    self._stop_if_unrecordable)
-                    for waiting in self.waiting:
-                        waiting.join()
-                finally:
-                    self.hosts.close()  # a stop has killed them already
+            try:
+                self.hosts.each(lambda host: self._guarded(self._work, host),
+                                self._stop_if_unrecordable)
+                for waiting in self.waiting:
+                    waiting.join()
+            finally:
+                self.hosts.close()  # a stop has killed them already
             if self.fail_fast.stopped is not None and self.error is None:
-                stopped_early = self.fail_fast.line(self.source.pending())
+                return self.fail_fast.line(self.source.pending())
+            return None
         finally:
             self.source.close()
+
+    def _close_sweep(self, stopped_early: str | None) -> SweepOutcome:
+        """Queue again what is still held, end the sweep's MLflow record (not after a
+        second stop: what waits stays in the spool for the next run) and say how it ended.
+        """
         if self.error is not None:
             self.source.release_all(f"sweep stopped: {describe(self.error)}"[:1000])
-        failure = self.recorder.failure()
-        if failure is not None:
-            raise failure
-        self.recorder.close(self._ending())
+        elif self.interrupted:
+            self.source.release_all("interrupted")
+        if not self.hurried.is_set():
+            failure = self.recorder.failure()
+            if failure is not None:
+                raise failure
+            self.recorder.close(self._ending())
         if self.error is not None:
             raise MsexpError(f"sweep {self.study.study_name} stopped: {describe(self.error)}"
                              " (finished trials are kept; run the same command to resume)")
@@ -116,14 +132,33 @@ class Sweep:
             Status.PRUNED not in ran else "FINISHED"
 
     def _stop_if_unrecordable(self) -> None:
-        if self.recorder.failure() is not None:
+        if self._await_recorder() and self.recorder.failure() is not None:
             self._stop()
 
+    def _await_recorder(self) -> bool:
+        """Wait until MLflow has opened (or failed to), or a second stop; whether it has."""
+        while not self.recorder.ready():
+            if self.hurried.wait(WAKE_S):
+                return False
+        return True
+
     def _interrupt(self, signum: int) -> None:
-        if self.stopping.is_set():
-            raise KeyboardInterrupt  # a second Ctrl-C: leave at once
-        self.interrupted = signum
-        self._stop()
+        """A stop signal, in its handler: said at once; the first stops the trials (they
+        go back to the queue), a second stops waiting for MLflow, and leaves at once
+        where the sweep's record is being closed."""
+        first = not self.interrupted
+        self.interrupted = self.interrupted or signum
+        if first or not self.hurried.is_set():
+            running, opening = sorted(self.running.copy()), not self.recorder.ready()
+            for watcher in self.watchers:
+                watcher.on_sweep_stopping(running, opening, not first)
+        if not first:
+            self.hurried.set()
+        self.stopping.set()
+        # a handler never waits for a host's lock, which the main thread may hold
+        threading.Thread(target=self.hosts.stop, daemon=True).start()
+        if not first and self.closing:
+            raise KeyboardInterrupt
 
     def _stop(self) -> None:
         self.stopping.set()
@@ -151,6 +186,9 @@ class Sweep:
                 Status.FAILED, error=describe(exc))
             self._end(trial, result, judge(self.spec, trial, result))
             return
+        if self.stopping.is_set():  # stopped while it was claimed: queued again, untouched
+            self.source.put_back(handle, self._put_back_reason())
+            return
         for watcher in self.watchers:  # the recorder's MLflow run is made while it trains
             watcher.on_trial_start(trial)
         self.running[trial.number] = host
@@ -163,9 +201,10 @@ class Sweep:
                                  wall_s=time.time() - trial.started)
         finally:
             self.running.pop(trial.number, None)
+        cut = self.stopping.is_set() and result.status is not Status.COMPLETE  # by the stop
         kept = judge(self.spec, trial, result, self.fail_fast.unreported(trial))
-        if self.recorder.ready() or not self._may_wait(result):
-            self._close(handle, trial, result, kept)
+        if cut or self.recorder.ready() or not self._may_wait(result):
+            self._close(handle, trial, result, kept, cut)
             return
         waiting = threading.Thread(target=self._guarded, daemon=True,  # the slot goes on
                                    args=(self._close, handle, trial, result, kept))
@@ -183,14 +222,19 @@ class Sweep:
             waiting < AHEAD * len(self.hosts.hosts)
 
     def _close(self, handle: optuna.Trial, trial: TrialInfo, result: TrialResult,
-               kept: dict[str, Any]) -> None:
-        """End the trial; put it back instead when the sweep stops or MLflow cannot record."""
-        if self.stopping.is_set() or self.recorder.failure() is not None:
-            reason = "interrupted" if self.recorder.failure() is None else "MLflow unreachable"
-            self.source.put_back(handle, reason)  # not finished: the next run continues it
+               kept: dict[str, Any], cut: bool = False) -> None:
+        """End the trial; put it back instead where a stop `cut` it short, MLflow cannot
+        record it, or a second stop leaves no time to wait for MLflow to open. A trial
+        that ran to its end before a stop is kept."""
+        if cut or not self._await_recorder() or self.recorder.failure() is not None:
+            self.source.put_back(handle, self._put_back_reason())  # the next run continues it
             self._dropped(trial)
             return
         self._end(trial, result, kept)
+
+    def _put_back_reason(self) -> str:
+        failed = self.recorder.ready() and self.recorder.failure() is not None
+        return "MLflow unreachable" if failed else "interrupted"
 
     def _lost(self, number: int) -> None:
         """Another process holds trial `number` now: stop this process's run of it (its
@@ -211,7 +255,8 @@ class Sweep:
         sure not to report its objective)."""
         for watcher in self.watchers:
             watcher.on_trial_epoch(trial, epoch)
-        return self.pruning.should_stop(trial) or self.fail_fast.should_stop(trial)
+        return self.stopping.is_set() or self.pruning.should_stop(trial) or \
+            self.fail_fast.should_stop(trial)
 
     def _end(self, trial: TrialInfo, result: TrialResult, kept: dict[str, Any]) -> None:
         """The one order of a judged trial's end (`kept`: what its judge keeps): recorded
