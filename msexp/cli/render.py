@@ -148,10 +148,16 @@ def summary(outcome: Any) -> None:
     if not outcome.recorder.ready() or outcome.recorder.failure() is not None:
         return  # a second stop left MLflow opening: no links to give
     runs, parent, command = outcome.recorder.ui_links()
-    if command:
-        console.print(f"serve the store:  {command}")
-    console.print(f"compare trials:   {redact(runs)}")
-    console.print(f"sweep run:        {redact(parent)}")
+    for line in link_lines(runs, command):
+        console.print(line, highlight=False, soft_wrap=True)
+    console.print(f"sweep run:        {redact(parent)}", highlight=False, soft_wrap=True)
+
+
+def link_lines(runs: str, serve: str | None) -> list[str]:
+    """The command that serves the MLflow store (none for a server) and the runs table's
+    link: what a sweep prints as it starts and as it ends."""
+    return [*([f"serve the store:  {serve}"] if serve else []),
+            f"compare trials:   {redact(runs)}"]
 
 
 class SplitNotice:
@@ -226,6 +232,10 @@ class SweepProgress(Subscriber):
         self.task = self.bar.add_task(self.spec.name, total=total, completed=done,
                                       info=f"best {best}", done_before=done)
 
+    def on_mlflow_open(self, runs: str, parent: str, serve: str | None) -> None:
+        for line in link_lines(runs, serve):
+            self.bar.console.print(line, highlight=False, soft_wrap=True)
+
     def on_sweep_stopping(self, running: list[int], opening: bool, hurried: bool) -> None:
         self.bar.console.print(stopping(running, opening, hurried), markup=False, highlight=False)
 
@@ -273,6 +283,10 @@ class LineProgress(Subscriber):
     def on_sweep_start(self, total: int, done: int, best: str = "-") -> None:
         console.print(resuming(self.spec.name, total, done, best) if done else
                       f"{self.spec.name}: 0/{total} trials done", highlight=False)
+
+    def on_mlflow_open(self, runs: str, parent: str, serve: str | None) -> None:
+        for line in link_lines(runs, serve):
+            console.print(line, highlight=False, soft_wrap=True)
 
     def on_sweep_stopping(self, running: list[int], opening: bool, hurried: bool) -> None:
         console.print(stopping(running, opening, hurried), markup=False, highlight=False)
