@@ -18,3 +18,12 @@ def warnings_to_log() -> Iterator[list[warnings.WarningMessage]]:
         yield caught
     for w in caught:
         _log.warning(f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}")
+
+
+def optuna_to_log() -> None:
+    """Optuna's log lines go to msexp's log (the CLI's `app.route_logs`, the Python API's
+    `api.quiet`), not to the console."""
+    import optuna  # lazy: Optuna takes a second to import
+
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()

@@ -441,7 +441,7 @@ def test_more_workers_than_trials_start_only_as_many_as_trials(
             started.append(count)
             super().__init__(count, *args, **kwargs)
 
-    monkeypatch.setattr("msexp.cli.sweeps.HostPool", Counted)
+    monkeypatch.setattr("msexp.search.slots.HostPool", Counted)
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     result = CliRunner().invoke(app, ["sweep", str(sweep), "--workers", "8"],
                                 env={"COLUMNS": "300"})

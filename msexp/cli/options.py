@@ -12,6 +12,7 @@ import typer
 from rich.console import Console, ConsoleDimensions
 
 from msexp.errors import MsexpError, SpecError
+from msexp.library_warnings import optuna_to_log  # noqa: F401  (the commands' import)
 from msexp.paths import DEFAULT_TRACKING_URI, JOURNAL, NAME_PATTERN, NAME_RULE
 from msexp.secrets.redaction import redact
 
@@ -78,14 +79,6 @@ def cold_spec(spec: Any, cold: bool) -> Any:
     if not cold:
         return spec
     return dataclasses.replace(spec, budget=spec.budget.model_copy(update={"cold": True}))
-
-
-def optuna_to_log() -> None:
-    """Optuna's log lines go to msexp's log (see `app.route_logs`), not to the console."""
-    import optuna  # lazy: Optuna takes a second to import
-
-    optuna.logging.disable_default_handler()
-    optuna.logging.enable_propagation()
 
 
 def parse_baselines(options: list[str]) -> dict[str, str]:

@@ -17,7 +17,6 @@ from msexp.cli.options import (
     StorageOpt,
     TrackingOpt,
     console,
-    optuna_to_log,
 )
 from msexp.cli.render import (
     cell,
@@ -25,9 +24,8 @@ from msexp.cli.render import (
     missing_objectives,
     print_json,
 )
-from msexp.errors import MsexpError, SpecError, Suggestion
+from msexp.errors import MsexpError
 from msexp.keys import StudyKey, TrialKey
-from msexp.paths import JOURNAL
 from msexp.secrets.redaction import redact, redact_params
 from msexp.spec import load_spec, read_name
 from msexp.tracking.delivery import flush_spool
@@ -195,15 +193,12 @@ def _logged_copy(chosen: Any, name: str, tracking_uri: str | None, scratch: Path
 def _export_from(spec: Any, loaded: Any, chosen: Any, folder: Path, checkpoint: Path
                  ) -> dict[str, Any]:
     from msexp.execution.export import export_model  # lazy: MindSpore
-    from msexp.search.requests import trial_request
+    from msexp.search.requests import ran_request
 
-    kept = chosen.user_attrs.get(TrialKey.PARAMS)  # redacted
-    params = spec.space.resolve(spec.space.assigned(chosen.params))
-    if kept and redact_params(params) != kept:  # the sweep file changed: as the trial ran
-        params = kept
-    request = trial_request(spec, params, folder)
+    request = ran_request(spec, chosen, folder)
     record = {"study": loaded.study_name, "trial": chosen.number,
-              "experiment": redact(spec.experiment.ref), "params": redact_params(params),
+              "experiment": redact(spec.experiment.ref),
+              "params": redact_params(request.params),
               "metrics": chosen.user_attrs.get(TrialKey.METRICS, {})}
     written, no_mindir = export_model(request, checkpoint, folder, record)
     return {"written": [str(path) for path in written], "no_mindir": no_mindir or None}
@@ -211,54 +206,11 @@ def _export_from(spec: Any, loaded: Any, chosen: Any, folder: Path, checkpoint: 
 
 def existing_study(file: Path | None, study: str | None, storage: str | None,
                    sweep: str | None = None) -> Any:
-    """The study `--study` names, else the newest version of the sweep's (named `sweep`,
-    else read from `file`). A read command makes no store: where the storage is a file
-    that does not exist, or holds no such study, it says to sweep first."""
-    import optuna  # lazy: Optuna takes a second to import
+    """The study a read command reads (`search.existing.existing_study`, which the Python
+    API's `load_sweep` calls too)."""
+    from msexp.search.existing import existing_study as found  # lazy: Optuna, a second
 
-    from msexp.search.storage import (  # lazy: as above
-        open_storage,
-        storage_errors,
-        storage_label,
-    )
-    from msexp.search.versions import newest_name  # lazy: as above
-
-    optuna_to_log()
-    if file is None and study is None:
-        raise SpecError("msexp", "", "give a sweep file or --study NAME", show_value=False)
-    name = study or sweep or read_name(file)
-    if not _store_file_exists(storage):
-        raise _never_swept(name, study, storage, file)
-    try:
-        with storage_errors(storage):
-            opened = open_storage(storage)
-            if study is None:  # the sweep's newest version (see `msexp sweep --restart`)
-                name = newest_name(opened, name)
-            return optuna.load_study(study_name=name, storage=opened)
-    except KeyError:
-        raise _never_swept(name, study, storage, file, storage_label(storage)) from None
-
-
-def _never_swept(name: str, study: str | None, storage: str | None, file: Path | None,
-                 label: str | None = None) -> MsexpError:
-    """`no study named 'x' in STORE: run `msexp sweep FILE` first` (with --study and
-    --storage where a copy needs them)."""
-    where = label or (storage or str(JOURNAL))
-    if file is None:
-        return MsexpError(f"no study named {name!r} in {redact(where)}")
-    return MsexpError(f"no study named {name!r} in {redact(where)}: run `",
-                      Suggestion(("sweep", str(file)), study, storage), "` first")
-
-
-def _store_file_exists(storage: str | None) -> bool:
-    """Whether the Optuna storage exists where it is a file (the journal, SQLite): opening
-    one that does not would make it. Other storages are taken to exist."""
-    if storage is None or storage.endswith(".journal"):
-        return Path(storage or JOURNAL).exists()
-    prefix = "sqlite:///"
-    if storage.startswith(prefix) and storage[len(prefix):] not in ("", ":memory:"):
-        return Path(storage[len(prefix):]).exists()
-    return True
+    return found(file, study, storage, sweep)
 
 
 def sync(tracking_uri: TrackingOpt = None) -> None:

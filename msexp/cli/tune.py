@@ -3,10 +3,7 @@ fits (`--max-batch`), and an lr range test (`--lr-find`)."""
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any, Optional
 
 import typer
@@ -14,19 +11,16 @@ import typer
 from msexp.cli.options import SweepFileArg, TrackingOpt, console, err_console
 from msexp.cli.render import print_json
 from msexp.errors import SpecError
-from msexp.execution.host import HostPool
 from msexp.secrets.redaction import redact
-from msexp.spec import SweepSpec, load_spec
-from msexp.tracking.runs import Tracker
+from msexp.spec import load_spec
 from msexp.tune.candidates import check_noise, check_tunable
 from msexp.tune.measure import finite_or_none
 from msexp.tune.outcome import Outcome, fate, speeds_disagree
 from msexp.tune.output import ratio_text
 from msexp.tune.record import PhaseRuns
 from msexp.tune.rules import seed_spread
-from msexp.tune.runner import Runner
 from msexp.tune.search import BatchSearch, LrFind, lr_find, max_batch, require_budget
-from msexp.tune.tuner import Settings, memory_budget, run_folder, tune, warm_children
+from msexp.tune.tuner import Settings, memory_budget, tune, tuning
 
 MaxBatchOpt = Annotated[bool, typer.Option(
     "--max-batch", help="Only find the largest micro-batch (batch_size / micro_size) of the "
@@ -57,7 +51,6 @@ LrHighOpt = Annotated[float, typer.Option("--lr-high", min=1e-12,
                                           help="Last lr of the range test.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 NO_PICK = 3  # the exit status of a run that found no pick (1: it failed, 2: bad input)
-_log = logging.getLogger("msexp")
 
 
 def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
@@ -92,11 +85,8 @@ def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
     check_tunable(spec)  # before the hosts start
     if not (max_batch_only or lr_only):
         check_noise(spec, tolerance)
-    with _runner(spec, 1 if (max_batch_only or lr_only) else spec.budget.workers) as runner:
-        runs = PhaseRuns(Tracker(tracking_uri), spec.name, f"{spec.name}-tune", spec.path)
-        if ended := runs.end_left():
-            _log.warning(f"ended {len(ended)} MLflow run(s) that a killed msexp tune left "
-                         "RUNNING, as KILLED")
+    hosts = 1 if (max_batch_only or lr_only) else spec.budget.workers
+    with tuning(spec, hosts, tracking_uri, _say) as (runner, runs):
         if max_batch_only:
             found = _show_batch(max_batch(spec, runner, runs, budget, updates, 1 << 16),
                                 json_output)
@@ -113,12 +103,6 @@ def tune_command(file: SweepFileArg, max_batch_only: MaxBatchOpt = False,
 def _say(line: str) -> None:
     """A line of progress, on stderr (stdout keeps the result, or the JSON)."""
     err_console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-@contextmanager
-def _runner(spec: SweepSpec, hosts: int) -> Iterator[Runner]:
-    with HostPool(hosts, warm=warm_children(spec), preload=spec.command is None) as pool:
-        yield Runner(spec, pool, run_folder(spec).resolve(), _say)
 
 
 def _show_batch(found: BatchSearch, json_output: bool) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from msexp.execution.protocol import TrialRequest
+from msexp.experiment import Workload
 
 
 def export_model(request: TrialRequest, checkpoint: Path, folder: Path,
@@ -30,16 +31,26 @@ def export_model(request: TrialRequest, checkpoint: Path, folder: Path,
 def _mindir(request: TrialRequest, checkpoint: Path, stem: Path) -> Path:
     import mindspore as ms  # lazy: MindSpore, only when exporting
 
-    from msexp.execution.local import build_workload
     from msexp.training.data import EvalBatches
     from msexp.training.step import tensors_of
 
-    workload = build_workload(request)
+    workload = trained_workload(request, checkpoint)
     network = workload.network
-    ms.load_param_into_net(network, ms.load_checkpoint(str(checkpoint)))
-    network.set_train(False)
     sample, _ = next(iter(EvalBatches(workload.eval, 1)))
     inputs = tensors_of(sample)
     ms.export(network, *(inputs if isinstance(inputs, tuple) else (inputs,)),
               file_name=str(stem), file_format="MINDIR")
     return stem.with_suffix(".mindir")
+
+
+def trained_workload(request: TrialRequest, checkpoint: Path) -> Workload:
+    """The workload of `request` (network, loss, data) with the network's weights loaded
+    from `checkpoint` and set to evaluate: a trial's trained model."""
+    import mindspore as ms  # lazy: MindSpore, only when a trained model is asked for
+
+    from msexp.execution.local import build_workload
+
+    workload = build_workload(request)
+    ms.load_param_into_net(workload.network, ms.load_checkpoint(str(checkpoint)))
+    workload.network.set_train(False)
+    return workload

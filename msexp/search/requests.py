@@ -5,7 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from optuna.trial import FrozenTrial
+
 from msexp.execution.protocol import Checkpointing, Command, TrialRequest
+from msexp.keys import TrialKey
+from msexp.secrets.redaction import redact_params
 from msexp.spec import SweepSpec
 from msexp.spec.command import split_command
 
@@ -26,6 +30,17 @@ def trial_request(spec: SweepSpec, params: dict[str, Any], folder: Path,
     return TrialRequest(_experiment_ref(spec.experiment.ref), params, folder, spec.target(),
                         spec.data_section(), checkpoint=checkpoint, cold=spec.budget.cold,
                         trial=trial, attempt=attempt)
+
+
+def ran_request(spec: SweepSpec, trial: FrozenTrial, folder: Path) -> TrialRequest:
+    """The request of a finished `trial` of `spec` as it ran, its files in `folder`: its
+    params resolved from the sweep file, or, where the file changed since, those the
+    trial kept (`msexp best --export`, the Python API's `Trial.network`)."""
+    kept = trial.user_attrs.get(TrialKey.PARAMS)  # redacted
+    params = spec.space.resolve(spec.space.assigned(trial.params))
+    if kept and redact_params(params) != kept:  # the sweep file changed: as the trial ran
+        params = kept
+    return trial_request(spec, params, folder)
 
 
 def _experiment_ref(ref: str) -> str:

@@ -120,7 +120,13 @@ def load_spec(path: str | Path, local: bool = True) -> SweepSpec:
 def parse_spec(text: str, source: str, path: Path | None = None, local: bool = True
                ) -> SweepSpec:
     """Validate sweep-file text; `source` names it in errors (`local`: see `load_spec`)."""
-    data = read_data(text, source)
+    return spec_of_data(read_data(text, source), source, path, local)
+
+
+def spec_of_data(data: dict[str, Any], source: str, path: Path | None = None,
+                 local: bool = True) -> SweepSpec:
+    """Validate a sweep file's sections, as its YAML reads (a file's, or the Python API's
+    dict); `source` names it in errors (`local`: see `load_spec`)."""
     file = validate(SweepFile, data, source)
     path = path or Path(source)
     command = file.experiment if isinstance(file.experiment, CommandSection) else None

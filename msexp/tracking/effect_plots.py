@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +25,26 @@ def write_effects(study: optuna.Study, found: KnobEffects, folder: Path,
     """Write effects_<knob>.png, learning_curves.png and effects.md."""
     files_backend()
     folder.mkdir(parents=True, exist_ok=True)
-    pngs = []
+    pngs = [save(figure, folder / f"{name}.png")
+            for name, figure in effect_figures(study, found, color_by)]
+    summary = folder / "effects.md"
+    summary.write_text(_markdown(study, found, pngs), encoding="utf-8")
+    return [*pngs, summary]
+
+
+def effect_figures(study: optuna.Study, found: KnobEffects, color_by: str | None = None
+                   ) -> Iterator[tuple[str, Any]]:
+    """The knob effects' matplotlib figures, one at a time, each named as its file is:
+    `effects_<knob>` per swept knob, then `learning_curves` (coloured by `color_by`, else
+    the first knob) where there is one. The report saves them; the Python API shows them."""
     for knob in found.knobs:
         if found.metrics:
-            pngs.append(save(_knob_figure(knob, found.metrics, found.points),
-                              folder / f"effects_{_safe(knob.name)}.png"))
+            yield f"effects_{_safe(knob.name)}", _knob_figure(knob, found.metrics, found.points)
     knob = next((k for k in found.knobs if k.name == color_by), None) or \
         (found.knobs[0] if found.knobs else None)
     curves = _curves_figure(study, knob)
     if curves is not None:
-        pngs.append(save(curves, folder / "learning_curves.png"))
-    summary = folder / "effects.md"
-    summary.write_text(_markdown(study, found, pngs), encoding="utf-8")
-    return [*pngs, summary]
+        yield "learning_curves", curves
 
 
 def files_backend() -> None:

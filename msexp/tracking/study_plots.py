@@ -5,6 +5,7 @@ Pareto front, the importances and parallel coordinates. Small files a person ope
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +27,23 @@ def write_study_plots(study: optuna.Study, names: list[str], best: list[FrozenTr
     more) and parallel_coordinates.png (two knobs varied or more)."""
     files_backend()
     folder.mkdir(parents=True, exist_ok=True)
+    return [save(figure, folder / f"{name}.png")
+            for name, figure in study_figures(study, names, best, importances)]
+
+
+def study_figures(study: optuna.Study, names: list[str], best: list[FrozenTrial],
+                  importances: dict[str, float]) -> Iterator[tuple[str, Any]]:
+    """The study's matplotlib figures, one at a time, each named as its file is (see
+    `write_study_plots`). The report saves them; the Python API shows them."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    written = [save(_history(complete, names, study.directions), folder / "history.png")]
+    yield "history", _history(complete, names, study.directions)
     if len(names) > 1:
-        written.append(save(_front(complete, best, names), folder / "pareto_front.png"))
+        yield "pareto_front", _front(complete, best, names)
     if len(importances) > 1:
-        written.append(save(_importances(importances, names[0]), folder / "importances.png"))
+        yield "importances", _importances(importances, names[0])
     knobs = varied_knobs(complete)
     if len(knobs) > 1:
-        written.append(save(_parallel(complete[-MAX_LINES:], knobs, names[0]),
-                            folder / "parallel_coordinates.png"))
-    return written
+        yield "parallel_coordinates", _parallel(complete[-MAX_LINES:], knobs, names[0])
 
 
 def varied_knobs(trials: list[FrozenTrial]) -> list[str]:

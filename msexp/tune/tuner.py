@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
+from msexp.execution.host import HostPool
 from msexp.paths import REPORTS_DIR, STORE_DIR
 from msexp.spec import SweepSpec
+from msexp.tracking.runs import Tracker
 from msexp.tune import phases, rules
 from msexp.tune.candidates import candidates, check_noise, check_tunable, seeds
 from msexp.tune.measure import MEMORY, Budget
@@ -18,6 +24,7 @@ from msexp.tune.runner import Runner
 
 TUNE_DIR = STORE_DIR / "tune"
 WARM_LIMIT = 32  # graphs of this many candidates at most stay warm on a host (memory)
+_log = logging.getLogger("msexp")
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,21 @@ def run_folder(spec: SweepSpec) -> Path:
         except FileExistsError:
             number += 1
             folder = TUNE_DIR / spec.name / f"{stamp}-{number}"
+
+
+@contextmanager
+def tuning(spec: SweepSpec, hosts: int, tracking_uri: str | None, say: Callable[[str], None]
+           ) -> Iterator[tuple[Runner, PhaseRuns]]:
+    """What a tune run runs on (`msexp tune`, the Python API's `msexp.tune_sweep`): `hosts`
+    hosts and their runner, which says its lines through `say`, and the run's MLflow phase
+    runs; first the MLflow runs a killed tune left RUNNING are ended, KILLED."""
+    with HostPool(hosts, warm=warm_children(spec), preload=spec.command is None) as pool:
+        runner = Runner(spec, pool, run_folder(spec).resolve(), say)
+        runs = PhaseRuns(Tracker(tracking_uri), spec.name, f"{spec.name}-tune", spec.path)
+        if ended := runs.end_left():
+            _log.warning(f"ended {len(ended)} MLflow run(s) that a killed msexp tune left "
+                         "RUNNING, as KILLED")
+        yield runner, runs
 
 
 def report_path(spec: SweepSpec, runner: Runner, kind: str, suffix: str) -> Path:
