@@ -213,3 +213,36 @@ def test_msexp_ui_help_has_a_summary_and_an_example_that_runs() -> None:
     assert "Serve the sweep's MLflow store and print the links of its runs." in result.output
     assert "Example: msexp ui sweeps/accum.yaml" in result.output
     assert (ROOT / "sweeps/accum.yaml").is_file()
+
+
+def test_the_parent_run_shows_the_objective_against_training_memory(tracker) -> None:
+    import optuna
+
+    from msexp.keys import StudyKey, TrialKey
+    from msexp.tracking.trade_off import KEY, log_trade_off, trade_off_figure
+
+    experiment = tracker.experiment_id("trade")
+    parent = tracker.parent_run(experiment, "trade", {}, Path("none.yaml"))
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyKey.PARENT_RUN, parent)
+    for micro_size, memory, accuracy in ((1, 4.6, 0.9), (2, 2.9, 0.9), (4, 2.0, 0.8)):
+        study.enqueue_trial({"micro_size": micro_size})
+        trial = study.ask({"micro_size": optuna.distributions.CategoricalDistribution(
+            [1, 2, 4])})
+        trial.set_user_attr(TrialKey.METRICS, {"eval_accuracy": accuracy,
+                                               "train_mem_mb": memory, "wall_s": 3.0})
+        study.tell(trial, accuracy)
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # not drawn
+
+    # mutation: log_trade_off logs no image -> none on the run
+    assert log_trade_off(study, tracker, "eval_accuracy")
+    images = [a.path for a in tracker.client.list_artifacts(parent, "images")]
+    assert any(p.startswith(f"images/{KEY}+step+3+") and p.endswith(".png") for p in images)
+    trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    figure = trade_off_figure(trials, "eval_accuracy", "train_mem_mb")
+    axes = figure.axes[0]
+    assert (axes.get_xlabel(), axes.get_ylabel()) == ("train_mem_mb", "eval_accuracy")
+    drawn = sorted(tuple(p) for c in axes.collections for p in c.get_offsets())
+    assert drawn == [(2.0, 0.8), (2.9, 0.9), (4.6, 0.9)]
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == [
+        "micro_size=1", "micro_size=2", "micro_size=4"]

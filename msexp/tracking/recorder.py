@@ -230,6 +230,7 @@ class MlflowRecorder(Recorder):
         try:
             flush_spool(tracker)
             log_best(self.study, tracker)
+            self._log_trade_off(tracker)
             if self.spec.checkpoint.log == "best_trial":
                 log_best_checkpoint(self.study, tracker)
             tracker.client.set_terminated(parent_id, ending)
@@ -241,6 +242,16 @@ class MlflowRecorder(Recorder):
             _log.warning("MLflow unreachable at the end of the sweep (%s); when it is back, "
                          "run: %s && %s", type(exc).__name__,
                          Suggestion(("sync",), tracking_uri=tracker.uri), self.report)
+
+    def _log_trade_off(self, tracker: Tracker) -> None:
+        """The objective against memory on the parent run: a picture, so the sweep ends
+        without it where it cannot be drawn."""
+        from msexp.tracking.trade_off import log_trade_off  # lazy: matplotlib, a second
+
+        try:
+            log_trade_off(self.study, tracker, self.spec.objectives[0].metric)
+        except Exception as exc:
+            _log.debug(f"no trade-off picture ({type(exc).__name__}: {exc})")
 
     def ui_links(self) -> tuple[str, str, str | None]:
         """The runs table, the parent run, and the command that serves the store."""
