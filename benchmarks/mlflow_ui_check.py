@@ -1,9 +1,11 @@
 """Does a sweep look right in the MLflow UI? A tiny real sweep, `mlflow ui`, headless Chromium.
 
 Runs a 3-trial sweep of mlp_digits (1 epoch) and `msexp report` in a temporary folder,
-serves its store with `mlflow ui` on a free port (5070 and up; Chromium refuses some
-ports, 5061 among them), and loads pages in a fresh Chromium profile (no localStorage,
-as a first visit would be). Checks, each printed as a PASS or FAIL line:
+serves its store with `msexp ui` on a free port (5070 and up; Chromium refuses some
+ports, 5061 among them), and loads the links it prints in a fresh Chromium profile (no
+localStorage, as a first visit would be). Checks, each printed as a PASS or FAIL line:
+  links     `msexp ui` printed the runs table's and the parent run's links
+  trade_off the parent run holds the trade-off picture (images/trade_off+step+3+...)
   kind      the experiment carries mlflow.experimentKind = custom_model_development
   training  msexp's printed runs link opens the "Model training" view (runs table),
             not the GenAI overview
@@ -11,8 +13,9 @@ as a first visit would be). Checks, each printed as a PASS or FAIL line:
             expander, and counts the trials as matching runs beneath it
   report    the parent run's artifacts hold the report/ PNGs
 and one INFO line on which view the bare experiment URL (#/experiments/<id>) opens.
-Saves a screenshot of the runs link as benchmarks/mlflow_ui.png. Needs Debian's
-`chromium` package (not part of CI). Exit code 1 when a check fails.
+Saves screenshots: the runs link (benchmarks/mlflow_ui.png) and the compare page of the
+trials (mlflow_ui_compare.png), as MLflow first shows them. Needs
+Debian's `chromium` package (not part of CI). Exit code 1 when a check fails.
 
 Usage: python benchmarks/mlflow_ui_check.py [--port 5070] [--screenshot PATH]
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import os
 import re
 import shutil
@@ -30,8 +34,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
-import urllib.request
+import urllib.parse
 from pathlib import Path
 
 import optuna
@@ -40,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from msexp.keys import StudyKey  # noqa: E402
-from msexp.tracking.runs import EXPERIMENT_KIND, MODEL_TRAINING, UI_PORT, Tracker  # noqa: E402
+from msexp.tracking.runs import EXPERIMENT_KIND, MODEL_TRAINING, Tracker  # noqa: E402
 
 TRIALS = 3
 SWEEP = f"""
@@ -72,25 +75,24 @@ def run_sweep(folder: Path) -> None:
                        env=env, check=True, capture_output=True)
 
 
-def serve(uri: str, port: int) -> subprocess.Popen:
-    mlflow = Path(sys.executable).parent / "mlflow"
-    server = subprocess.Popen([str(mlflow), "ui", "--backend-store-uri", uri, "--host",
-                               "127.0.0.1", "--port", str(port)], start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return server
-        except OSError:
-            time.sleep(1)
-    stop(server)
-    raise SystemExit("mlflow ui did not answer on /health within 90 s")
+def serve(folder: Path, port: int) -> tuple[subprocess.Popen, str, str]:
+    """`msexp ui` on the sweep's store: the process and the two links it prints."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    ui = subprocess.Popen([sys.executable, "-m", "msexp", "ui", "uicheck.yaml", "--port",
+                           str(port)], cwd=folder, env=env, stdout=subprocess.PIPE, text=True)
+    links: dict[str, str] = {}
+    for line in ui.stdout:  # type: ignore[union-attr]
+        label, _, link = line.partition(": ")
+        links[label] = link.strip()
+        if label == "sweep run":
+            return ui, links["compare trials"], links["sweep run"]
+    raise SystemExit(f"msexp ui ended without its links (exit code {ui.wait()})")
 
 
-def stop(server: subprocess.Popen) -> None:
-    os.killpg(server.pid, signal.SIGTERM)  # its own session: the server and its workers
-    server.wait(timeout=30)
+def stop(ui: subprocess.Popen) -> None:
+    ui.send_signal(signal.SIGINT)  # as Ctrl-C: msexp ui stops its server
+    ui.wait(timeout=60)
 
 
 def chromium(*args: str) -> str:
@@ -99,8 +101,10 @@ def chromium(*args: str) -> str:
     if binary is None:
         raise SystemExit("chromium not found: sudo apt-get install -y chromium")
     with tempfile.TemporaryDirectory() as profile:
-        argv = [binary, "--headless", "--disable-gpu", f"--user-data-dir={profile}",
-                "--window-size=1600,1000", "--virtual-time-budget=15000", *args]
+        argv = [binary, "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", f"--user-data-dir={profile}", "--window-size=1600,1000",
+                "--virtual-time-budget=20000", *args]
         if os.geteuid() == 0:
             argv.insert(1, "--no-sandbox")  # Chromium refuses to run as root otherwise
         return subprocess.run(argv, capture_output=True, text=True, timeout=180).stdout
@@ -146,11 +150,13 @@ def main() -> None:
         pngs = sorted(p for p in artifacts if p.endswith(".png"))
         check("report", "report/effects_micro_size.png" in artifacts, ", ".join(pngs))
 
-        port = free_port(args.port)
-        server = serve(uri, port)
+        images = {a.path for a in tracker.client.list_artifacts(parent, "images")}
+        check("trade_off", any(p.startswith(f"images/trade_off+step+{TRIALS}+") for p in images),
+              ", ".join(sorted(images)) or "no images")
+        ui, runs_link, parent_link = serve(folder, free_port(args.port))
         try:
-            runs_link, _, _ = tracker.ui_links(experiment.experiment_id, parent)
-            runs_link = runs_link.replace(f":{UI_PORT}/", f":{port}/")
+            check("links", parent in parent_link and experiment.experiment_id in runs_link,
+                  f"{runs_link} {parent_link}")
             dom = chromium("--dump-dom", runs_link)
             text = visible_text(dom)
             check("training", view_of(text) == "Model training",
@@ -165,11 +171,19 @@ def main() -> None:
             bare = runs_link.split("/runs")[0]
             print(f"INFO bare {bare} in a fresh browser opens the "
                   f"{view_of(visible_text(chromium('--dump-dom', bare)))} view", flush=True)
-            args.screenshot.parent.mkdir(parents=True, exist_ok=True)
-            chromium(f"--screenshot={args.screenshot.resolve()}", runs_link)
-            print(f"screenshot: {args.screenshot}")
+            trials = [r.info.run_id for r in tracker.client.search_runs(
+                [experiment.experiment_id], "tags.`msexp.role` = 'trial'")]
+            compare = (bare.split("/#/")[0] + "/#/compare-runs?runs=" + urllib.parse.quote(
+                json.dumps(trials)) + "&experiments=" + urllib.parse.quote(
+                json.dumps([experiment.experiment_id])))
+            shots = {args.screenshot: runs_link,
+                     args.screenshot.with_name("mlflow_ui_compare.png"): compare}
+            for path, link in shots.items():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                chromium(f"--screenshot={path.resolve()}", link)
+                print(f"screenshot: {path} of {link}")
         finally:
-            stop(server)
+            stop(ui)
     print("PASS" if all(results) else "FAIL")
     sys.exit(0 if all(results) else 1)
 
