@@ -209,6 +209,8 @@ def worker(
         outcome = _run(spec, workers or spec.budget.workers, LineProgress(spec),
                        tracking_uri, storage, study, rerun, restart)
         with interrupts.held():  # a stop now still gets its lines
+            if interrupts.received:  # stopped: where the study stands, as a sweep shows it
+                trials_table(outcome.study)
             missing = missing_objectives(outcome.study)
             if missing:
                 console.print(missing, markup=False, highlight=False)
