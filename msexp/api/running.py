@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 
-from msexp import interrupts
 from msexp.api.progress import Lines
 from msexp.api.quiet import quiet
 from msexp.api.results import SweepResults
@@ -42,7 +41,6 @@ def sweep(source: Source, *, storage: str | None = None, tracking_uri: str | Non
     """
     with quiet():
         spec = load(source)
-        interrupts.received.clear()  # a stop of an earlier call is no stop of this one
         outcome = run_in_slots(spec, workers or spec.budget.workers, Lines(spec, progress),
                                tracking_uri, storage, study, retry_failed, restart,
                                lambda line: print(line, file=sys.stderr))

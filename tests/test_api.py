@@ -1,0 +1,206 @@
+"""The Python API (msexp.api, docs/python.md): the CLI's engine and its one-line errors,
+results read back in a new process as Optuna and MLflow hold them, a stop and a resume,
+and a typed surface."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import msexp
+from msexp import api
+from msexp.cli import app
+from tests.conftest import ROOT, mlflow_client, write
+
+TINY = {"name": "tiny", "experiment": "mlp_digits",
+        "fixed": {"epochs": 1, "batch_size": 64, "hidden": 8},
+        "params": {"micro_size": [1, 2]}}
+
+
+def cli_line(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "300"})
+    assert result.exit_code != 0, result.output
+    return " ".join(result.output.split())
+
+
+def test_a_dict_with_a_misspelt_key_raises_the_clis_line(workdir: Path) -> None:
+    swept = {**TINY, "fixed": {"epochs": 1, "micro_sise": 2}}
+    file = write(workdir / "bad.yaml", yaml.safe_dump(swept))
+    line = cli_line("validate", str(file))
+    assert line.startswith(f"{file}: fixed.micro_sise: ") and "did you mean micro_size" in line
+    with pytest.raises(msexp.SpecError) as from_file:
+        msexp.sweep(file)
+    assert str(from_file.value) == line  # mutation: a file's errors named otherwise fails
+    with pytest.raises(msexp.SpecError) as from_dict:
+        msexp.sweep(swept)
+    assert str(from_dict.value) == "<dict>" + line[len(str(file)):]
+    assert type(from_dict.value) is type(from_file.value)
+    assert not (workdir / "mlruns").exists()  # refused before anything ran or was made
+
+
+def test_a_dict_the_api_validates_is_left_as_it_was(workdir: Path) -> None:
+    swept = {**TINY, "budget": {"repeats": 2}}
+    before = json.dumps(swept, sort_keys=True)
+    spec = api.sources.load(swept)
+    assert json.dumps(swept, sort_keys=True) == before
+    assert spec.name == "tiny" and spec.n_trials() == 4 and str(spec.path) == "<dict>"
+
+
+def test_reading_a_sweep_that_never_ran_says_so_in_the_clis_line(workdir: Path) -> None:
+    file = write(workdir / "tiny.yaml", yaml.safe_dump(TINY))
+    line = cli_line("report", str(file))
+    with pytest.raises(msexp.MsexpError) as raised:
+        msexp.load_sweep(file)
+    assert str(raised.value) == line
+    with pytest.raises(msexp.MsexpError, match="no study named 'tiny'"):
+        msexp.load_sweep(TINY)
+    with pytest.raises(msexp.MsexpError, match="no study named 'other'"):
+        msexp.load_sweep(study="other")
+    assert not (workdir / "mlruns").exists()
+
+
+def test_msexp_gives_the_api_at_first_use_only() -> None:
+    code = ("import sys, msexp; before = 'msexp.api' in sys.modules or 'optuna' in sys.modules;"
+            " from msexp import api; print(before, msexp.sweep is api.sweep,"
+            " msexp.load_sweep is api.load_sweep, msexp.SpecError is api.SpecError)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout.split()
+    assert out == ["False", "True", "True", "True"]  # mutation: an eager import fails
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        msexp.nothing  # noqa: B018
+
+
+def test_no_public_signature_of_the_api_takes_or_gives_any() -> None:
+    found, checked = [], 0
+    for name in api.__all__:
+        thing = getattr(api, name)
+        members = [m for _, m in inspect.getmembers(thing, inspect.isfunction)] + [
+            m.fget for _, m in inspect.getmembers(thing, lambda m: isinstance(m, property))] \
+            if inspect.isclass(thing) and thing.__module__.startswith("msexp.api") else [thing]
+        for member in filter(inspect.isfunction, members):
+            checked += 1  # annotations are text here (`from __future__ import annotations`)
+            found += [f"{name}.{member.__name__}" for hint in member.__annotations__.values()
+                      if re.search(r"\bAny\b", str(hint))]
+    assert found == [] and checked > 20
+    assert "Any" not in str(api.Source) and "Any" not in str(api.trials.Value)
+
+
+def test_the_api_passes_mypy_in_strict_mode() -> None:
+    """CI checks the typed surface: `mypy --strict msexp/api` ([tool.mypy] in
+    pyproject.toml reads the modules it calls for their types only)."""
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "msexp/api"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Success: no issues found" in done.stdout
+
+
+READ_BACK = """
+import json, sys
+import msexp
+results = msexp.load_sweep(json.loads(sys.argv[1]))
+results.trials_dataframe().to_pickle(sys.argv[2])
+"""
+
+
+@pytest.mark.slow
+def test_a_dict_sweep_read_back_in_a_new_process_is_what_optuna_and_mlflow_hold(
+        workdir: Path) -> None:
+    import mlflow
+    import optuna
+    import pandas
+
+    ran = msexp.sweep(TINY)
+    frame = ran.trials_dataframe()
+    done = subprocess.run([sys.executable, "-c", READ_BACK, json.dumps(TINY), "frame.pkl"],
+                          capture_output=True, text=True, check=True, cwd=workdir)
+    assert done.stdout == done.stderr == ""  # no library's lines
+    pandas.testing.assert_frame_equal(pandas.read_pickle(workdir / "frame.pkl"), frame)
+
+    study = optuna.load_study(study_name="tiny", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend("mlruns/optuna.journal")))
+    theirs = study.trials_dataframe()
+    assert list(frame["number"]) == list(theirs["number"]) == [0, 1]
+    assert list(frame["micro_size"]) == list(theirs["params_micro_size"]) == [1, 2]
+    assert list(frame["value"]) == list(theirs["value"])
+    assert list(frame["status"]) == list(theirs["state"]) == ["COMPLETE", "COMPLETE"]
+
+    mlflow.set_tracking_uri("sqlite:///mlruns/mlflow.db")
+    runs = mlflow.search_runs(experiment_names=["tiny"],
+                              filter_string="tags.`msexp.role` = 'trial'").set_index("run_id")
+    assert set(runs.index) == set(frame["run_id"])
+    for row in frame.to_dict("records"):
+        run = runs.loc[row["run_id"]]
+        assert run["params.micro_size"] == str(row["micro_size"])
+        assert run["params.seed"] == str(row["seed"])
+        for metric in ("eval_accuracy", "train_loss", "train_loss_epoch", "train_mem_mb"):
+            assert math.isclose(run[f"metrics.{metric}"], row[metric], rel_tol=1e-9), metric
+        assert Path(row["folder"]).name == f"trial-{row['number']:04d}"
+        assert Path(row["checkpoint"]).is_file()
+    assert mlflow_client().get_experiment_by_name("tiny") is not None
+
+
+@pytest.mark.slow
+def test_the_results_give_the_best_trial_its_effects_figures_and_network(
+        workdir: Path) -> None:
+    from matplotlib.figure import Figure
+
+    results = msexp.sweep(TINY, progress=False)
+    best = results.best_trial
+    assert best.number in (0, 1) and best.values[0] == best.metrics["eval_accuracy"]
+    assert [t.number for t in results.best_trials()] == [best.number]
+    effects = results.knob_effects()
+    assert [k.name for k in effects.knobs] == ["micro_size"]
+    assert effects.lines()[0].startswith("micro_size 1 -> 2: eval_accuracy")
+    figures = results.figures()
+    assert {"history", "effects_micro_size", "learning_curves"} <= set(figures)
+    assert all(isinstance(f, Figure) for f in figures.values())
+    model = results.load_model()
+    import mindspore as ms
+    import numpy as np
+
+    inputs, labels = model.eval
+    logits = model.network(ms.Tensor(np.asarray(inputs, np.float32))).asnumpy()
+    accuracy = float((logits.argmax(axis=1) == np.asarray(labels)).mean())
+    assert math.isclose(accuracy, best.metrics["eval_accuracy"], abs_tol=1e-6)
+
+
+def stop_when_started(folder: Path) -> threading.Thread:
+    """A Ctrl-C to this process once `folder` (a trial's) exists: its trial is running."""
+    def watch() -> None:
+        deadline = time.monotonic() + 240
+        while not folder.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_a_stopped_sweep_raises_keyboard_interrupt_and_the_next_call_resumes_it(
+        workdir: Path) -> None:
+    swept = {**TINY, "fixed": {"epochs": 3, "hidden": 8},
+             "params": {"micro_size": [1, 2, 4]}}
+    stop_when_started(workdir / "mlruns" / "trials" / "tiny" / "trial-0001")
+    with pytest.raises(KeyboardInterrupt, match="run the same call again to resume"):
+        msexp.sweep(swept, progress=False)  # mutation: returning instead fails here
+    stopped = msexp.load_sweep(swept).trials_dataframe()
+    assert list(stopped["status"]) == ["COMPLETE", "WAITING", "WAITING"]
+    resumed = msexp.sweep(swept, progress=False).trials_dataframe()
+    assert list(resumed["number"]) == [0, 1, 2]  # the same trials, none run twice
+    assert list(resumed["status"]) == ["COMPLETE"] * 3
+    assert resumed["run_id"][0] == stopped["run_id"][0]
