@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from _digits import train_and_eval
+
 from msexp.experiment import Workload
-from msexp.workloads._digits import train_and_eval
 
 DATA_FORMATS = ("mnist", "imagefolder")
 DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 0.02, "optimizer": "momentum"}

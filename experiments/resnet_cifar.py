@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from _patterns import patterns
+
 from msexp.datasets import train_and_eval
 from msexp.experiment import Workload
-from msexp.workloads._patterns import patterns
 
 DATA_FORMATS = ("cifar10", "imagefolder")
 DEFAULTS = {"epochs": 4, "batch_size": 64, "lr": 0.05, "optimizer": "momentum",
@@ -40,7 +41,7 @@ def blocks_per_stage(depth: int, block: str) -> int:
 def resnet(depth: int = 8, width: int = 16, block: str = "basic", num_classes: int = 10,
            channels: int = 3) -> Any:
     """The network: a 3x3 stem, three stages of residual blocks, global average pooling."""
-    from msexp.workloads._resnet import ResNet  # lazy: imports MindSpore; plans stay fast
+    from _resnet import ResNet  # lazy: imports MindSpore; plans stay fast
 
     return ResNet(blocks_per_stage(depth, block), width, block, num_classes, channels)
 

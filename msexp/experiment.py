@@ -1,8 +1,9 @@
 """Experiments: what a user brings (network, loss, data) and how msexp finds it.
 
 An experiment is a module with a `build(params) -> Workload` function: a built-in name
-(`mlp_digits`, a module in `msexp/workloads/`), `package.module[:build]` (a bare module name
-needs the colon: `mymodel:build`), or `path/to/file.py[:build]`. It may also define:
+(`mlp_digits`: msexp's own `experiments/mlp_digits.py`, a file loaded as a user's is),
+`package.module[:build]` (a bare module name needs the colon: `mymodel:build`), or
+`path/to/file.py[:build]`. It may also define:
 
 - `DEFAULTS`: defaults for msexp's own knobs (epochs, batch_size, lr, ...).
 - `PARAMS`: its own knobs with their defaults, e.g. `{"hidden": 512}`; these are
@@ -26,6 +27,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from msexp.errors import ExperimentError
+from msexp.experiment_source import builtin_file
 from msexp.interrupts import import_mindspore
 from msexp.knobs import KNOBS, Knob, infer_knob
 
@@ -215,7 +217,6 @@ def describe_failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-WORKLOADS = "msexp.workloads"  # the package of the built-in workloads
 _DEFINES_BUILD = re.compile(r"^(?:def\s+build\s*\(|build\s*=|from\s.+\simport\s.*\bbuild\b)",
                             re.M)
 
@@ -234,33 +235,27 @@ def is_script(ref: str) -> bool:
 
 
 def is_builtin(ref: str) -> bool:
-    """Whether `ref` names a workload shipped in `msexp/workloads/`."""
+    """Whether `ref` is a bare name: one of msexp's own experiments (`BUILTINS`)."""
     return ":" not in ref and "." not in ref and "/" not in ref
 
 
 def _import(target: str, source: str, builtin: bool) -> ModuleType:
-    is_file = target.endswith(".py") or "/" in target
+    path = builtin_file(target, source) if builtin else None
     try:
-        if is_file:
+        if path is not None:  # msexp's own file imports MindSpore only in `build`: plans stay fast
+            return _import_file(path, source, first_mindspore=False)
+        if target.endswith(".py") or "/" in target:
             return _import_file(Path(target), source)
-        if not builtin:
-            import_mindspore()  # most experiment modules import it: never interrupted half-way
-        return importlib.import_module(f"{WORKLOADS}.{target}" if builtin else target)
+        import_mindspore()  # most experiment modules import it: never interrupted half-way
+        return importlib.import_module(target)
     except ExperimentError:
         raise
-    except ModuleNotFoundError as exc:
-        if builtin and not is_file and exc.name == f"{WORKLOADS}.{target}":
-            raise ExperimentError(source, "experiment", f"no built-in experiment named "
-                                  f"{target} (built-ins: {', '.join(builtin_names())})",
-                                  target) from None
-        raise ExperimentError(source, "experiment", "does not import: " + describe_failure(exc),
-                              target) from None
     except Exception as exc:  # the user's module raised while importing
         raise ExperimentError(source, "experiment", "does not import: " + describe_failure(exc),
                               target) from None
 
 
-def _import_file(path: Path, source: str) -> ModuleType:
+def _import_file(path: Path, source: str, first_mindspore: bool = True) -> ModuleType:
     if not path.is_file():
         raise ExperimentError(source, "experiment", "file not found", str(path))
     name = f"msexp_user_{path.stem}_{abs(hash(str(path.resolve())))}"
@@ -272,7 +267,8 @@ def _import_file(path: Path, source: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    import_mindspore()  # most experiment files import it: never interrupted half-way
+    if first_mindspore:  # most experiment files import it: never interrupted half-way
+        import_mindspore()
     sys.modules[name] = module
     argv, sys.argv = sys.argv, [str(path)]  # what `python FILE` would give it, not msexp's
     try:
@@ -283,11 +279,3 @@ def _import_file(path: Path, source: str) -> ModuleType:
     finally:
         sys.argv = argv
     return module
-
-
-def builtin_names() -> list[str]:
-    """Names of the workloads shipped in `msexp/workloads/`."""
-    found = importlib.util.find_spec(WORKLOADS)  # not imported: the workloads import this module
-    assert found is not None and found.submodule_search_locations
-    folder = Path(next(iter(found.submodule_search_locations)))
-    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))

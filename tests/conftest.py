@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType
 
 import optuna
 import pytest
@@ -59,6 +60,13 @@ def tracker(tmp_path_factory):
         patch.chdir(tmp_path_factory.mktemp("store"))
         patch.delenv("MLFLOW_TRACKING_URI", raising=False)
         yield Tracker()
+
+
+def builtin(name: str) -> ModuleType:
+    """msexp's own experiment `name`, the module a sweep loads from its file in experiments/."""
+    from msexp.experiment import load_experiment
+
+    return sys.modules[load_experiment(name).build.__module__]
 
 
 def write(path: Path, text: str) -> Path:

@@ -13,9 +13,10 @@ from msexp.training.amp import apply_amp
 from msexp.training.loss_scale import make_scaler
 from msexp.training.optim import make_optimizer
 from msexp.training.step import TrainStep
-from msexp.workloads import mlp_digits
+from tests.conftest import builtin
 
 BATCH = 64
+mlp_digits = builtin("mlp_digits")
 
 
 def params(**overrides):

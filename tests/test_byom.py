@@ -120,11 +120,12 @@ def test_module_reference_works(workdir: Path) -> None:
 @pytest.mark.slow
 def test_scaffolded_experiment_and_sweep_run_end_to_end(workdir: Path) -> None:
     assert run("new", "experiment", "my_model").exit_code == 0
-    result = run("new", "sweep", "--experiment", "my_model.py", "--method", "tpe")
+    assert (workdir / "experiments" / "my_model.py").is_file()
+    result = run("new", "sweep", "--experiment", "experiments/my_model.py", "--method", "tpe")
     assert result.exit_code == 0, result.output
     sweep = workdir / "sweeps" / "my_model.yaml"
     spec = yaml.safe_load(sweep.read_text())
-    assert spec["experiment"] == "my_model.py:build" and spec["method"] == "tpe"
+    assert spec["experiment"] == "experiments/my_model.py:build" and spec["method"] == "tpe"
     spec["budget"]["trials"] = 2
     spec["fixed"]["epochs"] = 1
     sweep.write_text(yaml.safe_dump(spec))

@@ -296,9 +296,10 @@ def test_the_scaffolded_script_sweeps_as_written(workdir: Path) -> None:
     """`msexp new experiment --script`: prints metrics, reports epochs, uses the techniques."""
     wrote = invoke("new", "experiment", "lenet", "--script")
     assert wrote.exit_code == 0, wrote.output
-    checked = invoke("plan", "lenet.yaml", "--check")
+    assert (workdir / "experiments" / "lenet.py").is_file()
+    checked = invoke("plan", "sweeps/lenet.yaml", "--check")
     assert checked.exit_code == 0, checked.output
-    result = invoke("sweep", "lenet.yaml")
+    result = invoke("sweep", "sweeps/lenet.yaml")
     assert result.exit_code == 0, result.output
     runs = child_runs("lenet")
     assert len(runs) == 4

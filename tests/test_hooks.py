@@ -214,8 +214,10 @@ def test_train_mem_mb_is_the_built_in_loops_figure(trial: Path) -> None:
     from msexp.execution.host.running import run
     from msexp.execution.protocol import TrialRequest
     from msexp.spec import trial_params
-    from msexp.workloads.lenet_digits import build, lenet5
+    from tests.conftest import builtin
 
+    lenet_digits = builtin("lenet_digits")
+    build, lenet5 = lenet_digits.build, lenet_digits.lenet5
     params = trial_params("lenet_digits", {"epochs": 1, "batch_size": 64, "micro_size": 4})
     built_in = run(TrialRequest("lenet_digits", params), lambda event: None)
     x, y = build(params).train

@@ -17,8 +17,9 @@ from msexp.training import memory
 from msexp.training.loop import train
 from msexp.training.optim import make_optimizer
 from msexp.training.step import TrainStep
-from msexp.workloads import lenet_digits
+from tests.conftest import builtin
 
+lenet_digits = builtin("lenet_digits")
 BATCH = 512
 ERROR = 0.15  # measured / estimate - 1, documented in memory.py and docs/how-a-trial-runs.md
 

@@ -9,6 +9,7 @@ The figures in the comments were measured on the 2-core CPU (docs/how-a-trial-ru
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import mindspore as ms
@@ -21,9 +22,11 @@ from msexp.spec.params import parse_params
 from msexp.training import memory
 from msexp.training.graphs import Graphs
 from msexp.training.step import timed_update
-from msexp.workloads import resnet_cifar
-from msexp.workloads._resnet import Residual, bn, conv
+from tests.conftest import builtin
 
+resnet_cifar = builtin("resnet_cifar")
+_resnet = importlib.import_module("_resnet")  # beside it: its folder is on the path now
+Residual, bn, conv = _resnet.Residual, _resnet.bn, _resnet.conv
 RESNET_BATCH = 64  # resnet_cifar, width 16: 0.3 MB of weights, about 1 MB a sample
 R18_BATCH = 16  # ResNet-18 (11.7M weights, 44.6 MB of gradients) on 32x32 images
 

@@ -81,7 +81,7 @@ def test_plan_numbers_grid_rows_as_the_study_numbers_its_trials(workdir) -> None
 EXPERIMENT = '''
 from pathlib import Path
 
-from msexp.workloads import mlp_digits
+from msexp.experiment import load_experiment
 
 Path("imported").touch()  # plan reads the source; it never runs it
 DEFAULTS = {"lr": 0.05, "epochs": 2, "batch_size": 32}
@@ -89,7 +89,7 @@ PARAMS = {"hidden": 64, "dropout": 0.1}
 
 
 def build(params):
-    return mlp_digits.build(params)
+    return load_experiment("mlp_digits").build(params)
 '''
 
 

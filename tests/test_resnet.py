@@ -11,9 +11,12 @@ from mindspore import nn
 
 from msexp.experiment import Workload
 from msexp.training.loop import train
-from msexp.workloads._patterns import patterns
-from msexp.workloads.resnet_cifar import blocks_per_stage, build, resnet
+from tests.conftest import builtin
 
+resnet_cifar = builtin("resnet_cifar")
+blocks_per_stage, build, resnet = resnet_cifar.blocks_per_stage, resnet_cifar.build, \
+    resnet_cifar.resnet
+patterns = resnet_cifar.patterns  # from _patterns.py beside it
 
 @pytest.mark.parametrize(("depth", "block", "n"), [(8, "basic", 1), (20, "basic", 3),
                                                    (11, "bottleneck", 1), (20, "bottleneck", 2)])

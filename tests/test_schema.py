@@ -36,7 +36,7 @@ SCHEMA_REJECTS = {
 BEYOND_SCHEMA = {"malformed", "indivisible", "indivisible_fixed", "range_inverted",
                  "grid_with_range", "fixed_and_swept", "metrics_backreference",
                  "knob_infinite", "knob_nan_in_grid"}
-EXAMPLES = sorted(p for folder in ("sweeps", "msexp/workloads", "benchmarks")
+EXAMPLES = sorted(p for folder in ("sweeps", "experiments", "benchmarks")
                   for p in (ROOT / folder).rglob("*.y*ml"))
 
 # Sweep files validate accepts, one per feature of the format (with EXAMPLES).

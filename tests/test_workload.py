@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -13,7 +15,7 @@ from msexp.execution.host import running
 from msexp.execution.protocol import TrialRequest
 from msexp.search.storage import open_storage
 from msexp.spec import load_spec, trial_params
-from tests.conftest import write
+from tests.conftest import ROOT, write
 
 HEADER = """
     import numpy as np
@@ -244,6 +246,7 @@ def test_a_users_own_experiments_folder_does_not_shadow_the_built_ins(
     """Hosts run with the sweep file's folder first on the path (its modules import): a
     package of the user's named `experiments` or `workloads` is the user's, not msexp's."""
     from msexp.experiment import load_experiment
+    from msexp.experiment_source import builtin_folder
 
     for package in ("experiments", "workloads"):
         write(tmp_path / package / "__init__.py", "")
@@ -251,4 +254,49 @@ def test_a_users_own_experiments_folder_does_not_shadow_the_built_ins(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     loaded = load_experiment("lenet_digits")
-    assert loaded.build.__module__ == "msexp.workloads.lenet_digits"
+    assert Path(loaded.build.__code__.co_filename) == builtin_folder() / "lenet_digits.py"
+
+
+def test_a_built_in_name_is_a_file_of_experiments_loaded_as_a_users_file_is() -> None:
+    """`lenet_digits` and `experiments/lenet_digits.py` are one experiment, run by the same
+    loader; a built-in does not import MindSpore before its `build` (plans stay fast)."""
+    from msexp.experiment import load_experiment
+
+    by_name = load_experiment("lenet_digits")
+    by_path = load_experiment(str(ROOT / "experiments" / "lenet_digits.py"))
+    assert by_name.build.__code__.co_filename == by_path.build.__code__.co_filename
+    assert by_name.knobs == by_path.knobs and by_name.data_formats == ("mnist", "imagefolder")
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; from msexp.experiment import load_experiment; "
+         "[load_experiment(n) for n in ('mlp_digits', 'lenet_digits', 'resnet_cifar')]; "
+         "print(sorted(m for m in ('mindspore', '_resnet') if m in sys.modules))"],
+        cwd=ROOT, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stderr  # mutation: MindSpore imported first
+
+
+def test_msexps_experiments_are_found_beside_the_package_or_where_a_wheel_put_them(
+        tmp_path: Path) -> None:
+    from msexp.errors import MsexpError
+    from msexp.experiment_source import shipped_folder
+
+    checkout, venv = tmp_path / "checkout", tmp_path / "venv"
+    write(checkout / "experiments" / "lenet_digits.py", "")
+    assert shipped_folder(checkout / "msexp") == checkout / "experiments"
+    package = venv / "lib" / "python3.11" / "site-packages" / "msexp"
+    package.mkdir(parents=True)
+    with pytest.raises(MsexpError, match="experiments are missing"):
+        shipped_folder(package)
+    write(venv / "share" / "msexp" / "experiments" / "lenet_digits.py", "")
+    assert shipped_folder(package) == venv / "share" / "msexp" / "experiments"
+
+
+def test_a_wheel_ships_every_file_of_msexps_experiments() -> None:
+    """pyproject's data-files: each built-in and every module beside it that it imports."""
+    tomllib = pytest.importorskip("tomllib")
+    from msexp.experiment_source import builtin_names
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    shipped = project["tool"]["setuptools"]["data-files"]["share/msexp/experiments"]
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "experiments").glob("*.py"))
+    assert sorted(shipped) == files
+    assert {f"experiments/{name}.py" for name in builtin_names()} <= set(shipped)

@@ -13,22 +13,24 @@ from rich.table import Table
 
 from msexp.cli import templates
 from msexp.cli.options import console
-from msexp.experiment import Experiment, builtin_names, load_experiment
+from msexp.experiment import Experiment, load_experiment
+from msexp.experiment_source import builtin_names
 from msexp.knobs import KNOBS, METRICS, Knob
 from msexp.spec import load_spec
 from msexp.spec.model import knob_rows, sweep_schema
 
 
 def new_experiment(
-    name: Annotated[str, typer.Argument(help="Python identifier; writes NAME.py.",
+    name: Annotated[str, typer.Argument(help="Python identifier; writes experiments/NAME.py.",
                                         show_default=False)],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
     script: Annotated[bool, typer.Option(
-        "--script", help="Write a Model.train script (and NAME.yaml sweeping it) instead: it "
-                         "prints its metrics, reports epochs and uses msexp's techniques.")
+        "--script", help="Write a Model.train script (and sweeps/NAME.yaml sweeping it) "
+                         "instead: it prints its metrics, reports epochs and uses msexp's "
+                         "techniques.")
                       ] = False,
 ) -> None:
-    """Write NAME.py: a commented experiment that trains as written.
+    """Write experiments/NAME.py: an experiment that trains as written.
 
     It holds a network, a loss and data; with --script, a Model.train script instead.
 

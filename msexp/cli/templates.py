@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from msexp.errors import MsexpError
+
+EXPERIMENTS = Path("experiments")  # where a project's experiments live, msexp's own too
+SWEEPS = Path("sweeps")
 
 EXPERIMENT = '''"""{name}: an msexp experiment. Sweep it with `msexp new sweep --experiment {path}`.
 
@@ -79,8 +83,8 @@ def build(params: dict[str, Any]) -> Workload:
 
 SCRIPT = '''"""{name}: a Model.train script that msexp sweeps, and that still runs by hand.
 
-    python {name}.py --lr 0.05 --micro_size 2         # by hand
-    msexp sweep {name}.yaml                           # swept (the sweep file sets the flags)
+    python {path} --lr 0.05 --micro_size 2
+    msexp sweep {sweep}          # swept: the sweep file sets the flags
 
 It shows the three ways a script works with msexp:
 1. it prints its metrics (`eval_accuracy: 0.97`), which msexp reads from its output;
@@ -178,20 +182,22 @@ pruner: {{type: median, warmup_epochs: 1}}
 }
 
 
-def new_experiment(name: str, folder: Path = Path("."), force: bool = False) -> Path:
-    """Write `NAME.py`, an experiment that trains as written."""
+def new_experiment(name: str, folder: Path = EXPERIMENTS, force: bool = False) -> Path:
+    """Write `experiments/NAME.py`, an experiment that trains as written."""
     path = _python_file(name, folder)
     _write(path, EXPERIMENT.format(name=name, path=path), force)
     return path
 
 
-def new_script(name: str, folder: Path = Path("."), force: bool = False) -> tuple[Path, Path]:
-    """Write `NAME.py`, a Model.train script that uses msexp's hooks, and `NAME.yaml`,
-    a sweep of it."""
+def new_script(name: str, folder: Path = EXPERIMENTS, sweeps: Path = SWEEPS,
+               force: bool = False) -> tuple[Path, Path]:
+    """Write `experiments/NAME.py`, a Model.train script that uses msexp's hooks, and
+    `sweeps/NAME.yaml`, a sweep of it."""
     path = _python_file(name, folder)
-    sweep = folder / f"{name}.yaml"
-    _write(path, SCRIPT.format(name=name), force)
-    _write(sweep, SCRIPT_SWEEP.format(name=name, script=path.name, path=sweep), force)
+    sweep = sweeps / f"{name}.yaml"
+    script = os.path.relpath(path, sweep.parent)  # the command runs from the sweep's folder
+    _write(path, SCRIPT.format(name=name, path=path, sweep=sweep), force)
+    _write(sweep, SCRIPT_SWEEP.format(name=name, script=script, path=sweep), force)
     return path, sweep
 
 
@@ -208,7 +214,7 @@ def new_sweep(experiment: str, method: str = "grid", output: Path | None = None,
     stem = Path(target).stem if target.endswith(".py") else target.rsplit(".", 1)[-1]
     if target.endswith(".py") and ":" not in experiment:
         experiment = f"{target}:build"
-    path = output or Path("sweeps") / f"{stem}.yaml"
+    path = output or SWEEPS / f"{stem}.yaml"
     _write(path, SWEEP[method].format(name=stem, experiment=experiment, path=path), force)
     return path
 

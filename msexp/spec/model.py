@@ -20,7 +20,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from msexp.experiment import builtin_names
+from msexp.experiment_source import builtin_names
 from msexp.knobs import KNOBS, Knob
 from msexp.spec.file import CommandSection, Constraint, Objective, SweepFile
 

@@ -6,9 +6,11 @@ import os
 import sys
 import time
 
-from msexp.workloads import mlp_digits
+from msexp.experiment import load_experiment
 
-DEFAULTS = {**mlp_digits.DEFAULTS, "epochs": 1}
+mlp_digits = load_experiment("mlp_digits")  # msexp's own, loaded as any experiment is
+
+DEFAULTS = {**mlp_digits.defaults, "epochs": 1}
 PARAMS = {"mode": "works", "hidden": 32, "pause_s": 0.0}
 
 

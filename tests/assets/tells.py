@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import time
 
-from msexp.workloads import mlp_digits
+from msexp.experiment import load_experiment
 
-DEFAULTS = {**mlp_digits.DEFAULTS, "epochs": 1}
+mlp_digits = load_experiment("mlp_digits")  # msexp's own, loaded as any experiment is
+
+DEFAULTS = {**mlp_digits.defaults, "epochs": 1}
 PARAMS = {"hidden": 16, "api_token": "none", "data_url": "none", "pause_s": 0.0}
 
 

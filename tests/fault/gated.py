@@ -7,10 +7,12 @@ import os
 import time
 from pathlib import Path
 
+from msexp.experiment import load_experiment
 from msexp.keys import TrialEnv
-from msexp.workloads import mlp_digits
 
-DEFAULTS = {**mlp_digits.DEFAULTS, "epochs": 1}
+mlp_digits = load_experiment("mlp_digits")  # msexp's own, loaded as any experiment is
+
+DEFAULTS = {**mlp_digits.defaults, "epochs": 1}
 PARAMS = {"point": 0, "gate_dir": ".", "hidden": 16}
 WAIT_S = 300.0
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 
+from msexp.experiment import load_experiment
 from msexp.keys import TrialEnv
-from msexp.workloads import mlp_digits
 
-DEFAULTS = {**mlp_digits.DEFAULTS, "epochs": 1}
+mlp_digits = load_experiment("mlp_digits")  # msexp's own, loaded as any experiment is
+
+DEFAULTS = {**mlp_digits.defaults, "epochs": 1}
 PARAMS = {"sleep_s": 1000.5, "hidden": 16}
 
 
