@@ -34,19 +34,25 @@ def install(held: bool = False) -> None:
     """Ctrl-C raises KeyboardInterrupt, SIGTERM exits 143; both are remembered.
 
     `held` (sweep, worker): the first stop is acknowledged at once and held until the
-    command can report it (`act`); a second one acts at once.
+    command can report it (`acting`); a second one acts at once.
     """
     _acknowledging[:] = [held]
     for sig in STOPS:
         signal.signal(sig, _hold if held else _stop)
 
 
-def act() -> None:
-    """From now on a stop signal acts at once; one held until now acts now."""
-    for sig in STOPS:
-        signal.signal(sig, _stop)
-    if received:
-        leave(received[0])
+@contextmanager
+def acting() -> Iterator[None]:
+    """Stop signals act at once while the block runs (a command that reports them); one
+    held since start-up (`install`) acts as it starts. In one process (a test, a
+    notebook) each such block starts afresh: without one held, those remembered are an
+    earlier command's, and forgotten."""
+    if signal.getsignal(signal.SIGINT) is not _hold:
+        received.clear()
+    with _handlers(_stop):
+        if received:
+            leave(received[0])
+        yield
 
 
 def leave(signum: int) -> None:

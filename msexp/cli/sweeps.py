@@ -223,8 +223,8 @@ def _stops(file: Path, study: str | None, storage: str | None) -> Iterator[None]
     it starts and its stores open, a second Ctrl-C while MLflow opens) still ends with the
     study's trials table, the resume line and the stop's exit code (130, 143)."""
     try:
-        interrupts.act()
-        yield
+        with interrupts.acting():
+            yield
     except typer.Exit:
         raise  # the sweep's own end, a stop's included
     except BaseException:
