@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 import msexp
 from msexp import api
 from msexp.cli import app
+from msexp.search.study import fingerprint
 from tests.conftest import ROOT, mlflow_client, write
 
 TINY = {"name": "tiny", "experiment": "mlp_digits",
@@ -51,12 +52,14 @@ def test_a_dict_with_a_misspelt_key_raises_the_clis_line(workdir: Path) -> None:
     assert not (workdir / "mlruns").exists()  # refused before anything ran or was made
 
 
-def test_a_dict_the_api_validates_is_left_as_it_was(workdir: Path) -> None:
+def test_a_dict_is_the_sweep_its_file_would_be(workdir: Path) -> None:
     swept = {**TINY, "budget": {"repeats": 2}}
-    before = json.dumps(swept, sort_keys=True)
     spec = api.sources.load(swept)
-    assert json.dumps(swept, sort_keys=True) == before
-    assert spec.name == "tiny" and spec.n_trials() == 4 and str(spec.path) == "<dict>"
+    from_file = api.sources.load(write(workdir / "tiny.yaml", yaml.safe_dump(swept)))
+    assert str(spec.path) == "<dict>" and spec.folder == workdir  # a command runs here
+    assert (spec.name, spec.n_trials(), spec.fixed, spec.params) == (
+        from_file.name, from_file.n_trials(), from_file.fixed, from_file.params)
+    assert fingerprint(spec) == fingerprint(from_file)  # either resumes the other's study
 
 
 def test_reading_a_sweep_that_never_ran_says_so_in_the_clis_line(workdir: Path) -> None:

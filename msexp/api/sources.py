@@ -3,7 +3,6 @@ validated as the CLI validates a file."""
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,8 +25,7 @@ def load(source: Source, local: bool = True) -> SweepSpec:
     """
     with native_output_to_log():  # a user's experiment may import MindSpore here
         if isinstance(source, Mapping):
-            data = copy.deepcopy(dict(source))
-            return spec_of_data(data, DICT_SOURCE, Path(DICT_SOURCE), local)
+            return spec_of_data(dict(source), DICT_SOURCE, Path(DICT_SOURCE), local)
         return load_spec(Path(source), local)
 
 

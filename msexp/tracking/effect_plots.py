@@ -4,6 +4,7 @@ summary, drawn with matplotlib."""
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from msexp.tracking.curves import curves_of, objective_name, update_curves_of
 from msexp.tracking.effects import KnobEffects, SweptKnob, metric_of, short
 
 PANEL_W, PANEL_H = 3.6, 2.6  # inches per metric panel at a few levels
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # a Jupyter kernel's
 MAX_CURVES = 300  # trials drawn in the learning curves; more only blur into one another
 
 
@@ -48,10 +50,13 @@ def effect_figures(study: optuna.Study, found: KnobEffects, color_by: str | None
 
 
 def files_backend() -> None:
-    """matplotlib draws into files only, never a window."""
+    """matplotlib draws into files only, never a window. A Jupyter kernel's inline backend
+    (which opens none) is kept: the notebook's own figures, and the Python API's, still
+    show in its cells."""
     import matplotlib  # lazy: matplotlib takes about a second to import
 
-    matplotlib.use("Agg")
+    if os.environ.get("MPLBACKEND") != INLINE_BACKEND:
+        matplotlib.use("Agg")
 
 
 def _knob_figure(knob: SweptKnob, metrics: list[str], points: frozenset[str]) -> Any:

@@ -13,16 +13,15 @@ import yaml
 from msexp.knobs import value_text
 from msexp.paths import write_atomic
 from msexp.spec.yaml_text import load_yaml
+from msexp.tracking.effect_plots import files_backend
 from msexp.tune.measure import Profile
 from msexp.tune.outcome import Outcome, fate
 from msexp.tune.phases import Verdict
 
 
 def _pyplot() -> Any:
-    import matplotlib  # lazy: matplotlib takes about a second to import
-
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt  # lazy: as above
+    files_backend()  # files only, never a window
+    import matplotlib.pyplot as plt  # lazy: matplotlib takes about a second to import
 
     return plt
 
