@@ -22,6 +22,9 @@ from optuna.trial import TrialState
 # heartbeat contracts: `search.patience` rides out an outage in these calls too
 CACHED_BACKEND_CALLS = ("_create_new_trial", "_set_trial_param", "_get_best_trial_id",
                         "_get_trials", "_get_stale_trial_ids")
+# The step of `RDBStorage._create_new_trial` that its own retries (five, for deadlocks)
+# repeat: after a commit whose answer was lost, a repeat creates the trial twice
+PREPARE_NEW_TRIAL = "_get_prepared_new_trial"
 
 
 def pop_waiting(study: optuna.Study) -> optuna.Trial | None:

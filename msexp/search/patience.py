@@ -24,6 +24,7 @@ from msexp.errors import MsexpError
 from msexp.keys import TrialKey
 from msexp.search.optuna_private import (
     CACHED_BACKEND_CALLS,
+    PREPARE_NEW_TRIAL,
     BaseHeartbeat,
     backend_of,
     reconnect,
@@ -36,6 +37,7 @@ _BACKOFF_S = (0.25, 0.5, 1.0, 2.0)  # then every 2 s: back within 2 s of the ser
 _log = logging.getLogger("msexp")
 _local = threading.local()  # a call inside a retried call is retried by the outer one only
 T = TypeVar("T")
+_CREATES = ("create_new_trial", "_create_new_trial")
 
 
 def patience_s() -> float:
@@ -136,7 +138,8 @@ def unreachable(exc: BaseException) -> str | None:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        reason = _rpc_unavailable(exc) or _disconnected(exc)
+        reason = str(exc) if isinstance(exc, AnswerLost) else \
+            _rpc_unavailable(exc) or _disconnected(exc)
         if reason:
             return reason
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
@@ -180,6 +183,8 @@ def patient(cls: type[T]) -> type[T]:
              and callable(getattr(cls, name))}
     calls |= {name for name in CACHED_BACKEND_CALLS if hasattr(cls, name)}
     wrapped = {name: _retried(getattr(cls, name), name) for name in sorted(calls)}
+    if hasattr(cls, PREPARE_NEW_TRIAL):
+        wrapped[PREPARE_NEW_TRIAL] = _prepared_once(getattr(cls, PREPARE_NEW_TRIAL))
     return type(f"Patient{cls.__name__}", (cls,), wrapped)  # type: ignore[return-value]
 
 
@@ -198,6 +203,8 @@ def _retried(method: Callable[..., Any], name: str) -> Callable[..., Any]:
                 if landed is not None:
                     return landed
             tried.append(True)
+            if name in _CREATES:
+                _local.prepared = False  # see `_prepared_once`
             return method(self, *args, **kwargs)
 
         return patience.call(once, lambda: reconnect(self) if isinstance(
@@ -206,12 +213,30 @@ def _retried(method: Callable[..., Any], name: str) -> Callable[..., Any]:
     return call
 
 
+class AnswerLost(Exception):
+    """Optuna's own retry of a trial's creation, stopped before it creates the trial again:
+    the first try may have landed, which `_landed` looks for first."""
+
+
+def _prepared_once(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method` (`_get_prepared_new_trial`) once per try of a patient create."""
+    @functools.wraps(method)
+    def prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "msexp_patience", None) is not None:
+            if getattr(_local, "prepared", False):
+                raise AnswerLost("a trial's creation was cut off before its answer")
+            _local.prepared = True
+        return method(self, *args, **kwargs)
+
+    return prepare
+
+
 def _landed(storage: Any, name: str, args: tuple, kwargs: dict[str, Any], since: datetime
             ) -> Any:
     """What a write that was cut off answers if it landed before the cut, else None: a
     retried write is not applied twice (a trial created twice, a claim or a tell refused as
     if another process had made it). Writes not named here are idempotent."""
-    if name in ("create_new_trial", "_create_new_trial"):
+    if name in _CREATES:
         made = _created(storage, _arg(args, kwargs, 0, "study_id"),
                         _arg(args, kwargs, 1, "template_trial"), since)
         return made if made is None or name == "_create_new_trial" else trial_id(made)

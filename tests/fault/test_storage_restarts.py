@@ -5,18 +5,26 @@ with the real cause in one line, and the next run finishes the study."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import optuna
 import psutil
 import pytest
+from optuna.trial import TrialState
 
 from msexp.cluster import services
+from msexp.keys import TrialKey
+from msexp.search.optuna_private import pop_waiting
+from msexp.search.storage import open_storage
 from tests.conftest import msexp_cmd, write
 from tests.fault.conftest import (
     DEADLINE_S,
@@ -144,3 +152,79 @@ def test_past_its_patience_a_sweep_stops_with_the_cause_in_one_line(
                            capture_output=True, text=True, timeout=DEADLINE_S)
     assert again.returncode == 0, again.stdout + again.stderr
     assert_invariants(name, name, mark, POINTS, storage=db.storage_url)
+
+
+class AnswerCutter:
+    """A TCP relay in front of PostgreSQL that, when armed with a statement's text, lets
+    the next transaction holding it commit and cuts the connection before the client hears
+    the commit's answer: a write that landed, its answer lost."""
+
+    def __init__(self, pg_port: int):
+        self.pg_port, self.needle, self.cut = pg_port, b"", 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def arm(self, statement: str) -> None:
+        self.needle = statement.encode()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self.server.accept()
+            upstream = socket.create_connection(("127.0.0.1", self.pg_port))
+            sent = bytearray()  # what the client sent since its last commit was answered
+            threading.Thread(target=self._pump, args=(client, upstream, sent, False),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, sent, True),
+                             daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, sent: bytearray,
+              answers: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if not answers:
+                    sent += chunk
+                elif b"COMMIT\x00" in chunk:
+                    if self.needle and self.needle in sent:
+                        self.needle, self.cut = b"", self.cut + 1
+                        break  # the commit landed; its answer goes nowhere
+                    sent.clear()
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        for end in (source, sink):  # shut down: a close alone leaves the other pump's recv
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+
+def test_a_write_whose_answer_was_cut_off_is_not_applied_twice(
+        mark: str, db: services.Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """A queued trial, a claim and a tell each commit, and the connection is cut before
+    the answer: each is retried once, and found landed, not applied again.
+
+    # mutation: no check of a landed write before the retry (`_landed` returning None):
+    the queued trial is there twice, the claim is taken for another process's (no trial
+    to claim), the tell fails with UpdateFinishedTrialError"""
+    cutter = AnswerCutter(db.pg_port)
+    password = db.pgpass.read_text().split(":")[-1]
+    (tmp_path / "pgpass").write_text(f"127.0.0.1:{cutter.port}:*:{services.USER}:{password}")
+    (tmp_path / "pgpass").chmod(0o600)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))
+    storage = open_storage(f"postgresql://{services.USER}@127.0.0.1:{cutter.port}/optuna"
+                           "?sslmode=disable")
+    study = optuna.create_study(study_name="cut-answers", storage=storage)
+    cutter.arm("INSERT INTO trials")
+    study.enqueue_trial({"lr": 0.01}, user_attrs={TrialKey.GRID_POINT: 0})
+    assert cutter.cut == 1
+    assert len(study.get_trials(deepcopy=False)) == 1, "queued once"
+    cutter.arm("UPDATE trials SET state")
+    trial = pop_waiting(study)
+    assert cutter.cut == 2
+    assert trial is not None and trial.number == 0, "the claim that landed is this one's"
+    cutter.arm("UPDATE trials SET state")
+    study.tell(trial, 0.5)
+    assert cutter.cut == 3
+    (told,) = study.get_trials(deepcopy=False)
+    assert (told.state, told.values) == (TrialState.COMPLETE, [0.5])
