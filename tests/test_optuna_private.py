@@ -52,6 +52,9 @@ def test_the_private_calls_of_optunas_cache_are_the_ones_msexp_rides_out() -> No
     rdb = patient(optuna.storages.RDBStorage)
     for name in called:
         assert name in vars(rdb), f"{name} is retried through an outage"
+    create = inspect.getsource(optuna.storages.RDBStorage._create_new_trial)
+    assert f"self.{optuna_private.PREPARE_NEW_TRIAL}(" in create.split("for n_retries")[1], \
+        "the step Optuna's own retries of a creation repeat"
     cached = optuna.storages.get_storage(optuna.storages.RDBStorage("sqlite://"))
     assert optuna_private.backend_of(cached) is not cached
     memory = optuna.storages.InMemoryStorage()
