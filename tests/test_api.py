@@ -221,3 +221,31 @@ def test_a_stopped_sweep_raises_keyboard_interrupt_and_the_next_call_resumes_it(
     assert list(resumed["number"]) == [0, 1, 2]  # the same trials, none run twice
     assert list(resumed["status"]) == ["COMPLETE"] * 3
     assert resumed["run_id"][0] == stopped["run_id"][0]
+
+
+def test_a_tune_result_gives_the_pick_and_each_candidates_fate_as_the_cli_says(
+        tmp_path: Path) -> None:
+    from msexp.cli.tune import summary
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Profile
+    from msexp.tune.outcome import Outcome
+    from msexp.tune.phases import Verdict
+
+    def verdict(micro: int, ratio: float) -> Verdict:
+        profile = Profile(Candidate({"micro_size": micro}, {"micro_size": micro}),
+                          ratios=[ratio], spreads=[0.01], metrics={"train_mem_mb": 8.0 / micro})
+        return Verdict(profile, [0.9, 0.91], 1000.0, 8.0 / micro, ratio=ratio,
+                       ratio_spread=0.01)
+
+    base, pick = verdict(1, 1.0), verdict(2, 1.5)
+    base.fits = False  # over the memory budget: the pick need not beat it
+    dropped = Profile(Candidate({"micro_size": 4}, {"micro_size": 4}), dropped="TIMEOUT")
+    outcome = Outcome([base.profile, pick.profile, dropped], [pick.profile], 0.01, 1, base,
+                      [pick], pick, tmp_path / "p.png", tmp_path / "tuned.yaml")
+    found = api.tuning.result_of(outcome)
+    assert found.pick == {"micro_size": 2} and found.sweep_file == tmp_path / "tuned.yaml"
+    frame = found.candidates()
+    assert list(frame["micro_size"]) == [1, 2, 4]
+    assert list(frame["fate"]) == [c["verdict"] for c in summary(outcome)["candidates"]]
+    assert list(frame["fate"])[1:] == ["the pick", "dropped: TIMEOUT"]
+    assert list(frame["memory_mb"])[:2] == [8.0, 4.0]

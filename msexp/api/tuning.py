@@ -83,5 +83,11 @@ def tune_sweep(source: Source, *, memory_mb: float | None = None, updates: int =
         check_noise(spec, tolerance)
         with tuning(spec, spec.budget.workers, tracking_uri, say) as (runner, runs):
             found = tune(spec, Settings(updates, top, tolerance, memory_mb), runner, runs)
-    pick = dict(found.pick.profile.candidate.point) if found.pick is not None else None
-    return TuneResult(pick, found.sweep_file, found.plot, found)
+    return result_of(found)
+
+
+def result_of(outcome: Outcome) -> TuneResult:
+    """What a tune run found, as the API gives it."""
+    pick = outcome.pick
+    return TuneResult(dict(pick.profile.candidate.point) if pick is not None else None,
+                      outcome.sweep_file, outcome.plot, outcome)
