@@ -177,3 +177,30 @@ def test_the_optimizers_own_scale_is_read_where_it_keeps_it() -> None:
     assert own_scale(mindcv_adamw(weights)) == 1024.0
     assert own_scale(nn.Momentum(weights, 0.1, 0.9, loss_scale=8.0)) == 8.0
     assert own_scale(nn.SGD(weights, 0.1)) == 1.0
+
+
+def own_loss_losses(hooked: bool, micro_size: int = 1) -> list[float]:
+    """Two epochs of a network that computes its own loss from every column (`Model(
+    net_with_loss, optimizer=opt)`, as the model zoo's recommendation and audio scripts)."""
+    network = nn.WithLossCell(TwoHeads(), nn.CrossEntropyLoss())
+    opt = nn.Momentum(network.trainable_params(), 0.1, 0.9)
+    trains = hooks.model(network, None, opt, {"micro_size": micro_size}) if hooked \
+        else Model(network, optimizer=opt)
+    seen = Seen()
+    trains.train(2, data(), callbacks=[seen])
+    return seen.losses
+
+
+def test_a_network_with_its_own_loss_trains_as_model_trains_it() -> None:
+    # mutation: AccumulatingTrainStep passing the network every column but the last
+    want = own_loss_losses(False)
+    assert own_loss_losses(True) == want
+    np.testing.assert_allclose(own_loss_losses(True, micro_size=4), want, rtol=1e-6)
+    assert len(set(want)) == len(want) == 8, "the weights never moved"
+
+
+def test_metrics_without_a_loss_or_an_eval_network_are_refused_as_model_refuses() -> None:
+    network = nn.WithLossCell(TwoHeads(), nn.CrossEntropyLoss())
+    opt = nn.Momentum(network.trainable_params(), 0.1, 0.9)
+    with pytest.raises(ValueError, match="eval_network"):
+        hooks.model(network, None, opt, {}, metrics={"acc": nn.Accuracy()})

@@ -51,10 +51,19 @@ class _WeightedLoss(nn.Cell):
     def construct(self, logits, labels):
         return self.loss_fn(logits, labels) * self.weight
 
+
     def set(self, value: float) -> None:
         if value != self.value:
             self.weight.set_data(Tensor(value, ms.float32))
             self.value = value
+
+
+class _OutputIsLoss(nn.Cell):
+    """The loss of a network that computes its own (`Model(net_with_loss, optimizer=...)`):
+    its output, given every column of the batch."""
+
+    def construct(self, output, labels):
+        return output
 
 
 class AccumulatingTrainStep(nn.Cell):
@@ -72,8 +81,9 @@ class AccumulatingTrainStep(nn.Cell):
         values = settings(params)
         self.network, self.optimizer = network, optimizer
         self.micro_size = values["micro_size"]
+        self.own_loss = loss_fn is None  # the network takes every column, labels included
         scaler, drop = make_scaler(values)
-        loss = _WeightedLoss(loss_fn)
+        loss = _WeightedLoss(_OutputIsLoss() if loss_fn is None else loss_fn)
         object.__setattr__(self, "loss", loss)  # not a part of the model's checkpoints
         object.__setattr__(self, "step", TrainStep(network, loss, optimizer, self.micro_size,
                                                    scaler, drop, None,
@@ -84,6 +94,8 @@ class AccumulatingTrainStep(nn.Cell):
 
     def __call__(self, *columns: Any) -> Tensor:
         *inputs, labels = columns
+        if self.own_loss:
+            inputs = list(columns)
         size = int(labels.shape[0])
         if not self.micro:
             self._tell_batch_statistics(size)

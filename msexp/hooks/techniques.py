@@ -117,14 +117,19 @@ def model(network: nn.Cell, loss_fn: Any, optimizer: nn.Optimizer, params: Param
     """`Model(network, loss_fn, optimizer, metrics, ...)` that trains with msexp's techniques,
     as `params` and `Model`'s own arguments set them (`model_arguments`: the sweep's knobs
     first; None: not given), and evaluates `metrics` as usual, with `eval_network` and
-    `eval_indexes` where given.
+    `eval_indexes` where given. `loss_fn=None`, as in `Model(net_with_loss,
+    optimizer=opt)`: `network` takes every column of a batch and returns the loss.
 
     Raises:
-        ValueError: an argument clashes with a knob the sweep sets, or asks for boost.
+        ValueError: an argument clashes with a knob the sweep sets, or asks for boost;
+            `metrics` without a loss function or an `eval_network` (as `Model` refuses).
     """
     del boost_config_dict  # read only by boost "O1"/"O2", which msexp refuses
     refuse_boost(boost_level, acc_level)
     values = knob_values(params, amp_level, keep_batchnorm_fp32, loss_scale_manager)
+    if loss_fn is None and metrics and eval_network is None:
+        raise ValueError("msexp.hooks.model: metrics need an eval_network where loss_fn is "
+                         "None (the network computes its own loss), as in Model")
     train = train_network(network, loss_fn, optimizer, values)
     if eval_network is None and metrics:  # as Model builds it: float32 outputs under O2, O3
         eval_network = nn.WithEvalCell(train.network, loss_fn,
