@@ -30,6 +30,7 @@ from msexp.execution.host import Host  # noqa: E402
 from msexp.execution.protocol import TrialRequest  # noqa: E402
 from msexp.spec import trial_params  # noqa: E402
 from msexp.spec.space import derived  # noqa: E402
+from msexp.tracking.delivery import record_trial  # noqa: E402
 from msexp.tracking.runs import Tracker  # noqa: E402
 
 
@@ -40,7 +41,8 @@ def msexp_trial(epochs: int, batch: int, folder: Path, tracker: Tracker, exp_id:
     runner = Host(cwd=ROOT)
     began = time.perf_counter()
     result = runner.run(request, timeout=600)
-    tracker.log_trial(exp_id, parent, number, {**params, **derived(params)}, result, time.time())
+    record_trial(tracker, exp_id, parent, number, {**params, **derived(params)}, result,
+                 time.time())
     wall = time.perf_counter() - began
     runner.kill()
     assert result.status.value == "COMPLETE", result.error

@@ -119,12 +119,15 @@ def test_two_ranks_train_like_one_process_on_the_global_batch(
     events = [type(e).__name__ for e in read_events(result.events_path)]
     assert events == ["Launch", "Start", "Epoch", "Result", "End"], "only rank 0 reports"
 
+    from msexp.tracking.delivery import record_trial
     from msexp.tracking.runs import Tracker
+    from msexp.tracking.spool import Spool
 
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker.spool = Spool(tmp_path / "spool")
     experiment = tracker.experiment_id("dp")
     parent = tracker.client.create_run(experiment).info.run_id
-    run_id = tracker.log_trial(experiment, parent, 0, result.impl, result, time.time())
+    run_id = record_trial(tracker, experiment, parent, 0, result.impl, result, time.time())
     attached = {a.path for a in tracker.client.list_artifacts(run_id, "trial.ranks")}
     assert {"trial.ranks/worker_0.log", "trial.ranks/worker_1.log"} <= attached
 

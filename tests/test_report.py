@@ -15,6 +15,7 @@ from optuna.trial import TrialState, create_trial
 from msexp.errors import MsexpError
 from msexp.execution.result import Status, TrialResult
 from msexp.keys import StudyKey, TrialKey
+from msexp.tracking.delivery import record_trial
 from msexp.tracking.report import (
     best_trials,
     build_report,
@@ -131,8 +132,8 @@ def test_the_best_checkpoint_is_attached_once_and_linked_from_the_parent(
     study = study_of(trial(0.5, 0.1), trial(0.9, 0.2))
     parent = with_parent(study, tracker, "ckpt")
     experiment = tracker.client.get_run(parent).info.experiment_id
-    child = tracker.log_trial(experiment, parent, 1, {}, TrialResult(Status.COMPLETE),
-                              time.time())
+    child = record_trial(tracker, experiment, parent, 1, {}, TrialResult(Status.COMPLETE),
+                         time.time())
     assert log_best_checkpoint(study, tracker) is None, "the best trial kept no model"
     study = study_of(trial(0.5, 0.1, **{TrialKey.CHECKPOINT: str(checkpoint),
                                         TrialKey.RUN_ID: "x"}),

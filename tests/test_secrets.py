@@ -372,10 +372,11 @@ def test_optuna_keeps_stand_ins_and_a_trial_gets_the_real_values(workdir: Path) 
 
 def test_a_spooled_result_keeps_no_secret_param(tmp_path: Path) -> None:
     spool = Spool(tmp_path)
-    path = spool.keep("sqlite:///x.db", "1", "p", 0,
+    held = spool.hold("sqlite:///x.db", "1", "p", 0,
                       {"api_token": "S3CRET-t", "db": "mysql://u:S3CRET-d@h/x", "lr": 0.1},
                       TrialResult(Status.FAILED, error="S3CRET-t was refused"), 0.0)
-    assert b"S3CRET" not in path.read_bytes()
+    held.release()
+    assert b"S3CRET" not in held.path.read_bytes()
     ((_, record),) = spool.pending("sqlite:///x.db")
     assert record.params == {"api_token": "***", "db": "mysql://u:***@h/x", "lr": 0.1}
 

@@ -87,10 +87,10 @@ def test_a_trial_run_logs_series_epochs_and_final_metrics_on_the_update_axis(
     log.write_text(f"password={SECRET}\n")
     started = time.time() - 10
     run_id = record_trial(tracker, experiment, parent, 3, {"lr": 0.1, "split": [0, 2]},
-                                  finished(log_path=log, impl={"thor": "msexp"},
+                          finished(log_path=log, impl={"thor": "msexp"},
                                            data_source="digits", pid=7, warm=True,
                                            resumed_from=1), started,
-                                  name="#3 lr=0.1", tags={"extra": "x"})
+                          name="#3 lr=0.1", tags={"extra": "x"})
     run = tracker.client.get_run(run_id)
     assert run.info.run_name == "#3 lr=0.1" and run.info.status == "FINISHED"
     assert run.info.end_time - run.info.start_time == 3000
@@ -140,15 +140,34 @@ def test_an_unfinished_trial_keeps_its_error_and_last_epoch(
     assert run.data.metrics["eval_accuracy"] == 0.75 and run.data.metrics["wall_s"] == 3.0
 
 
-def test_replace_leaves_one_run_per_trial(tracker: Tracker, experiment: str, workdir: Path
-                                          ) -> None:
+def test_a_trial_recorded_again_leaves_one_run(tracker: Tracker, experiment: str,
+                                               workdir: Path) -> None:
     parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
     first = record_trial(tracker, experiment, parent, 0, {}, finished(), time.time())
     other = record_trial(tracker, experiment, parent, 1, {}, finished(), time.time())
-    again = record_trial(tracker, experiment, parent, 0, {}, finished(), time.time(),
-                                 replace=True)
+    again = record_trial(tracker, experiment, parent, 0, {}, finished(), time.time())
     alive = {r.info.run_id for r in tracker.client.search_runs([experiment])}
     assert alive == {parent, other, again} and first not in alive
+
+
+def test_every_trial_is_in_the_spool_before_mlflow_has_it(
+        tracker: Tracker, experiment: str, workdir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one path (tune's and the tests' `record_trial`, the recorder's `deliver`): the
+    record on disk first, gone once its run is finished."""
+    parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
+    seen: list[list[str]] = []
+    finish = Tracker.finish_trial
+
+    def finish_trial(self, *args, **kwargs):
+        seen.append([f.name for f in self.spool.files()])
+        return finish(self, *args, **kwargs)
+
+    monkeypatch.setattr(Tracker, "finish_trial", finish_trial)
+    run_id = record_trial(tracker, experiment, parent, 7, {}, finished(), time.time())
+    assert seen == [[f"{parent}-00007.json"]]  # mutation: delivered without the record
+    assert tracker.spool.files() == [] and tracker.client.get_run(run_id).info.status == \
+        "FINISHED"
 
 
 def test_a_refused_trial_waits_in_the_spool_and_is_delivered_first_next_time(
@@ -157,9 +176,9 @@ def test_a_refused_trial_waits_in_the_spool_and_is_delivered_first_next_time(
     parent = tracker.parent_run(experiment, "s", {}, workdir / "none.yaml")
     tracker.client.delete_experiment(experiment)  # the store now refuses new runs in it
     assert record_trial(tracker, experiment, parent, 0, {"lr": 0.1, "url": f"postgresql://u:{SECRET}@h/db"},
-                                finished(), time.time()) is None
+                        finished(), time.time()) is None
     assert record_trial(tracker, experiment, parent, 1, {"lr": 0.2}, finished(),
-                                time.time()) is None
+                        time.time()) is None
     files = tracker.spool.files()
     assert [f.name for f in files] == [f"{parent}-00000.json", f"{parent}-00001.json"]
     assert all(SECRET not in f.read_text() for f in files)
@@ -181,9 +200,9 @@ def test_a_spool_record_names_its_store_without_credentials(tmp_path: Path) -> N
     assert store_key("sqlite:///mlruns/mlflow.db") == "sqlite:///mlruns/mlflow.db"
     spool = Spool(tmp_path / "mlruns" / "spool")  # neither folder exists yet
     assert spool.files() == []
-    spool.keep(f"http://user:{SECRET}@host:5000", "1", "p", 4, {"lr": 0.1, "dir": Path("d")},
-               finished(), 12.0)
-    spool.keep("http://other:5000", "1", "p", 5, {}, finished(), 13.0)
+    spool.hold(f"http://user:{SECRET}@host:5000", "1", "p", 4, {"lr": 0.1, "dir": Path("d")},
+               finished(), 12.0).release()
+    spool.hold("http://other:5000", "1", "p", 5, {}, finished(), 13.0).release()
     (path, record), = spool.pending("http://host:5000")
     assert path.name == "p-00004.json" and SECRET not in path.read_text()
     assert (record.number, record.params, record.started) == (4, {"lr": 0.1, "dir": "d"}, 12.0)
@@ -216,7 +235,7 @@ def test_msexp_sync_delivers_what_waits_and_says_what_is_left(
     tracker.client.delete_experiment(experiment)
     for number in (0, 1):
         assert record_trial(tracker, experiment, parent, number, {}, finished(),
-                                    time.time()) is None
+                            time.time()) is None
     tracker.spool.keep_ending(tracker.uri, parent, "FINISHED")  # as a sweep that ended
     waiting = CliRunner().invoke(app, ["sync"])
     assert waiting.exit_code == 1
@@ -241,13 +260,21 @@ def test_a_trials_model_is_attached_only_when_asked(tracker: Tracker, experiment
     kept = finished(checkpoint=model)
     plain = record_trial(tracker, experiment, parent, 0, {}, kept, time.time())
     attached = record_trial(tracker, experiment, parent, 1, {}, kept, time.time(),
-                                    log_checkpoint=True)
+                            log_checkpoint=True)
     assert tracker.client.list_artifacts(plain, "checkpoint") == []
     assert [a.path for a in tracker.client.list_artifacts(attached, "checkpoint")] == [
         "checkpoint/model.ckpt"]
     gone = record_trial(tracker, experiment, parent, 2, {}, finished(checkpoint=workdir / "x"),
-                                time.time(), log_checkpoint=True)
+                        time.time(), log_checkpoint=True)
     assert tracker.client.list_artifacts(gone, "checkpoint") == []
+    tracker.client.delete_experiment(experiment)  # refused: it waits in the spool
+    assert record_trial(tracker, experiment, parent, 3, {}, kept, time.time(),
+                        log_checkpoint=True) is None
+    tracker.client.restore_experiment(experiment)
+    assert flush_spool(tracker) == 1  # mutation: the spooled record forgets the model
+    (late,) = tracker.client.search_runs([experiment], f"tags.`{RunTag.TRIAL}` = '3'")
+    assert [a.path for a in tracker.client.list_artifacts(late.info.run_id, "checkpoint")] == [
+        "checkpoint/model.ckpt"]
 
 
 def test_a_trial_run_names_its_data_as_a_dataset_input(tracker: Tracker, experiment: str,
@@ -262,7 +289,7 @@ def test_a_trial_run_names_its_data_as_a_dataset_input(tracker: Tracker, experim
     inputs = {}
     for number, description in described.items():
         run_id = record_trial(tracker, experiment, parent, number, {},
-                                      finished(data_source=description), time.time())
+                              finished(data_source=description), time.time())
         inputs[number] = tracker.client.get_run(run_id).inputs.dataset_inputs
     (digits,), (pets,) = inputs[0], inputs[1]
     assert (digits.dataset.name, pets.dataset.name) == ("sklearn digits",
@@ -310,8 +337,8 @@ def test_a_spooled_trial_finishes_the_run_it_started_or_else_gets_one_new_run(
     gone = tracker.start_trial(experiment, parent, 1, {"lr": 0.2}, time.time())
     tracker.client.delete_run(gone)
     for number, run_id in ((0, began), (1, gone)):
-        tracker.spool.keep(tracker.uri, experiment, parent, number, {"lr": 0.1 + number / 10},
-                           finished(), time.time(), run_id=run_id, name=f"#{number}")
+        tracker.spool.hold(tracker.uri, experiment, parent, number, {"lr": 0.1 + number / 10},
+                           finished(), time.time(), run_id=run_id, name=f"#{number}").release()
     assert flush_spool(tracker) == 2 and tracker.spool.files() == []
     runs = tracker.client.search_runs([experiment], f"tags.`{RunTag.PARENT}` = '{parent}'")
     by_trial = {r.data.tags[RunTag.TRIAL]: r for r in runs}

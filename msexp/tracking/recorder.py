@@ -20,7 +20,7 @@ from msexp.execution.result import TrialResult
 from msexp.execution.subscribers import Recorder, Subscriber, TrialInfo
 from msexp.keys import RunTag, StudyKey, TrialKey
 from msexp.spec import SweepSpec
-from msexp.tracking.delivery import flush_spool, warn_kept
+from msexp.tracking.delivery import deliver, flush_spool
 from msexp.tracking.report import log_best, log_best_checkpoint
 from msexp.tracking.runs import Tracker
 from msexp.tracking.spool import Held
@@ -39,9 +39,10 @@ class MlflowRecorder(Recorder):
     run in one background thread, off the path between two trials: a trial's run is
     made, with its params, while it trains (before the ends of earlier trials are
     logged, which its own end waits for); at its end its record goes to the
-    spool on disk before Optuna is told (see `search.driver`), and the thread then logs
-    the rest into the run and removes the record. A sweep killed meanwhile leaves the
-    record for the next delivery (`delivery.flush_spool`, `msexp sync`).
+    spool on disk before Optuna is told (see `search.driver`), and the thread then
+    delivers it (`delivery.deliver`: the one way a trial reaches MLflow). A sweep killed
+    meanwhile leaves the record for the next delivery (`delivery.flush_spool`, `msexp
+    sync`).
     """
 
     def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool,
@@ -158,7 +159,7 @@ class MlflowRecorder(Recorder):
 
     def on_trial_ending(self, trial: TrialInfo, result: TrialResult) -> dict[str, Any]:
         """Keep the trial's record in the spool (on disk, before Optuna is told) and have
-        the background thread log it into its run; Optuna keeps the run's id."""
+        the background thread deliver it into its run; Optuna keeps the run's id."""
         tracker, experiment_id, parent_id = self.opened.result()
         tags: dict[str, Any] = {}
         if self.spec.constraints:
@@ -166,44 +167,23 @@ class MlflowRecorder(Recorder):
         run_id = self._run_of(trial)
         self.backlog.acquire()  # where trials end faster than MLflow logs them, they wait
         try:
-            held = tracker.spool.hold(tracker.uri, experiment_id, parent_id, trial.number,
-                                      trial.logged, result, trial.started, run_id=run_id,
-                                      name=trial.name, tags=tags)
+            held = tracker.spool.hold(
+                tracker.uri, experiment_id, parent_id, trial.number, trial.logged, result,
+                trial.started, run_id=run_id, name=trial.name, tags=tags,
+                log_checkpoint=self.spec.checkpoint.log == "all",
+                replace=trial.later_attempt)  # what an earlier attempt made goes
         except BaseException:
             self.backlog.release()
             raise
-        self.writes.submit(self._finish, tracker, held, trial, result, tags, run_id)
+        self.writes.submit(self._deliver, tracker, held)
         return {TrialKey.RUN_ID: run_id or "spooled"}
 
-    def _finish(self, tracker: Tracker, held: Held, trial: TrialInfo, result: TrialResult,
-                tags: dict[str, Any], run_id: str | None) -> None:
+    def _deliver(self, tracker: Tracker, held: Held) -> None:
         try:
-            self._log_end(tracker, trial, result, tags, run_id)
-        except Exception as exc:  # unreachable server, broken store: the record waits
-            held.release()
-            self.spooled = True
-            warn_kept(tracker, trial.number, exc, held.path)
-        else:
-            held.delivered()
+            if deliver(tracker, held) is None:  # the record waits: the next start looks
+                self.spooled = True
         finally:
             self.backlog.release()
-
-    def _log_end(self, tracker: Tracker, trial: TrialInfo, result: TrialResult,
-                 tags: dict[str, Any], run_id: str | None) -> None:
-        """Log the trial's end into the run made as it started (or a new one)."""
-        if run_id is None:  # MLflow did not take it at its start
-            _, experiment_id, parent_id = self.opened.result()
-            run_id = tracker.start_trial(experiment_id, parent_id, trial.number,
-                                         trial.logged, trial.started, trial.name,
-                                         replace=True)
-        tracker.finish_trial(run_id, result, trial.started, tags,
-                             log_checkpoint=self.spec.checkpoint.log == "all",
-                             params=trial.logged)
-        if trial.later_attempt:  # what an earlier attempt made while this one started goes
-            _, experiment_id, parent_id = self.opened.result()
-            with tracker.writing():
-                tracker.delete_trial_runs(experiment_id, parent_id, trial.number,
-                                          keep=run_id)
 
     def on_trial_dropped(self, trial: TrialInfo) -> None:
         """This process records no end of the trial (put back, or taken by another

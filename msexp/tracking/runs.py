@@ -190,15 +190,6 @@ class Tracker:
             if run.info.run_id != keep:
                 self.client.delete_run(run.info.run_id)
 
-    def log_trial(self, experiment_id: str, parent_id: str, number: int,
-                  params: Mapping[str, Any], result: TrialResult, started: float,
-                  name: str | None = None, tags: Mapping[str, str] | None = None) -> str:
-        """Record one finished trial as a child run (named `name`, e.g. `#3 micro_size=4`)
-        and return its run id."""
-        run_id = self.start_trial(experiment_id, parent_id, number, params, started, name)
-        self.finish_trial(run_id, result, started, tags, params=params)
-        return run_id
-
     def start_trial(self, experiment_id: str, parent_id: str, number: int,
                     params: Mapping[str, Any], started: float, name: str | None = None,
                     replace: bool = False) -> str:

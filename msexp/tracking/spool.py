@@ -1,10 +1,12 @@
-"""The spool: trial results kept on disk while the MLflow store cannot take them.
+"""The spool: every trial's record on disk before MLflow has it, kept while the store
+cannot take it.
 
 One JSON file per trial under `mlruns/spool/`, and one `.ending` file per sweep whose
-parent run could not be ended. A sweep writes every trial's record before Optuna is told
-and delivers it in the background: while it delivers, it holds the record's lock, and
-the deliveries of other processes pass it by; if it dies, the lock goes with it and the
-next delivery takes the record. A record names its store by the URL
+parent run could not be ended. Every trial is recorded through here (`delivery`): a
+sweep writes its record before Optuna is told and delivers it in the background, `tune`
+writes and delivers it at once. While a process delivers its record, it holds the
+record's lock, and the deliveries of other processes pass it by; if it dies, the lock
+goes with it and the next delivery takes the record. A record names its store by the URL
 without credentials, so moving a password from the URL into MLFLOW_TRACKING_PASSWORD
 still finds it, and no spool file holds a secret (a record is redacted as a whole).
 """
@@ -52,6 +54,8 @@ class SpooledTrial:
     run_id: str | None = None  # the child run made as the trial started, if any
     name: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    log_checkpoint: bool = False  # its model attached to its run
+    replace: bool = True  # runs of an earlier attempt may be there: they go
 
     @property
     def trial_result(self) -> TrialResult:
@@ -61,8 +65,8 @@ class SpooledTrial:
 class Held:
     """A record whose writer is delivering it: its lock keeps other deliveries off."""
 
-    def __init__(self, path: Path, handle: IO[str]):
-        self.path, self._handle = path, handle
+    def __init__(self, path: Path, handle: IO[str], record: SpooledTrial):
+        self.path, self._handle, self.record = path, handle, record
 
     def delivered(self) -> None:
         """The store has the trial: the record goes."""
@@ -80,26 +84,16 @@ class Spool:
     def __init__(self, folder: Path = SPOOL_DIR):
         self.folder = folder
 
-    def keep(self, uri: str, experiment_id: str, parent_id: str, number: int,
-             params: dict[str, Any], result: TrialResult, started: float,
-             **more: Any) -> Path:
-        """Write one trial's record (atomically) and return its file. `more`: the
-        `SpooledTrial` fields `run_id`, `name`, `tags`."""
-        with self._full_disk(f"trial {number}'s result"):
-            path, text = self._record(uri, experiment_id, parent_id, number, params, result,
-                                      started, more)
-            write_atomic(path, text)
-        return path
-
     def hold(self, uri: str, experiment_id: str, parent_id: str, number: int,
              params: dict[str, Any], result: TrialResult, started: float,
              **more: Any) -> Held:
         """Write one trial's record (atomically) and keep its lock until it is delivered
-        or released."""
+        or released. `more`: the other `SpooledTrial` fields (`run_id`, `name`, ...)."""
         with self._full_disk(f"trial {number}'s result"):
-            path, text = self._record(uri, experiment_id, parent_id, number, params, result,
-                                      started, more)
-            return Held(path, self._locked_write(path, text))
+            record = SpooledTrial(store_key(uri), experiment_id, parent_id, number,
+                                  redact_params(params), result.to_json(), started, **more)
+            path, text = self._file(record, params)
+            return Held(path, self._locked_write(path, text), record)
 
     @staticmethod
     def _locked_write(path: Path, text: str) -> IO[str]:
@@ -131,14 +125,10 @@ class Spool:
             note = space_note(self.folder) or f"; no space left on the device of {where}"
             raise MsexpError(f"cannot keep {what} in the spool{note}") from None
 
-    def _record(self, uri: str, experiment_id: str, parent_id: str, number: int,
-                params: dict[str, Any], result: TrialResult, started: float,
-                more: dict[str, Any]) -> tuple[Path, str]:
-        """The record's file and its redacted text."""
-        record = SpooledTrial(store_key(uri), experiment_id, parent_id, number,
-                              redact_params(params), result.to_json(), started, **more)
+    def _file(self, record: SpooledTrial, params: dict[str, Any]) -> tuple[Path, str]:
+        """The record's file and its text, without the secrets among `params` (as given)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        return (self.folder / f"{parent_id}-{number:05d}.json",
+        return (self.folder / f"{record.parent_id}-{record.number:05d}.json",
                 redact_known(json.dumps(asdict(record), default=str), known_secrets(params)))
 
     def pending(self, uri: str) -> Iterator[tuple[Path, SpooledTrial]]:

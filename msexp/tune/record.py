@@ -35,14 +35,15 @@ class PhaseRuns:
         return self.parents[phase]
 
     def children(self, phase: str, runs: list[Ran], dropped: dict[int, str]) -> None:
-        """Log each run as a child of `phase`, tagged with the phase and why it dropped."""
+        """Record each run as a child of `phase` (spool first, as a sweep's trials are),
+        tagged with the phase and why it dropped."""
         parent = self.parent(phase)
         for i, ran in enumerate(runs):
             number = self.counts.get(phase, 0)
             self.counts[phase] = number + 1
             tags = {PHASE: phase, **({DROPPED: dropped[i][:5000]} if i in dropped else {})}
             record_trial(self.tracker, self.experiment_id, parent, number, ran.job.params,
-                                      ran.result, ran.started, name=ran.job.name, tags=tags)
+                         ran.result, ran.started, name=ran.job.name, tags=tags)
 
     def attach(self, phase: str, path: Path) -> None:
         """Log a file (the plot, the sweep file written) to `phase`'s parent run."""

@@ -1,6 +1,6 @@
 """kill -9 of `msexp tune` in mid-phase: `msexp status` shows the MLflow runs it left
-RUNNING, and the next `msexp tune` ends them KILLED, so no run of the experiment stays
-RUNNING."""
+RUNNING, and the next `msexp tune` ends them KILLED (the child in flight then gets its
+record, which waited in the spool, delivered), so no run of the experiment stays RUNNING."""
 
 from __future__ import annotations
 
@@ -74,8 +74,16 @@ def test_the_runs_a_killed_tune_left_running_are_shown_then_ended_killed(mark: s
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"ended {len(left)} MLflow run(s) that a killed msexp tune left RUNNING" in \
         again.stderr
-    after = {r.info.run_id: r.info.status for r in runs_of("killed-tune")}
-    assert {run_id: after[run_id] for run_id in left} == dict.fromkeys(left, "KILLED")
+    runs = runs_of("killed-tune")
+    after = {r.info.run_id: r.info.status for r in runs}
+    children = {run_id for run_id, run in left.items() if RunTag.PARENT in run.data.tags}
+    assert {run_id: after.get(run_id) for run_id in set(left) - children} == dict.fromkeys(
+        set(left) - children, "KILLED"), "each phase's parent run ended KILLED"
+    for run_id in children:  # in flight: its record waited in the spool, and is delivered
+        trial = {k: left[run_id].data.tags[k] for k in (RunTag.PARENT, RunTag.TRIAL)}
+        (delivered,) = [r for r in runs if {k: r.data.tags.get(k) for k in trial} == trial]
+        assert delivered.info.run_id != run_id and delivered.info.status == "FINISHED"
+    assert not list(Path("mlruns/spool").glob("*.json")), "every record delivered"
     assert "RUNNING" not in after.values()
     assert set(after.values()) == {"KILLED", "FINISHED"}, "the rerun's own runs finished"
     assert_no_process_left(mark)
