@@ -249,3 +249,20 @@ def test_a_tune_result_gives_the_pick_and_each_candidates_fate_as_the_cli_says(
     assert list(frame["fate"]) == [c["verdict"] for c in summary(outcome)["candidates"]]
     assert list(frame["fate"])[1:] == ["the pick", "dropped: TIMEOUT"]
     assert list(frame["memory_mb"])[:2] == [8.0, 4.0]
+
+
+def test_library_logs_go_to_the_mlruns_of_the_working_directory_of_the_moment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+    import shutil
+
+    api.quiet.route_library_logs()
+    first, then = tmp_path / "first", tmp_path / "then"
+    for folder in (first, then):
+        folder.mkdir()
+    monkeypatch.chdir(first)
+    logging.getLogger("mlflow").warning("one")
+    shutil.rmtree(first)  # a notebook's folder gone, or changed with os.chdir
+    monkeypatch.chdir(then)
+    logging.getLogger("mlflow").warning("two")  # mutation: a path fixed at the first raises
+    assert (then / "mlruns" / "msexp.log").read_text().endswith("WARNING mlflow: two\n")

@@ -5,6 +5,7 @@ here. msexp's own warnings still show, one line each, on stderr."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
@@ -20,16 +21,31 @@ LIBRARIES = ("mlflow", "alembic", "optuna", "py.warnings", "urllib3", "git")
 
 
 class LibraryLog(logging.FileHandler):
-    """mlruns/msexp.log (of the working directory at the first record), made with its
-    folder at the first record."""
+    """mlruns/msexp.log of the working directory, made with its folder at the first
+    record."""
 
     def __init__(self) -> None:
         super().__init__(LOG_FILE, encoding="utf-8", delay=True)
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
 
-    def _open(self):  # type: ignore[no-untyped-def]  # logging's own signature
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write `record` under the working directory as it is now (a notebook may change
+        it); a record that cannot be written is dropped, as the CLI's log drops it."""
+        where = os.path.abspath(LOG_FILE)
+        if where != self.baseFilename:
+            self.close()
+            self.baseFilename = where
+        try:
+            super().emit(record)
+        except OSError:
+            self.handleError(record)
+
+    def _open(self) -> io.TextIOWrapper:
         LOG_FILE.parent.mkdir(parents=True, exist_ok=True)
         return super()._open()
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        """Dropped: logging's own report would print a traceback in the cell."""
 
 
 class OwnLines(logging.Handler):

@@ -3,7 +3,6 @@ study `msexp report` and `msexp best` read, found the same way) without running 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import optuna
@@ -28,10 +27,11 @@ class SweepResults:
     """What a sweep's study holds: its trials, the best of them, the knobs' effects and
     the report's figures; read from its stores each time it is asked."""
 
-    def __init__(self, study: optuna.Study, spec: SweepSpec | None, file: Path | None,
+    def __init__(self, study: optuna.Study, spec: SweepSpec | None, source: Source | None,
                  tracking_uri: str | None, storage: str | None) -> None:
-        """Prefer `msexp.sweep` or `msexp.load_sweep`, which make one."""
-        self.study, self.spec, self.file = study, spec, file
+        """Prefer `msexp.sweep` or `msexp.load_sweep`, which make one; `spec` is read from
+        `source` when a model is first loaded."""
+        self.study, self.spec, self.source = study, spec, source
         self.tracking_uri, self.storage = tracking_uri, storage
 
     @property
@@ -109,10 +109,10 @@ class SweepResults:
 
     def _spec(self) -> SweepSpec:
         if self.spec is None:
-            if self.file is None:
+            if self.source is None:
                 raise MsexpError(f"study {self.study_name!r} was opened by name: give the "
                                  "sweep (its file or dict) to load_sweep to build its model")
-            self.spec = load(self.file)
+            self.spec = load(self.source)
         return self.spec
 
     def __repr__(self) -> str:
@@ -144,5 +144,4 @@ def load_sweep(source: Source | None = None, *, study: str | None = None,
     with quiet():
         name = sweep_name(source) if source is not None else None
         found = existing_study(sweep_file(source), study, storage, name)
-    spec = load(source) if source is not None and sweep_file(source) is None else None
-    return SweepResults(found, spec, sweep_file(source), tracking_uri, storage)
+    return SweepResults(found, None, source, tracking_uri, storage)

@@ -8,7 +8,7 @@ import sys
 from msexp.api.progress import Lines
 from msexp.api.quiet import quiet
 from msexp.api.results import SweepResults
-from msexp.api.sources import Source, load, sweep_file
+from msexp.api.sources import Source, load
 from msexp.search.slots import run_in_slots
 
 
@@ -49,4 +49,4 @@ def sweep(source: Source, *, storage: str | None = None, tracking_uri: str | Non
                                 "(stopped trials continue from their last checkpoint)")
     if outcome.fail_fast:
         print(outcome.fail_fast, file=sys.stderr)
-    return SweepResults(outcome.study, spec, sweep_file(source), tracking_uri, storage)
+    return SweepResults(outcome.study, spec, source, tracking_uri, storage)

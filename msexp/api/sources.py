@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Union
 
 from msexp.api.quiet import native_output_to_log
-from msexp.spec import SweepSpec, load_spec
+from msexp.spec import SweepSpec, load_spec, read_name
 from msexp.spec.load import spec_of_data
 
 DICT_SOURCE = "<dict>"  # what a dict's errors name in place of a file
@@ -41,6 +41,4 @@ def sweep_name(source: Source) -> str:
     if isinstance(source, Mapping):
         name = source.get("name")
         return name if isinstance(name, str) else load(source, local=False).name
-    from msexp.spec import read_name  # lazy: the read commands' own reader, as they use it
-
     return read_name(Path(source))
