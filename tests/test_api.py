@@ -256,7 +256,9 @@ def test_library_logs_go_to_the_mlruns_of_the_working_directory_of_the_moment(
     import logging
     import shutil
 
-    api.quiet.route_library_logs()
+    from msexp.api.quiet import route_library_logs
+
+    route_library_logs()
     first, then = tmp_path / "first", tmp_path / "then"
     for folder in (first, then):
         folder.mkdir()
