@@ -12,7 +12,6 @@ import typer
 from rich.console import Console, ConsoleDimensions
 
 from msexp.errors import MsexpError, SpecError
-from msexp.library_warnings import optuna_to_log  # noqa: F401  (the commands' import)
 from msexp.paths import DEFAULT_TRACKING_URI, JOURNAL, NAME_PATTERN, NAME_RULE
 from msexp.secrets.redaction import redact
 
