@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -271,9 +272,10 @@ def _created(storage: Any, study: int, template: FrozenTrial | None, since: date
 
 def _in_state(frozen: FrozenTrial, state: TrialState, since: datetime) -> bool:
     """Whether the trial is where a cut-off `set_trial_state_values(state)` put it: a
-    finished state (told), WAITING (put back), or RUNNING since the call with no claim
-    marked yet (taken by this call: the claim holds the study lock)."""
+    finished state (told), WAITING (put back), or RUNNING since the call and not claimed
+    since (no heartbeat since: taken by this call; the claim holds the study lock)."""
     if state is TrialState.RUNNING:
-        return frozen.state is state and not frozen.user_attrs.get(TrialKey.OWNER) and \
-            frozen.datetime_start is not None and frozen.datetime_start >= since
+        beat = frozen.user_attrs.get(TrialKey.HEARTBEAT, -math.inf)
+        return frozen.state is state and frozen.datetime_start is not None and \
+            frozen.datetime_start >= since and beat < since.timestamp()
     return frozen.state is state

@@ -23,7 +23,10 @@ from optuna.trial import TrialState
 
 from msexp.cluster import services
 from msexp.keys import TrialKey
+from msexp.search.claims import last_heartbeat, owner_of
+from msexp.search.heartbeat import STALE_AFTER_S
 from msexp.search.optuna_private import pop_waiting
+from msexp.search.source import TrialSource
 from msexp.search.storage import open_storage
 from tests.conftest import msexp_cmd, write
 from tests.fault.conftest import (
@@ -31,12 +34,14 @@ from tests.fault.conftest import (
     MARK,
     assert_invariants,
     completed,
+    load_study,
     wait_for,
 )
 
 pytestmark = pytest.mark.slow  # sweeps in worker processes (tests/README.md: tiers)
 
 OUTAGE_S = 20.0
+LONG_OUTAGE_S = 60.0  # the longest restart ridden out: the heartbeat's grace (STALE_AFTER_S)
 POINTS = [{"lr": lr} for lr in (0.01, 0.02, 0.03, 0.04, 0.05, 0.06)]
 
 
@@ -54,12 +59,12 @@ def db(mark: str, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     services.down(running.root)
 
 
-def start(root: Path) -> services.Services:
+def start(root: Path, proxy: bool = True) -> services.Services:
     """PostgreSQL and the proxy (again), without the test's marker: they are not what the
     sweep leaves."""
     marker = os.environ.pop(MARK)
     try:
-        return services.up(root, mlflow=False, proxy=True)
+        return services.up(root, mlflow=False, proxy=proxy)
     finally:
         os.environ[MARK] = marker
 
@@ -116,6 +121,70 @@ def test_a_sweep_rides_out_a_restart_of_its_storage(mark: str, db: services.Serv
     for noise in ("StorageInternalError", "debug_error_string", "Traceback"):
         assert noise not in output, output
     assert_invariants(name, name, mark, POINTS, storage=db.storage_url)
+
+
+def test_a_live_sweeps_trial_is_not_taken_after_an_outage_past_the_heartbeat_grace(
+        mark: str, db: services.Services) -> None:
+    """PostgreSQL down for 60 s while a sweep runs a trial: its heartbeat is then older than
+    the 60 s grace, yet a process that waited through the same outage does not take the
+    trial for a dead sweep's; the sweep finishes it, its first attempt.
+
+    The sweep is frozen from the restart until that check has run: its first beat after
+    the outage would otherwise race the check, which the mutation loses only at random.
+
+    # mutation: the stale check blind to outages (`outage_within` always False): the live
+    sweep's trial is queued again (pending 1), and runs twice"""
+    name = "ride-long"
+    sweep = write(Path(f"{name}.yaml"), f"""
+        name: {name}
+        experiment: broken:build
+        fixed: {{epochs: 2, hidden: 16, pause_s: {OUTAGE_S * 2}}}
+        params:
+          lr: [0.01]
+    """)
+    proc = subprocess.Popen(msexp_cmd("sweep", str(sweep), "--storage", db.storage_url),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for("a trial held", lambda: bool(held(name, db.storage_url)), proc), \
+            proc.communicate()
+        study = load_study(name, db.storage_url)
+        stop_postgres(db)
+        through = threading.Thread(target=study.get_trials)  # this process waits it out too
+        through.start()
+        time.sleep(LONG_OUTAGE_S)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            start(db.root, proxy=False)
+            through.join()
+            (trial,) = held(name, db.storage_url)
+            assert wait_for("silent past the grace", lambda: last_heartbeat(trial) <
+                            time.time() - STALE_AFTER_S - 1)
+            other = TrialSource(study, db.storage_url, 1, samples=False,
+                                kill_leftovers=lambda owner: None)
+            try:
+                assert other.pending() == 0, "the live sweep's trial is not queued again"
+            finally:
+                other.close()
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        output, _ = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, output
+    assert len(waiting_lines(output)) == 1, output
+    assert_invariants(name, name, mark, [{"lr": 0.01}], storage=db.storage_url)
+    (done,) = load_study(name, db.storage_url).get_trials()
+    assert TrialKey.ATTEMPT not in done.user_attrs, "its first attempt finished it"
+
+
+def held(name: str, storage: str) -> list[optuna.trial.FrozenTrial]:
+    """The trials of study `name` that a sweep holds now (RUNNING, its owner marked, and
+    its first heartbeat written)."""
+    try:
+        trials = load_study(name, storage).get_trials(states=(TrialState.RUNNING,))
+    except (KeyError, OSError, ValueError):  # not created yet (as `completed`)
+        return []
+    return [trial for trial in trials if owner_of(trial) and last_heartbeat(trial)]
 
 
 @pytest.mark.parametrize("stopped", ["postgresql", "proxy"])
