@@ -120,7 +120,7 @@ def test_a_hooked_trial_reports_its_batch_norm_layers(monkeypatch, tmp_path: Pat
     told = [json.loads(line) for line in events.read_text().splitlines()]
     assert [e for e in told if e["event"] == "batch_statistics"] == [
         {"event": "batch_statistics", "layers": 1, "micro_batch": 4, "batch": 16,
-         "dropout": 0, "t": told[0]["t"]}]
+         "dropout": 0, "seeded": 0, "t": told[0]["t"]}]
 
 
 def _built_in(micro_size: int, norm: bool, capsys) -> tuple[list, float, str]:

@@ -189,4 +189,5 @@ def test_status_and_report_look_up_the_study_without_building(workdir: Path) -> 
     for command in ("status", "report"):
         result = CliRunner().invoke(app, [command, str(sweep)])
         assert result.exit_code == 1, result.output
-        assert result.output.strip() == "no study named 'counted' in mlruns/optuna.journal"
+        assert result.output.strip() == ("no study named 'counted' in mlruns/optuna.journal: "
+                                         f"run `msexp sweep {sweep}` first")

@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from typer.testing import CliRunner
 
 from msexp.cli import app
+from msexp.keys import StudyKey
 from msexp.search.claims import rerun_failed
 from msexp.search.optuna_private import pop_waiting
 from msexp.search.study import open_study
@@ -86,7 +87,11 @@ def test_mlflows_lines_go_to_the_log_even_where_mlflow_was_imported_first(
 
 
 def test_report_to_an_unreachable_store_is_one_line(sweep: Path) -> None:
-    open_study(load_spec(sweep), None)
+    study, _ = open_study(load_spec(sweep), None)
+    trial = study.ask()  # a finished trial: a report has something to log
+    trial.set_user_attr("metrics", {"eval_accuracy": 0.5})
+    study.tell(trial, 0.5)
+    study.set_user_attr(StudyKey.PARENT_RUN, "0" * 32)  # a run the report logs on
     result = invoke("report", str(sweep), "--tracking-uri", UNREACHABLE)
     assert result.exit_code == 1
     assert "cannot reach the MLflow tracking store" in result.output

@@ -91,8 +91,8 @@ def test_a_non_finite_value_set_for_one_trial_is_refused(workdir: Path) -> None:
 def test_a_storage_in_a_missing_folder_is_one_line_at_once(workdir: Path) -> None:
     result = invoke("status", "--study", "x", "--storage", "sqlite:////nonexistent/x.db")
     assert result.exit_code == 1
-    assert one_line(result) == ("cannot open the Optuna storage sqlite:////nonexistent/x.db "
-                                "(folder /nonexistent does not exist)")
+    assert one_line(result) == "no study named 'x' in sqlite:////nonexistent/x.db"
+    assert not Path("/nonexistent").exists(), "a read makes no store"
 
 
 def test_a_sqlite_file_that_is_not_a_database_is_one_line(workdir: Path) -> None:

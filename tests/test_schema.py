@@ -26,8 +26,8 @@ pytestmark = pytest.mark.usefixtures("models_built_by_each_test")
 SCHEMA_REJECTS = {
     "unknown_top_key", "unknown_nested_key", "wrong_type", "out_of_range", "knob_out_of_range",
     "knob_wrong_type", "knob_bad_choice", "unknown_knob", "missing_name", "bad_method",
-    "bad_objective", "bad_direction", "when_unknown_knob", "not_mapping", "bad_pruner",
-    "unknown_experiment",
+    "bad_objective", "bad_direction", "when_unknown_knob", "when_misspelt_knob",
+    "not_mapping", "bad_pruner", "unknown_experiment",
 }
 # Rules JSON Schema cannot state: YAML syntax, and rules that compare values (divisibility,
 # low <= high, grid-only lists under `method`, a knob both fixed and swept, a pattern RE2

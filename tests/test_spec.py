@@ -306,7 +306,7 @@ def test_a_build_that_raises_at_validate_is_one_line(workdir: Path) -> None:
         parse_spec("name: b\nexperiment: broken:build\nfixed: {mode: raises}\n", "b.yaml")
     assert str(caught.value) == (
         'b.yaml: experiment: build() raised RuntimeError: the experiment is broken on purpose '
-        'at broken.py:19 `raise RuntimeError("the experiment is broken on purpose")`, '
+        'at broken.py:21 `raise RuntimeError("the experiment is broken on purpose")`, '
         'got broken:build')
 
 
@@ -386,7 +386,8 @@ def test_a_command_experiments_params_are_the_scripts_own(tmp_path: Path) -> Non
      "budget.repeats: repeats need method grid (a sampler would sample the seed); sweep seed "
      "as a param instead, got 2"),
     ("constraints: [{metric: nope, max: 1}]\nparams: {lr: [0.1]}\n",
-     "constraints.0.metric: must be one of train_loss, eval_loss, eval_accuracy, "
+     "constraints.0.metric: must be one of train_loss, train_loss_epoch, eval_loss, "
+     "eval_accuracy, "
      "samples_per_s, step_ms, compile_s, peak_mem_mb, train_mem_mb, wall_s, overflow_steps, "
      "skipped_updates, loss_scale, epochs_to_target, time_to_target_s, thor_inverse_s, "
      "got nope"),
@@ -398,7 +399,7 @@ def test_a_command_experiments_params_are_the_scripts_own(tmp_path: Path) -> Non
      "pruner.type: pruning needs a single objective, got median"),
     ("objective: {metric: samples_per_s}\npruner: {type: median}\nparams: {lr: [0.1]}\n",
      "pruner.type: pruning needs a per-epoch objective (eval_loss, eval_accuracy, "
-     "train_loss), got samples_per_s"),
+     "train_loss, train_loss_epoch), got samples_per_s"),
 ], ids=["empty values", "values and low", "unknown param key", "self condition",
         "condition value", "condition cycle", "repeats and seed", "repeats need grid",
         "constraint metric", "objective twice", "pruned pareto", "pruned final metric"])

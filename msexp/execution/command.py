@@ -1,13 +1,9 @@
-"""A trial of the user's own command: run it with the trial's params, read what it reports.
-
-The command runs in the trial's own folder (`outputs/`, its MSEXP_OUTPUT_DIR) with the
-trial's params as arguments (only the values the sweep file sets; the script keeps its own
-defaults), in this process's group, so a timeout or a prune kills it with the trial; what
-it leaves running when it exits is killed then (see `process.kill_leftovers`). Its output
-goes to the trial's log and is read for metrics by `log_metrics.MetricReader`; the last value of
-each metric is final. A script that uses `msexp.hooks` also reports epochs through the
-events file in MSEXP_EVENTS, which is what pruning acts on.
-"""
+"""A trial of the user's own command: run it with the trial's params (the values the sweep
+file sets), in this process's group (a timeout or a prune kills it with the trial; what it
+leaves running is killed when it exits), and read what it reports: its output, copied to
+the trial's log, through `log_metrics.MetricReader` (a metric's last value is final), and
+a `msexp.hooks` script's epochs through the events file in MSEXP_EVENTS (what pruning
+acts on)."""
 
 from __future__ import annotations
 

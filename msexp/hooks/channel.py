@@ -17,7 +17,8 @@ from typing import Any
 from msexp.execution.protocol import Epoch, Event, EventWriter
 from msexp.keys import TrialEnv
 
-_state: dict[str, Any] = {"stop": False, "writer": None, "began": time.perf_counter()}
+_state: dict[str, Any] = {"stop": False, "writer": None, "path": None,
+                          "began": time.perf_counter()}
 
 
 def active() -> bool:
@@ -63,10 +64,10 @@ def tell(event: Event) -> None:
     nothing outside msexp."""
     if not active():
         return
-    writer = _state["writer"]
-    if writer is None:
-        writer = _state["writer"] = EventWriter.open(Path(os.environ[TrialEnv.EVENTS]))
-    writer(event)
+    path = os.environ[TrialEnv.EVENTS]
+    if _state["writer"] is None or _state["path"] != path:  # a process may run trials after
+        _state["writer"], _state["path"] = EventWriter.open(Path(path)), path  # each other
+    _state["writer"](event)
 
 
 def should_stop() -> bool:

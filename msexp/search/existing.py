@@ -54,11 +54,14 @@ def _never_swept(name: str, study: str | None, storage: str | None, file: Path |
 
 
 def _store_file_exists(storage: str | None) -> bool:
-    """Whether the Optuna storage exists where it is a file (the journal, SQLite): opening
-    one that does not would make it. Other storages are taken to exist."""
-    if storage is None or storage.endswith(".journal"):
-        return Path(storage or JOURNAL).exists()
+    """Whether to open the Optuna storage: not where it is a file (the journal, SQLite) that
+    does not exist, which opening would make; yet where its folder is a file, opening says
+    why it cannot be, and makes nothing. Other storages are taken to exist."""
     prefix = "sqlite:///"
-    if storage.startswith(prefix) and storage[len(prefix):] not in ("", ":memory:"):
-        return Path(storage[len(prefix):]).exists()
-    return True
+    if storage is None or storage.endswith(".journal"):
+        path = Path(storage or JOURNAL)
+    elif storage.startswith(prefix) and storage[len(prefix):] not in ("", ":memory:"):
+        path = Path(storage[len(prefix):])
+    else:
+        return True
+    return path.exists() or (path.parent.exists() and not path.parent.is_dir())

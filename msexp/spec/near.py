@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 def did_you_mean(name: str, allowed: Any) -> str:
     """"; did you mean micro_size?" where a key in `allowed` is close to `name`."""
-    near = difflib.get_close_matches(name, list(allowed), n=1)
+    near = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.75)  # not depth: width
     return f"; did you mean {near[0]}?" if near else ""
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -77,8 +78,6 @@ def _metrics(trial: FrozenTrial) -> dict[str, float]:
 
 def _pixels(figure: Any) -> Any:
     """The figure as an RGB array, which `log_image` takes."""
-    import numpy as np
-
     figure.canvas.draw()
     return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
 
