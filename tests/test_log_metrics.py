@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
-from msexp.execution.log_lines import LINE_CHARS
+from msexp.execution.log_lines import LINE_CHARS, pairs
 from msexp.execution.log_metrics import (
     COUNTER,
     PARAM,
@@ -246,3 +246,18 @@ def test_a_stream_is_read_to_its_end_line_by_line_the_last_without_its_newline()
     # mutation: the end of the stream not recognized (the reading never ends: a timeout)
     assert list(bounded_lines(io.StringIO("ab\nc"))) == [("ab\n", 2), ("c", 1)]
     assert list(bounded_lines(io.StringIO(""))) == []
+
+
+@pytest.mark.parametrize(("line", "read"), [
+    ("epoch[0], iter[3], loss:2.6741464, mean_wps:123.4",  # the model zoo's DS-CNN
+     [("loss", 2.6741464), ("mean_wps", 123.4)]),
+    ("val acc:0.91", [("val_acc", 0.91)]),
+    ("epoch: 1 loss: 0.5 at own_loop.py:86", [("epoch", 1.0), ("loss", 0.5)]),
+    ("connecting to localhost:5000", []),
+    ("epoch 2 done at 10:30", []),
+])
+def test_a_colon_right_before_a_number_is_a_pair_only_under_a_plain_name_on_a_measuring_line(
+        line: str, read: list[tuple[str, float]]) -> None:
+    # mutation: _SEPARATOR without its tight `:` (DS-CNN's loss:2.67 unread)
+    # mutation: _tight's check dropped (own_loop.py:86 and localhost:5000 read as metrics)
+    assert [(v.name, v.number) for v in pairs(line)] == read

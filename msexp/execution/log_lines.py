@@ -28,7 +28,9 @@ _TRAINING = re.compile(r"\b(?:epoch|step|iter|iteration|batch)\b\s*+(?:[:=#\[(]\
 # echo; MindFormers' step block `{ Epoch:[ 1/ 2], ..., loss: 8.867, ...` does not
 ECHO_START = re.compile(r"\bNamespace\(|\{(?=\s*+(?:['\"]|$))")
 _DICT = re.compile(r"\{[^{}]*+\}")
-_SEPARATOR = re.compile(r":(?=[\s\[])|=")  # `: ` (never `10:30`) or `=`
+# `: ` or `=`; `:` right before a number (`loss:2.67`, never `10:30`: see `_tight`)
+_SEPARATOR = re.compile(r":(?=[\s\[])|=|(?<=[A-Za-z_]):(?=[-+]?+\.?+\d)")
+_PLAIN_NAME = re.compile(r"[A-Za-z_]\w*+")
 _VALUE = re.compile(
     rf"\s*+(\[\s*+(?:{_NUMBER})\s*+(?:/\s*+(?:{_NUMBER})\s*+)?+\]|(?:{_NUMBER}))"
     r"(%|[A-Za-z]{1,3}+(?![\w(]))?+"  # a percent sign or a unit (ms, s)
@@ -127,12 +129,25 @@ def pairs(text: str) -> list[Value]:
         if named is None or number is None:
             continue
         name, _, status = named
+        if _tight(text, separator) and not (_PLAIN_NAME.fullmatch(name) and _measuring(text)):
+            continue
         shape = _later_kind(text, done, end, found[-1].shape) if found \
             else _line_kind(text, end)
         found.append(Value(name, number / 100 if value.group(2) == "%" else number,
                            shape, status))
         done = value.end()
     return found
+
+
+def _tight(text: str, separator: re.Match[str]) -> bool:
+    """Whether a separator is a `:` with a number right after it (`loss:2.67`): a pair only
+    under a plain name on a training or evaluation line, not `file.py:75` or `host:5000`."""
+    return separator.group() == ":" and not text[separator.end()].isspace() and \
+        text[separator.end()] != "["
+
+
+def _measuring(text: str) -> bool:
+    return is_training(text) or bool(_EVALUATION_WORD.search(text))
 
 
 def _is_bar(text: str, value: re.Match[str]) -> bool:
