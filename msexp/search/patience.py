@@ -35,6 +35,9 @@ from msexp.secrets.redaction import redact
 
 PATIENCE_S = 90.0  # a restart of up to a minute, with room; MSEXP_STORAGE_PATIENCE_S sets it
 _BACKOFF_S = (0.25, 0.5, 1.0, 2.0)  # then every 2 s: back within 2 s of the server
+# a storage call unanswered this long: its server waited out an outage of its own (msexp's
+# proxy, while the PostgreSQL behind it restarts), which this process counts as one
+STALL_S = 15.0
 _log = logging.getLogger("msexp")
 _local = threading.local()  # a call inside a retried call is retried by the outer one only
 T = TypeVar("T")
@@ -110,6 +113,11 @@ class Patience:
             if self.began is not None and asked >= self.began:
                 self.began, self.ended = None, time.monotonic()
                 _log.info(f"the study storage {self.url} answers again")
+
+    def stalled(self) -> None:
+        """A call was answered only after STALL_S: an outage behind the server just ended."""
+        with self.lock:
+            self.ended = time.monotonic()
 
     def recovered_within(self, seconds: float) -> bool:
         """Whether an outage is going on or ended less than `seconds` ago: heartbeats
@@ -208,8 +216,13 @@ def _retried(method: Callable[..., Any], name: str) -> Callable[..., Any]:
                 _local.prepared = False  # see `_prepared_once`
             return method(self, *args, **kwargs)
 
-        return patience.call(once, lambda: reconnect(self) if isinstance(
-            self, optuna.storages.GrpcStorageProxy) else None)
+        asked = time.monotonic()
+        try:
+            return patience.call(once, lambda: reconnect(self) if isinstance(
+                self, optuna.storages.GrpcStorageProxy) else None)
+        finally:
+            if time.monotonic() - asked > STALL_S:
+                patience.stalled()
 
     return call
 
