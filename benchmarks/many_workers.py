@@ -41,7 +41,7 @@ import sqlalchemy  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from msexp.cluster import services  # noqa: E402
-from msexp.execution.process import kill_marked  # noqa: E402
+from msexp.execution.process_tree import kill_marked  # noqa: E402
 from msexp.search.source import TrialSource  # noqa: E402
 from msexp.search.study import open_study  # noqa: E402
 from msexp.spec import load_spec  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from msexp.execution.process import free_port
+from msexp.execution.ports import free_port
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "squeue",
             "scancel")

@@ -432,9 +432,9 @@ def test_a_command_that_fails_or_reports_nothing_fails_its_trial(workdir: Path) 
     assert str(quiet).startswith("the command reported no metric")
 
 
-# mutation: process.subreaper leaves the flag set. CI saw it: a test process that had run
+# mutation: process_tree.subreaper leaves the flag set. CI saw it: a test process that had run
 # a command trial adopted the PostgreSQL it started after, and the next trial's
-# kill_leftovers killed the database's workers (crash recovery, "in recovery mode").
+# kill_descendants killed the database's workers (crash recovery, "in recovery mode").
 def test_a_command_trial_leaves_its_process_adopting_nothing_after(workdir: Path) -> None:
     quiet, _, _ = run_script(workdir / "q", mode="quiet")
     assert str(quiet).startswith("the command reported no metric")

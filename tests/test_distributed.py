@@ -17,7 +17,7 @@ import pytest
 from msexp.errors import SpecError
 from msexp.execution.host import Host
 from msexp.execution.msrun import rank_log_dir
-from msexp.execution.process import marked
+from msexp.execution.process_tree import marked
 from msexp.execution.protocol import TrialRequest, read_events
 from msexp.execution.result import Status, TrialResult
 from msexp.experiment import load_experiment

@@ -13,7 +13,8 @@ import numpy as np
 import psutil
 import pytest
 
-from msexp.execution.process import alive, exit_reason, tail, wait_exit
+from msexp.execution.exits import exit_reason, tail, wait_exit
+from msexp.execution.process_tree import alive
 from msexp.execution.protocol import (
     Checkpointing,
     Command,

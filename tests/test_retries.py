@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 from msexp.cli.hints import message
 from msexp.errors import MsexpError
-from msexp.execution.process import kill_marked
+from msexp.execution.process_tree import kill_marked
 from msexp.keys import StudyKey, TrialKey
 from msexp.search import claims
 from msexp.search import study as queue
@@ -240,7 +240,7 @@ def test_a_new_grid_study_queues_its_capped_points_and_says_what_it_is(workdir) 
 
 def test_the_creator_samples_with_the_sweep_seed_and_a_joiner_with_its_own(
         workdir, monkeypatch: pytest.MonkeyPatch) -> None:
-    from msexp.execution.process import owner
+    from msexp.os_tools.identity import owner
     from msexp.spec import parse_spec
 
     spec = parse_spec("name: r\nexperiment: mlp_digits\nmethod: random\nbudget: {trials: 4}\n"

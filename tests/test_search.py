@@ -15,7 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 from msexp.errors import describe
-from msexp.execution.process import kill_marked
+from msexp.execution.process_tree import kill_marked
 from msexp.execution.result import Status, TrialResult
 from msexp.execution.subscribers import TrialInfo
 from msexp.keys import TrialKey
@@ -247,7 +247,7 @@ def test_a_claim_from_a_listing_another_process_outdated_takes_the_next_trial(
 _CLAIM_UNTIL_EMPTY = """
 import os, time
 import msexp.search.source
-from msexp.execution.process import kill_marked
+from msexp.execution.process_tree import kill_marked
 from msexp.search.source import TrialSource
 from msexp.search.study import open_study
 from msexp.spec import load_spec

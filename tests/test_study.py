@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.execution.host import HostPool
-from msexp.execution.process import kill_marked
+from msexp.execution.process_tree import kill_marked
 from msexp.execution.protocol import Start, read_events
 from msexp.execution.subscribers import Subscriber
 from msexp.search.claims import requeue_stale_trials

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.errors import MsexpError
-from msexp.execution.process import kill_marked
+from msexp.execution.process_tree import kill_marked
 from msexp.keys import TrialKey
 from msexp.search.lock import study_lock
 from msexp.search.optuna_private import pop_waiting

@@ -905,27 +905,27 @@ def test_a_trials_log_hides_the_passwords_in_its_params(tmp_path):
     assert "mode postgresql://u:" in log and "S3CRET" not in log
 
 
-# mutation: process.kill_leftovers scans every process even where this one adopts its
+# mutation: process_tree.kill_descendants scans every process even where this one adopts its
 # orphans (a look at the machine's whole process table after every trial)
 def test_a_subreapers_leftovers_are_found_in_its_tree_without_a_scan(monkeypatch):
     import subprocess
 
     import psutil
 
-    from msexp.execution import process
+    from msexp.execution import process_tree
     from msexp.keys import TrialEnv
 
     def scan(*args, **kwargs):
         raise AssertionError("looked at every process")
 
-    kept = process.descendants(os.getpid())  # what this test process ran before
+    kept = process_tree.descendants(os.getpid())  # what this test process ran before
     left = subprocess.Popen(["sleep", "600"])
     monkeypatch.setenv(TrialEnv.MARKER, f"test/{os.getpid()}")
     monkeypatch.setattr(psutil, "process_iter", scan)
     with pytest.raises(AssertionError, match="every process"):  # the fallback scans
-        process.kill_leftovers(kept, adopts=False)
+        process_tree.kill_descendants(kept, adopts=False)
     try:
-        process.kill_leftovers(kept, adopts=True)  # kills it and reaps it (its pid's exit
+        process_tree.kill_descendants(kept, adopts=True)  # kills it and reaps it (its pid's exit
         wait_for("the leftover to be killed", lambda: gone(left.pid))  # status is not ours)
     finally:
         left.kill()

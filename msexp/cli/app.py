@@ -24,7 +24,7 @@ from msexp.cli import cluster, hints, reports, run, scaffold, scripts, studies, 
 from msexp.cli.options import debug_command, err_console, state
 from msexp.cli.usage import CONTEXT, Command, Group
 from msexp.errors import MsexpError
-from msexp.execution.process import space_note
+from msexp.execution.exits import space_note
 from msexp.paths import LOG_FILE, STORE_DIR
 from msexp.secrets import files as private
 from msexp.secrets.redaction import redact, redact_logs

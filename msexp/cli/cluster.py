@@ -64,7 +64,7 @@ def services_proxy(
 
     Example: msexp services proxy --storage postgresql://msexp@db/optuna
     """
-    from msexp.search.proxy import serve  # lazy: grpcio is imported only here
+    from msexp.search.grpc_proxy import serve  # lazy: grpcio is imported only here
 
     console.print(f"serving {storage} as grpc://{host}:{port}", highlight=False,
                   soft_wrap=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from msexp.execution.process import alive, descendants, group_members, kill_processes
+from msexp.execution.process_tree import alive, descendants, group_members, kill_processes
 
 
 def record_process(pid_file: Path, pid: int) -> None:

@@ -25,7 +25,7 @@ import psutil
 
 from msexp.cluster.pid_files import record_process, recorded_process, stop_group
 from msexp.errors import MsexpError
-from msexp.execution.process import free_port
+from msexp.execution.ports import free_port
 from msexp.paths import SERVICES_DIR
 
 USER = "msexp"
@@ -172,7 +172,7 @@ def _start_mlflow(s: Services) -> None:
 
 
 def _start_proxy(s: Services, port: int | None) -> None:
-    """msexp's gRPC proxy of the Optuna database (`msexp.search.proxy`), in the background."""
+    """msexp's gRPC proxy of the Optuna database (`msexp.search.grpc_proxy`), in the background."""
     port_file, pid_file = s.root / "proxy.port", s.root / "proxy.pid"
     if recorded_process(pid_file) is not None:
         return
@@ -180,7 +180,7 @@ def _start_proxy(s: Services, port: int | None) -> None:
     port_file.write_text(f"{port}\n")
     log = (s.root / "proxy.log").open("a")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "msexp.search.proxy", s.storage_url, "127.0.0.1", str(port)],
+        [sys.executable, "-m", "msexp.search.grpc_proxy", s.storage_url, "127.0.0.1", str(port)],
         stdout=log, stderr=subprocess.STDOUT, env=s.env(), start_new_session=True)
     record_process(pid_file, proc.pid)
     deadline = time.monotonic() + 60

@@ -20,17 +20,11 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from msexp.execution.arguments import arguments, command_argv, trial_params
+from msexp.execution.exits import exit_reason, wait_exit
 from msexp.execution.log_metrics import MetricReader, read_log
+from msexp.execution.msrun_command import msrun_argv
 from msexp.execution.output import ErrorLine, copy_redacted
-from msexp.execution.process import (
-    descendants,
-    die_with_parent,
-    exit_reason,
-    kill_leftovers,
-    msrun_argv,
-    subreaper,
-    wait_exit,
-)
+from msexp.execution.process_tree import descendants, die_with_parent, kill_descendants, subreaper
 from msexp.execution.protocol import Command, Epoch, EventReader, Start, TrialRequest
 from msexp.execution.script_help import switches
 from msexp.keys import TrialEnv
@@ -101,7 +95,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
                     stopped = True
                     proc.send_signal(signal.SIGUSR1)
                 wait_exit(proc.pid, POLL_S)
-            kill_leftovers(kept, adopts=adopts)  # a daemon it left would hold its output open
+            kill_descendants(kept, adopts=adopts)  # a daemon it left would hold its output open
             lines.join(DRAIN_S)
             epochs.forward()
         finally:

@@ -28,9 +28,11 @@ import mindspore as ms
 import psutil
 from mindspore.communication import get_group_size, get_rank, init
 
+from msexp.execution.exits import exit_reason, tail
 from msexp.execution.local import Emit, train_request
+from msexp.execution.msrun_command import msrun_argv
 from msexp.execution.output import redacted_output
-from msexp.execution.process import die_with_parent, exit_reason, msrun_argv, tail
+from msexp.execution.process_tree import die_with_parent
 from msexp.execution.protocol import EventWriter, Launch, Result, TrialRequest, read_events
 from msexp.paths import search_path, write_atomic
 from msexp.secrets import files as private

@@ -24,8 +24,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from msexp.execution.process import owner
 from msexp.keys import StudyKey, TrialKey
+from msexp.os_tools.identity import owner
 from msexp.search.heartbeat import HEARTBEAT_S, STALE_AFTER_S, owner_is_dead
 from msexp.search.lock import study_lock
 from msexp.search.optuna_private import (

@@ -10,7 +10,7 @@ from typing import Callable
 import optuna
 from optuna.trial import TrialState
 
-from msexp.execution.process import owner
+from msexp.os_tools.identity import owner
 from msexp.search import claims
 from msexp.search.claims import (
     KillLeftovers,

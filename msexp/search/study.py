@@ -11,8 +11,8 @@ import uuid
 import optuna
 
 from msexp.errors import Refused, Suggestion
-from msexp.execution.process import owner
 from msexp.keys import StudyKey, TrialKey
+from msexp.os_tools.identity import owner
 from msexp.paths import TRIALS_DIR
 from msexp.search.lock import study_lock
 from msexp.search.storage import open_storage, storage_errors, storage_label

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from msexp.errors import Suggestion
 from msexp.execution.host import HostPool
-from msexp.execution.process import kill_marked
+from msexp.execution.process_tree import kill_marked
 from msexp.execution.subscribers import Subscriber
 from msexp.search.claims import rerun_failed
 from msexp.search.driver import Sweep, SweepOutcome

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msexp.errors import MsexpError
-from msexp.execution.process import space_note
+from msexp.execution.exits import space_note
 from msexp.execution.result import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.knobs import RESOLVED

@@ -25,7 +25,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from msexp.errors import MsexpError
-from msexp.execution.process import space_note
+from msexp.execution.exits import space_note
 from msexp.execution.result import TrialResult
 from msexp.paths import SPOOL_DIR, write_atomic
 from msexp.secrets.redaction import known_secrets, redact_known, redact_params
@@ -115,7 +115,7 @@ class Spool:
 
     @contextlib.contextmanager
     def _full_disk(self, what: str) -> Iterator[None]:
-        """A full disk as the one line other full disks get (`process.space_note`)."""
+        """A full disk as the one line other full disks get (`exits.space_note`)."""
         try:
             yield
         except OSError as exc:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from msexp.execution.process import owner
 from msexp.keys import RunTag
+from msexp.os_tools.identity import owner
 from msexp.search.heartbeat import owner_is_dead
 from msexp.tracking.delivery import record_trial
 from msexp.tracking.runs import Tracker

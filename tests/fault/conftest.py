@@ -21,7 +21,8 @@ import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
-from msexp.execution.process import alive, free_port, kill_processes
+from msexp.execution.ports import free_port
+from msexp.execution.process_tree import alive, kill_processes
 from msexp.search.storage import open_storage
 from tests.conftest import ASSETS, ROOT
 

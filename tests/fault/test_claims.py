@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from msexp.execution.process import kill_marked
+from msexp.execution.process_tree import kill_marked
 from msexp.keys import TrialKey
 from msexp.search.heartbeat import STALE_AFTER_S
 from msexp.search.source import TrialSource

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from msexp.execution.host import Host
-from msexp.execution.process import kill_processes
+from msexp.execution.process_tree import kill_processes
 from msexp.execution.result import Status
 from msexp.search.requests import trial_request
 from msexp.spec.load import load_spec

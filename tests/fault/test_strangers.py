@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from msexp.cluster import pid_files, services
-from msexp.execution.process import alive, descendants
+from msexp.execution.process_tree import alive, descendants
 from tests.conftest import msexp_cmd
 from tests.fault.conftest import DEADLINE_S, MlflowServer, wait_for
 

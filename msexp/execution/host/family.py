@@ -8,7 +8,7 @@ import contextlib
 
 import psutil
 
-from msexp.execution.process import descendants, kill_processes, marked
+from msexp.execution.process_tree import descendants, kill_processes, marked
 
 
 class Family:
@@ -26,7 +26,7 @@ class Family:
         for child in descendants(pid):
             self._noted.setdefault(child.pid, child)
 
-    def kill_leftovers(self, host: int | None, adopts: bool, trial_pid: int) -> None:
+    def kill_all_but_warm(self, host: int | None, adopts: bool, trial_pid: int) -> None:
         """Kill what the finished trial started, but not the host, nor the child that
         ran the trial, nor the host's children that ran the `warm` - 1 trials before: all
         stay warm for the next trials.

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from msexp.execution.host.proxy import Host
+from msexp.execution.host.client import Host
 
 
 class HostPool:

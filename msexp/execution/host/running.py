@@ -10,7 +10,7 @@ import signal
 import traceback
 from typing import IO, Callable
 
-from msexp.execution import output, process
+from msexp.execution import exits, output
 from msexp.execution.command import CommandFailed, run_command
 from msexp.execution.local import Emit, WarmGraphs, train_request
 from msexp.execution.protocol import (
@@ -83,7 +83,7 @@ def report_exit(events: IO[str], request: TrialRequest, status: int) -> None:
         return
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     emit = EventWriter(events, known_secrets(request.params))
-    emit(Error("exit", process.exit_reason(code)))
+    emit(Error("exit", exits.exit_reason(code)))
     emit(End())
 
 

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from msexp.execution import process
+from msexp.execution import process_tree
 from msexp.execution.host.link import HostEnd
 from msexp.execution.host.running import StopFlag, run_logged
 from msexp.execution.host.zygote import Zygote
@@ -29,7 +29,7 @@ def serve(channel: int) -> None:
     its last trial's graphs stay in this process for the next.
     """
     fork = _preload()
-    with process.subreaper() as adopts:  # what a trial orphans stays in this tree, to be killed
+    with process_tree.subreaper() as adopts:  # a trial's orphans stay in this tree, killed
         _serve(channel, fork, adopts)
 
 

@@ -12,7 +12,7 @@ import sys
 import traceback
 from typing import Any
 
-from msexp.execution import process
+from msexp.execution import process_tree
 from msexp.execution.host.running import StopFlag, import_once, report_exit, run_logged
 from msexp.execution.local import WarmGraphs
 from msexp.execution.protocol import (
@@ -32,7 +32,7 @@ class Zygote:
 
     def reap(self) -> None:
         """Reap the orphans this process adopted that have exited (killed by the sweep)."""
-        process.reap_adopted([child.pid for child in [*self.idle, self.running] if child])
+        process_tree.reap_adopted([child.pid for child in [*self.idle, self.running] if child])
 
     def signal(self, signum: int) -> None:
         """Signal the running trial child, if any (SIGUSR1: stop; SIGKILL)."""
@@ -132,7 +132,7 @@ class _Child:
 def _child_main(requests: Any, replies: Any) -> int:
     """In a forked child: run the trials sent, until one leaves no graphs to reuse or
     the zygote closes the pipe; return the exit code (sys.exit's, if the trial exits)."""
-    process.die_with_parent()
+    process_tree.die_with_parent()
     stop, warm = StopFlag().listen(), WarmGraphs()
     for line in requests:
         try:

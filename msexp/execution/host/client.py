@@ -17,17 +17,14 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from msexp.execution.exits import exit_reason
 from msexp.execution.host.family import Family
 from msexp.execution.host.link import KILL, RUN, STOP, SweepEnd, socket_pair
-from msexp.execution.process import (
-    die_with_parent,
-    exit_reason,
-    kill_group,
-    owner,
-)
+from msexp.execution.process_tree import die_with_parent, kill_group
 from msexp.execution.protocol import End, Epoch, EventReader, TrialRequest
 from msexp.execution.result import Status, TrialResult
 from msexp.keys import TrialEnv
+from msexp.os_tools.identity import owner
 from msexp.trial_folder import Fence
 
 EPOCHS_S = 0.1  # how often a running trial's events are read for epochs; its end is read
@@ -117,8 +114,8 @@ class Host:
         link.send(RUN, request.to_json())  # a host that died is found by its exit code
         ended, stop_sent_at = self._follow(proc, link, result, on_epoch, started + timeout)
         if ended:
-            self._family.kill_leftovers(self._proc.pid if self._proc else None, self._adopts,
-                                        result.pid)  # what the trial started, left running
+            host = self._proc.pid if self._proc else None  # what the trial started goes
+            self._family.kill_all_but_warm(host, self._adopts, result.pid)
         else:
             self.kill()  # whatever is left of this trial goes; the next trial gets a new host
         now = time.monotonic()

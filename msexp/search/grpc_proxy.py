@@ -98,7 +98,7 @@ def serve(storage_url: str, host: str, port: int, threads: int = 256) -> None:
     server.wait_for_termination()
 
 
-if __name__ == "__main__":  # python -m msexp.search.proxy URL HOST PORT [THREADS]
+if __name__ == "__main__":  # python -m msexp.search.grpc_proxy URL HOST PORT [THREADS]
     import sys
 
     serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), *map(int, sys.argv[4:5]))

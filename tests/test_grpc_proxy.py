@@ -28,7 +28,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 # at once; prints the numbers it took
 _CLAIMS = """
 import sys
-from msexp.execution.process import kill_marked
+from msexp.execution.process_tree import kill_marked
 from msexp.search.source import TrialSource
 from msexp.search.study import open_study
 from msexp.spec import load_spec
@@ -154,7 +154,7 @@ def test_optunas_bare_proxy_is_refused_in_one_line(shared_services) -> None:
     import optuna
     from optuna.storages._grpc.server import make_server
 
-    from msexp.execution.process import free_port
+    from msexp.execution.ports import free_port
 
     os.environ["PGPASSFILE"] = str(shared_services.pgpass)
     port = free_port()

@@ -1,64 +1,21 @@
-"""Process chores shared by trial processes and launchers: exit reasons, logs, kills, ports."""
+"""A trial's whole tree of processes: its descendants, found in the kernel's lists or by
+the trial marker they inherit (`setsid` ones included), the orphans a subreaper adopts, and
+their kills."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
-import select
-import shutil
 import signal
-import socket
-import sys
-import time
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 import psutil
 
 from msexp.keys import TrialEnv
-from msexp.paths import TRIALS_DIR
+from msexp.os_tools.waiting import wait_until
 
 REAP_S = 5.0
-LOW_SPACE_BYTES = 1 << 20  # a process that failed with less free space likely ran out of it
-
-
-def exit_reason(code: int, who: str = "trial process", folder: Path | None = TRIALS_DIR
-                ) -> str:
-    """How a process ended, from its return code (negative: the signal), and whether the
-    disk of `folder` (where trials write) is full."""
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"{who} was killed by {name}" + space_note(folder)
-    return f"{who} exited with code {code}" + (space_note(folder) if code else "")
-
-
-def space_note(folder: Path | None) -> str:
-    """"; no space left on the device of FOLDER ..." if that disk is (nearly) full, else ""."""
-    if folder is None:
-        return ""
-    where = folder.resolve()
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    try:
-        free = shutil.disk_usage(where).free
-    except OSError:
-        return ""
-    if free >= LOW_SPACE_BYTES:
-        return ""
-    return f"; no space left on the device of {folder.resolve()} ({free} bytes free)"
-
-
-def tail(path: Path, lines: int) -> str:
-    """The last `lines` lines of a log file, or "(no log)"."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def die_with_parent() -> None:
@@ -67,27 +24,13 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def wait_exit(pid: int, timeout: float) -> None:
-    """Wait up to `timeout`, returning the moment the child `pid` exits (Linux's pidfd): a
-    plain sleep costs every trial half a poll on average after its command ends."""
-    try:
-        handle = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # no pidfd here, or the child is reaped already
-        time.sleep(timeout)
-        return
-    try:
-        select.select([handle], [], [], timeout)
-    finally:
-        os.close(handle)
-
-
 @contextlib.contextmanager
 def subreaper() -> Iterator[bool]:
     """Adopt this process's orphaned descendants (Linux PR_SET_CHILD_SUBREAPER) while in
     the block: a helper that left its session with `setsid` and cleared its environment
-    stays a descendant, so `kill_leftovers` finds it. Yields False where the platform does
+    stays a descendant, so `kill_descendants` finds it. Yields False where the platform does
     not allow it. The flag is put back after: a process that stayed a subreaper would
-    adopt every daemon it starts later (a database server), and a later `kill_leftovers`
+    adopt every daemon it starts later (a database server), and a later `kill_descendants`
     would kill that daemon's workers."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -102,8 +45,8 @@ def subreaper() -> Iterator[bool]:
         libc.prctl(36, before.value, 0, 0, 0)
 
 
-def kill_leftovers(kept: Iterable[psutil.Process] = (), wait_s: float = REAP_S,
-                   adopts: bool = False) -> None:
+def kill_descendants(kept: Iterable[psutil.Process] = (), wait_s: float = REAP_S,
+                     adopts: bool = False) -> None:
     """Kill what a finished trial left: every descendant of this process but those in
     `kept` (orphans it adopted as a subreaper included), and reap them. Where this process
     does not adopt its orphans (`adopts`: it is a subreaper), a helper that left the tree
@@ -125,12 +68,6 @@ def kill_group(pid: int) -> None:
     """SIGKILL the process group led by `pid`, if it is still there."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-
-
-def owner() -> str:
-    """This process, as written in the trials it runs and in its trial processes' marker:
-    host:pid."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def marked(prefix: str) -> list[psutil.Process]:
@@ -231,15 +168,16 @@ def reap_adopted(kept: Iterable[int] = ()) -> None:
 def kill_processes(procs: Iterable[psutil.Process], wait_s: float = REAP_S) -> None:
     """SIGKILL each process still alive (psutil refuses a reused pid), then wait until they
     are gone or zombies, for at most `wait_s`."""
-    procs = [p for p in procs if p.pid != os.getpid()]
-    for proc in procs:
+    left = [p for p in procs if p.pid != os.getpid()]
+    for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    deadline = time.monotonic() + wait_s
-    while procs and time.monotonic() < deadline:
-        procs = [p for p in procs if alive(p)]
-        if procs:
-            time.sleep(0.01)
+
+    def gone() -> bool:
+        left[:] = [p for p in left if alive(p)]
+        return not left
+
+    wait_until(gone, wait_s, 0.01)
 
 
 def alive(proc: psutil.Process) -> bool:
@@ -248,22 +186,3 @@ def alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def msrun_argv(devices: int, log_dir: Path, task: list[str], path: str,
-               tail_rank: int | None = None) -> list[str]:
-    """msrun starting `task` (a script and its arguments) as `devices` local ranks, logging
-    into `log_dir`; with `tail_rank`, that rank's output also goes to msrun's stdout."""
-    found = shutil.which("msrun", path=path)
-    launcher = [found] if found else [sys.executable, "-m", "mindspore.parallel.cluster.run"]
-    tail = devices if tail_rank is None else tail_rank  # a rank that does not exist: none
-    return [*launcher, f"--worker_num={devices}", f"--local_worker_num={devices}",
-            "--master_addr=127.0.0.1", f"--master_port={free_port()}", f"--log_dir={log_dir}",
-            "--join=True", f"--tail_worker_log={tail}", *task]
