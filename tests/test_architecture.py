@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "msexp"
 
 # Each folder may import its own layer and the layers before it; spec and execution are
 # peers that never import each other.
-LAYERS = [{"nouns", "secrets"}, {"training"}, {"spec", "execution"}, {"hooks"},
+LAYERS = [{"nouns", "secrets", "os_tools"}, {"training"}, {"spec", "execution"}, {"hooks"},
           {"tracking"}, {"search"}, {"tune"}, {"cluster"}, {"cli", "api"}]
 
 
