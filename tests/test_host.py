@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from msexp.execution.host import Host, HostPool, proxy
+from msexp.execution.host import Host, HostPool, client
 from msexp.execution.host.link import KILL, RUN, STOP, HostEnd, socket_pair
 from msexp.execution.protocol import (
     Checkpointing,
@@ -428,7 +428,7 @@ def test_what_a_finished_trial_leaves_running_is_killed(host, tmp_path):
 # end only at its next read of the events
 @SLOW
 def test_a_trials_end_wakes_the_sweep_at_once(host, tmp_path, monkeypatch):
-    monkeypatch.setattr(proxy, "EPOCHS_S", 120.0)  # the events are read only when woken
+    monkeypatch.setattr(client, "EPOCHS_S", 120.0)  # the events are read only when woken
     host.prewarm()
     result = host.run(script(tmp_path, "quick", 'print("score: 1")'), TIMEOUT_S)
     assert result.status is Status.COMPLETE, result.error
