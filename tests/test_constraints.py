@@ -90,8 +90,8 @@ def test_optuna_gets_each_constraints_violation_of_a_trial(workdir) -> None:
                       "{metric: eval_accuracy, min: 0.5}]\n", "c.yaml")
     study, _ = open_study(spec, None)
     for metrics in ({"peak_mem_mb": 150.0, "eval_accuracy": 0.75}, {}):
-        trial = TrialInfo(0, "#0", {}, {}, 0.0, handle=study.ask())
-        tell(study, spec, trial, TrialResult(Status.COMPLETE, metrics))
+        tell(study, spec, study.ask(), TrialInfo(0, "#0", {}, {}, 0.0),
+             TrialResult(Status.COMPLETE, metrics))
     kept, missing = study.get_trials()
     assert kept.constraints == {"0:peak_mem_mb": 50.0, "1:eval_accuracy": -0.25}
     assert missing.constraints == {"0:peak_mem_mb": 1.0, "1:eval_accuracy": 1.0}
@@ -114,9 +114,8 @@ def test_feasible_is_judged_on_the_metrics_optuna_is_told_wall_s_included(workdi
                       "high: 0.1}}\nconstraints: [{metric: wall_s, max: 600}]\n", "w.yaml")
     study, _ = open_study(spec, None)
     for accuracy, wall_s in ((0.8, 10.0), (0.9, 900.0)):
-        trial = TrialInfo(0, "#0", {}, {}, 0.0, handle=study.ask())
-        tell(study, spec, trial, TrialResult(Status.COMPLETE, {"eval_accuracy": accuracy},
-                                             wall_s=wall_s))
+        tell(study, spec, study.ask(), TrialInfo(0, "#0", {}, {}, 0.0),
+             TrialResult(Status.COMPLETE, {"eval_accuracy": accuracy}, wall_s=wall_s))
     quick, slow = study.trials
     assert quick.constraints == {"0:wall_s": -590.0} and slow.constraints == {"0:wall_s": 300.0}
     # mutation: feasible judged on the reported metrics, which hold no wall_s

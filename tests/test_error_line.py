@@ -96,12 +96,12 @@ def test_an_objective_absent_from_a_completed_trial_stops_the_sweep_after_it() -
     # mutation: FailFast.on_trial_end ignoring `absent` (stops after budget.fail_fast: 3)
     sweep = spec()
     watch = FailFast(sweep)
-    result = TrialResult(Status.COMPLETE, metrics={"acc": 0.5, "wall_s": 3.0})
-    judge(sweep, trial(0), result)
-    assert result.status is Status.FAILED
-    watch.on_trial_end(trial(0), result)
+    raw = TrialResult(Status.COMPLETE, metrics={"acc": 0.5, "wall_s": 3.0})
+    result = judge(sweep, trial(0), raw).result
+    assert result.status is Status.FAILED and raw.status is Status.COMPLETE
+    decision = watch.on_trial_end(trial(0), result)
     assert watch.stopped is not None and watch.stopped.count == 1
-    assert watch.line(2) == (
+    assert decision is not None and decision.line(2) == (
         "fail fast: a trial ran without reporting its objective, which the next run the same "
         "code to miss, and none completed (objective not available: eval_accuracy (it "
         "reported acc; did you mean acc?)); 2 trials not started (budget.fail_fast: 3)")
@@ -110,10 +110,9 @@ def test_an_objective_absent_from_a_completed_trial_stops_the_sweep_after_it() -
 def test_a_trial_stopped_at_an_epoch_for_its_objective_stops_the_sweep_after_it() -> None:
     sweep = spec()
     watch = FailFast(sweep)
-    watch.on_trial_epoch(trial(0), Epoch(1, 1, 0.0, {"val_acc": 0.5}))
-    result = TrialResult(Status.FAILED, error="Stopped: stopped after epoch 1")
-    judge(sweep, trial(0), result, watch.unreported(trial(0)))
-    watch.on_trial_end(trial(0), result)
+    decision = watch.on_trial_epoch(trial(0), Epoch(1, 1, 0.0, {"val_acc": 0.5}))
+    raw = TrialResult(Status.FAILED, error="Stopped: stopped after epoch 1")
+    assert watch.on_trial_end(trial(0), judge(sweep, trial(0), raw, decision.reason).result)
     assert watch.stopped is not None and watch.stopped.absent
 
 
@@ -131,7 +130,6 @@ def test_a_crash_still_needs_budget_fail_fast_alike_and_off_is_off(budget: str) 
     else:
         assert watch.stopped is None
     off = FailFast(spec("{fail_fast: 0}"))
-    absent = TrialResult(Status.COMPLETE, metrics={"acc": 0.5})
-    judge(spec(), trial(0), absent)
-    off.on_trial_end(trial(0), absent)
+    absent = judge(spec(), trial(0), TrialResult(Status.COMPLETE, metrics={"acc": 0.5}))
+    assert off.on_trial_end(trial(0), absent.result) is None
     assert off.stopped is None

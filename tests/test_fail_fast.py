@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from msexp.cli.scripts import preflight
 from msexp.errors import SpecError
-from msexp.execution import Epoch, Status, TrialInfo, TrialResult
+from msexp.execution import CONTINUE, Epoch, Status, TrialInfo, TrialResult
 from msexp.execution.protocol import read_events
 from msexp.search.failfast import FailFast, failure_cause
 from msexp.search.storage import open_storage
@@ -135,24 +135,28 @@ def test_the_nearest_name_is_left_out_when_none_is_near() -> None:
 def test_the_sweep_stops_after_its_first_identical_failures() -> None:
     watch = FailFast(spec_with("{fail_fast: 2}"))
     missing = "the command exited with code 1: FileNotFoundError: /data/trial-{}/x.csv"
-    watch.on_trial_end(trial(0), failed(missing.format(0)))
-    watch.on_trial_end(trial(1), failed("exceeded trial_timeout of 60 s", Status.TIMEOUT))
+    assert watch.on_trial_end(trial(0), failed(missing.format(0))) is None
+    assert watch.on_trial_end(trial(1), failed("exceeded trial_timeout of 60 s",
+                                               Status.TIMEOUT)) is None
     assert watch.stopped is None, "two causes, one failure each"
-    watch.on_trial_end(trial(2), failed(missing.format(2)))
+    decision = watch.on_trial_end(trial(2), failed(missing.format(2)))
     assert watch.stopped is not None and watch.stopped.count == 2
     assert watch.stopped.example == missing.format(0)
-    assert watch.line(5) == (
+    assert decision is not None and decision.stop
+    assert decision.line(5) == (
         f"fail fast: 2 trials failed with the same error and none completed "
         f"({missing.format(0)}); 5 trials not started (budget.fail_fast: 2)")
+    assert decision.line(1).endswith("; 1 trial not started (budget.fail_fast: 2)")
+    assert watch.on_trial_end(trial(3), failed(missing.format(3))) is None, "decided once"
 
 
 @pytest.mark.parametrize("budget", ["{fail_fast: 0}", "{fail_fast: false}"])
 def test_fail_fast_off_never_stops(budget: str) -> None:
     watch = FailFast(spec_with(budget))
     for number in range(10):
-        watch.on_trial_end(trial(number), failed("ValueError: no data"))
-        watch.on_trial_epoch(trial(number), epoch(acc=0.1))
-    assert watch.stopped is None and not watch.should_stop(trial(0))
+        assert watch.on_trial_epoch(trial(number), epoch(acc=0.1)) == CONTINUE
+        assert watch.on_trial_end(trial(number), failed("ValueError: no data")) is None
+    assert watch.stopped is None
 
 
 def test_a_completed_trial_turns_the_stop_off() -> None:
@@ -164,12 +168,15 @@ def test_a_completed_trial_turns_the_stop_off() -> None:
     assert watch.stopped is None, "the failures are not the sweep's own: one completed"
 
 
-def test_a_trial_stopped_at_its_epoch_is_told_once() -> None:
+def test_a_trial_is_stopped_at_its_epoch_with_why_until_it_ends() -> None:
     watch = FailFast(spec_with())
-    watch.on_trial_epoch(trial(4), epoch(acc=0.2))
-    assert watch.should_stop(trial(4)) and not watch.should_stop(trial(5))
-    assert "did you mean acc?" in watch.unreported(trial(4))
-    assert watch.unreported(trial(4)) is None
+    decision = watch.on_trial_epoch(trial(4), epoch(acc=0.2))
+    assert decision.stop and "did you mean acc?" in (decision.reason or "")
+    assert watch.on_trial_epoch(trial(5), epoch(eval_accuracy=0.2)) == CONTINUE
+    assert watch.on_trial_epoch(trial(4), epoch(eval_accuracy=0.3)) == decision, "still"
+    watch.on_trial_end(trial(4), failed(decision.reason or ""))
+    assert watch.on_trial_epoch(trial(4), epoch(eval_accuracy=0.3)) == CONTINUE, \
+        "its next attempt starts afresh"
 
 
 @pytest.mark.parametrize(("written", "value"), [("true", 3), ("false", 0), ("0", 0),

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from rich.console import Console
 from rich.progress import Progress
 
-from msexp.cli.render import LineProgress, Remaining, SweepProgress
+from msexp.cli.progress import LineProgress, Remaining, SweepProgress
 
 SPEC = SimpleNamespace(name="accum", objectives=[SimpleNamespace(metric="eval_accuracy")])
 

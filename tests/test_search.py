@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from msexp.errors import describe
 from msexp.execution.process_tree import kill_marked
 from msexp.execution.result import Status, TrialResult
-from msexp.execution.subscribers import TrialInfo
+from msexp.execution.subscribers import CONTINUE, PRUNE, TrialInfo
 from msexp.keys import TrialKey
 from msexp.search import requests, tell
 from msexp.search.pruning import PruningBridge
@@ -156,8 +156,8 @@ def test_optuna_keeps_an_errors_cause_at_its_end_and_a_shorter_error_whole(
     short = f"RuntimeError: {'x' * 800}\n{cause}"
     for error in (long, short):
         handle = source.claim()
-        tell.tell(study, spec, TrialInfo(handle.number, f"#{handle.number}", {}, {}, 0.0,
-                                         handle=handle), TrialResult(Status.FAILED, error=error))
+        tell.tell(study, spec, handle, TrialInfo(handle.number, f"#{handle.number}", {}, {},
+                                                 0.0), TrialResult(Status.FAILED, error=error))
         source.done(handle)
     source.close()
     kept = [t.user_attrs[TrialKey.ERROR] for t in optuna.load_study(
@@ -185,17 +185,14 @@ def test_only_a_pruner_gets_each_epochs_finite_objective_and_may_stop_the_trial(
                   Epoch(2, 10, 0.2, {"train_loss": 0.5}),  # no objective: no report
                   Epoch(3, 15, 0.3, {"eval_accuracy": float("nan")}),
                   Epoch(4, 20, 0.4, {"eval_accuracy": 0.7, "train_loss": 0.3})):
-        bridge.on_trial_epoch(first, epoch)
-        assert not bridge.should_stop(first)
+        assert bridge.on_trial_epoch(first, epoch) == CONTINUE
     reported = study.trials[0].intermediate_values
     assert reported == ({} if pruner == "none" else {1: 0.9, 4: 0.7})  # the first and last
     if pruner == "median":
         study.tell(first.handle, 0.9)
         second = TrialInfo(1, "#1", {}, {}, 0.0, handle=source.claim())
-        bridge.on_trial_epoch(second, Epoch(1, 5, 0.1, {"eval_accuracy": 0.1}))
-        assert bridge.should_stop(second), "pruned"
-        bridge.on_trial_end(second, None)
-        assert not bridge.should_stop(second), "a trial's end clears its prune"
+        assert bridge.on_trial_epoch(second, Epoch(1, 5, 0.1, {"eval_accuracy": 0.1})) == \
+            PRUNE, "pruned: it ends PRUNED, with no reason to fail it"
     source.close()
 
 
@@ -419,21 +416,29 @@ def test_a_trial_without_its_objectives_fails_naming_what_it_reported(workdir: P
         params: {lr: [0.1, 0.2]}
     """))
     trial = TrialInfo(0, "#0", {"api_token": "S3CRET-tok"}, {}, 0.0)
-    wrong_names = TrialResult(Status.COMPLETE, {"eval_acc": 0.9, "val_loss": 0.3})
-    assert tell.judge(spec, trial, wrong_names) == {
-        TrialKey.MISSING: ["eval_accuracy", "eval_loss"]}
-    assert wrong_names.status is Status.FAILED
-    assert wrong_names.error == ("objective not available: eval_accuracy, eval_loss "
-                                 "(it reported eval_acc, val_loss; did you mean eval_acc?)")
-    leaked = TrialResult(Status.FAILED, error="token S3CRET-tok in a traceback")
-    assert tell.judge(spec, trial, leaked) == {}
-    assert (leaked.status, leaked.error) == (Status.FAILED, "token *** in a traceback")
-    whole = TrialResult(Status.COMPLETE, {"eval_accuracy": 0.9, "eval_loss": 0.3})
-    assert tell.judge(spec, trial, whole, unreported="no eval_loss by epoch 2") == {}
-    assert (whole.status, whole.error) == (Status.COMPLETE, "")
-    stopped = TrialResult(Status.PRUNED, {"eval_accuracy": 0.9, "eval_loss": 0.3})
-    tell.judge(spec, trial, stopped, unreported="no eval_loss by epoch 2")
-    assert (stopped.status, stopped.error) == (Status.FAILED, "no eval_loss by epoch 2")
+    raw = TrialResult(Status.COMPLETE, {"eval_acc": 0.9, "val_loss": 0.3})
+    wrong_names = tell.judge(spec, trial, raw)
+    assert wrong_names.kept == {TrialKey.MISSING: ["eval_accuracy", "eval_loss"]}
+    assert wrong_names.result.status is Status.FAILED
+    assert wrong_names.result.error == (
+        "objective not available: eval_accuracy, eval_loss "
+        "(it reported eval_acc, val_loss; did you mean eval_acc?)")
+    assert (raw.status, raw.error) == (Status.COMPLETE, ""), "a new value: the raw one kept"
+    leaked = tell.judge(spec, trial, TrialResult(Status.FAILED,
+                                                 error="token S3CRET-tok in a traceback"))
+    assert leaked.kept == {}
+    assert (leaked.result.status, leaked.result.error) == (Status.FAILED,
+                                                           "token *** in a traceback")
+    whole = tell.judge(spec, trial, TrialResult(Status.COMPLETE, {"eval_accuracy": 0.9,
+                                                                  "eval_loss": 0.3}),
+                       unreported="no eval_loss by epoch 2")
+    assert whole.kept == {} and (whole.result.status, whole.result.error) == (
+        Status.COMPLETE, "")
+    stopped = tell.judge(spec, trial, TrialResult(Status.PRUNED, {"eval_accuracy": 0.9,
+                                                                  "eval_loss": 0.3}),
+                         unreported="no eval_loss by epoch 2")
+    assert (stopped.result.status, stopped.result.error) == (Status.FAILED,
+                                                             "no eval_loss by epoch 2")
 
 
 def test_a_held_trial_another_process_took_is_dropped_and_told_one_the_storage_lost_is_kept(

@@ -64,7 +64,7 @@ def test_each_sampler_runs_its_budget(method: str, workdir: Path) -> None:
           momentum: {{low: 0.5, high: 0.95}}
           batch_size: {{low: 32, high: 96, step: 32}}
     """))
-    outcome = run_sweep(spec, Quiet())
+    outcome = run_sweep(spec, [Quiet()])
     study = outcome.study
     # mutation (issue 18): make_sampler always returns RandomSampler
     expected = {"random": "RandomSampler", "tpe": "TPESampler", "cmaes": "CmaEsSampler",
@@ -90,7 +90,7 @@ def test_a_pruned_trial_stops_itself_early(workdir: Path) -> None:
           lr: [0.1, 0.00001]
         pruner: {type: median, warmup_epochs: 0, startup_trials: 1}
     """))
-    outcome = run_sweep(spec, Quiet())
+    outcome = run_sweep(spec, [Quiet()])
     good, bad = outcome.results[0], outcome.results[1]
     assert good.status.value == "COMPLETE" and len(good.epochs) == 40
     assert bad.status.value == "PRUNED"
@@ -340,7 +340,7 @@ def test_a_trial_that_raises_fails_and_the_sweep_goes_on(workdir: Path) -> None:
           lr: {low: 0.001, high: 0.1}
     """))
     spec.space.params[0] = dataclasses.replace(spec.space.params[0], high=math.inf)
-    outcome = run_sweep(spec, Quiet())
+    outcome = run_sweep(spec, [Quiet()])
     trials = outcome.study.trials
     assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
     assert all(t.user_attrs["error"].startswith("OverflowError") for t in trials)
@@ -477,7 +477,7 @@ def test_a_resumed_sweep_stops_the_workers_it_has_no_trials_for(workdir: Path) -
     for i, process in enumerate(processes):
         spy(process, "run", f"run {i}")
         spy(process, "kill", f"kill {i}")
-    run_sweep(spec, Quiet(), pool)
+    run_sweep(spec, [Quiet()], pool)
     assert events.index("kill 1") < events.index("run 0"), events
     assert "run 1" not in events
 
@@ -490,7 +490,7 @@ def test_a_target_records_epochs_and_time_to_reach_it(workdir: Path) -> None:
         fixed: {epochs: 3, hidden: 32, lr: 0.05}
         params: {seed: [0]}
     """))
-    result = run_sweep(spec, Quiet()).results[0]
+    result = run_sweep(spec, [Quiet()]).results[0]
     reached = next(e for e in result.epochs if e.metrics["eval_accuracy"] >= 0.3)
     assert result.metrics["epochs_to_target"] == reached.epoch
     assert result.metrics["time_to_target_s"] == pytest.approx(reached.elapsed_s)

@@ -238,7 +238,7 @@ def test_the_progress_bar_shows_each_running_trial(workdir: Path) -> None:
     """On a terminal: a row per running trial with its params, epoch of epochs and loss."""
     from rich.console import Console
 
-    from msexp.cli import render
+    from msexp.cli import progress as shown_progress
     from msexp.execution.result import Status, TrialResult
     from msexp.execution.subscribers import TrialInfo
     from msexp.spec import parse_spec
@@ -247,7 +247,7 @@ def test_the_progress_bar_shows_each_running_trial(workdir: Path) -> None:
     spec = parse_spec("name: bar\nexperiment: mlp_digits\nparams: {micro_size: [1, 2]}\n",
                       "bar.yaml")
     screen = Console(record=True, force_terminal=True, width=160)
-    progress = render.SweepProgress(spec, screen)
+    progress = shown_progress.SweepProgress(spec, screen)
     trial = TrialInfo(0, "#0 micro_size=2", {"epochs": 5}, {}, 0.0, best="0.9")
     with progress:
         progress.on_sweep_start(2, 0)

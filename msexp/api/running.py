@@ -41,7 +41,7 @@ def sweep(source: Source, *, storage: str | None = None, tracking_uri: str | Non
     """
     with quiet():
         spec = load(source)
-        outcome = run_in_slots(spec, workers or spec.budget.workers, Lines(spec, progress),
+        outcome = run_in_slots(spec, workers or spec.budget.workers, [Lines(spec, progress)],
                                tracking_uri, storage, study, retry_failed, restart,
                                lambda line: print(line, file=sys.stderr))
     if outcome.interrupted:

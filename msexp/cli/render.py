@@ -1,35 +1,28 @@
-"""How commands show things: value cells, tables of trials, progress while a sweep runs."""
+"""How commands show things: value cells, tables of trials, a sweep's summary (its
+progress while it runs: `cli/progress`)."""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
-from rich.text import Text
 
 from msexp.cli.options import console
-from msexp.execution.subscribers import Subscriber, TrialInfo
-from msexp.interrupts import stopping_line
 from msexp.keys import StudyKey, TrialKey
 from msexp.knobs import value_text as cell
 from msexp.secrets.redaction import redact
-from msexp.spec.checks import batch_statistics_warning
+
+if TYPE_CHECKING:  # Optuna and the sweep's driver: not at start-up
+    import optuna
+
+    from msexp.search.driver import SweepOutcome
 
 
-def kv(values: dict[str, Any], exclude: Any = ()) -> str:
+def kv(values: dict[str, Any], exclude: Collection[str] = ()) -> str:
     """`key=value, ...` of `values`, leaving out `exclude`."""
     return ", ".join(f"{k}={cell(v)}" for k, v in values.items() if k not in exclude)
 
@@ -59,7 +52,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def finished_trials(study: Any) -> list[dict[str, Any]]:
+def finished_trials(study: optuna.Study) -> list[dict[str, Any]]:
     """Each finished trial of a study: number, status, swept params, metrics, feasibility."""
     return [{"number": t.number, "status": t.user_attrs.get(TrialKey.STATUS, t.state.name),
              "params": t.params, "metrics": t.user_attrs.get(TrialKey.METRICS, {}),
@@ -67,7 +60,7 @@ def finished_trials(study: Any) -> list[dict[str, Any]]:
             for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
 
 
-def trials_table(study: Any) -> None:
+def trials_table(study: optuna.Study) -> None:
     """Print the newest `TABLE_ROWS` finished trials of a study: status, swept params,
     the objectives and those of the main metrics that a trial reported (a script's own
     loop reports none); a line counts those left out. On a narrow terminal the status,
@@ -121,7 +114,7 @@ def _fitting(cells: dict[str, list[str]], kept: list[str], others: list[str], wi
     return shown
 
 
-def missing_objectives(study: Any) -> str | None:
+def missing_objectives(study: optuna.Study) -> str | None:
     """One line naming the objectives that trials which ran to the end did not report."""
     counts: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
@@ -139,7 +132,7 @@ def _yes_no(value: Any) -> str:
     return "-" if value is None else "yes" if value else "no"
 
 
-def summary(outcome: Any) -> None:
+def summary(outcome: SweepOutcome) -> None:
     """The trials table and the MLflow links that end a sweep."""
     trials_table(outcome.study)
     missing = missing_objectives(outcome.study)
@@ -158,142 +151,3 @@ def link_lines(runs: str, serve: str | None) -> list[str]:
     link: what a sweep prints as it starts and as it ends."""
     return [*([f"serve the store:  {serve}"] if serve else []),
             f"compare trials:   {redact(runs)}"]
-
-
-class SplitNotice:
-    """The sweep's one line on its network's BatchNorm and Dropout layers, where its
-    trials split the batch: said when the first trial that reports them ends."""
-
-    def __init__(self, spec: Any):
-        self.spec, self.told = spec, False
-
-    def line(self, result: Any) -> str | None:
-        stats = result.batch_statistics
-        if self.told or stats is None:
-            return None
-        self.told = True
-        return batch_statistics_warning(str(self.spec.path), stats.layers, self.spec.space,
-                                        stats.dropout, stats.seeded)
-
-
-def stopping(running: list[int], opening: bool, hurried: bool) -> str:
-    """The line a stop signal gets at once: the first names the trials that go back to
-    the queue (and says where MLflow still opens), a second says the sweep waits for
-    MLflow no more."""
-    if hurried:
-        return "stopping now, without waiting for MLflow (the next run records what waits)"
-    line = stopping_line(running)
-    return f"{line}; MLflow is still opening (Ctrl-C again not to wait)" if opening else line
-
-
-def resuming(name: str, total: int, done: int, best: str) -> str:
-    """The line that starts a resumed sweep."""
-    return f"resuming {name}: {done} of {total} trials already finished; best {best}"
-
-
-class Remaining(ProgressColumn):
-    """The time left, from the trials (or epochs) finished since the bar started: Rich's own
-    column forgets a speed after 30 s, so trials longer than that never showed one."""
-
-    def render(self, task: Task) -> Text:
-        finished = task.completed - task.fields.get("done_before", 0)
-        if task.finished:
-            return Text("0:00:00", style="progress.remaining")
-        if task.total is None or not task.elapsed or finished <= 0:
-            return Text("-:--:--", style="progress.remaining")
-        left = int(task.elapsed * (task.total - task.completed) / finished)
-        return Text(f"{left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}",
-                    style="progress.remaining")
-
-
-class SweepProgress(Subscriber):
-    """Rich progress bar: trials done out of total and the best value so far."""
-
-    def __init__(self, spec: Any, screen: Any = None):
-        self.spec = spec
-        self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                            MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                            TimeElapsedColumn(), TextColumn("eta"), Remaining(),
-                            console=screen or console)
-        self.task: Any = None
-        self.running: dict[int, Any] = {}  # trial number -> its row
-        self.notice = SplitNotice(spec)
-
-    def __enter__(self) -> SweepProgress:
-        self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> Any:
-        return self.bar.__exit__(*exc)
-
-    def on_sweep_start(self, total: int, done: int, best: str = "-") -> None:
-        if done:
-            self.bar.console.print(resuming(self.spec.name, total, done, best), highlight=False)
-        self.task = self.bar.add_task(self.spec.name, total=total, completed=done,
-                                      info=f"best {best}", done_before=done)
-
-    def on_mlflow_open(self, runs: str, parent: str, serve: str | None) -> None:
-        for line in link_lines(runs, serve):
-            self.bar.console.print(line, highlight=False, soft_wrap=True)
-
-    def on_sweep_stopping(self, running: list[int], opening: bool, hurried: bool) -> None:
-        self.bar.console.print(stopping(running, opening, hurried), markup=False, highlight=False)
-
-    def on_trial_start(self, trial: TrialInfo) -> None:
-        """A row per running trial: its params, epoch of epochs, last loss, ETA."""
-        self.running[trial.number] = self.bar.add_task(
-            f"  {escape(trial.name)}", total=trial.params.get("epochs") or None,
-            info="starting")
-
-    def on_trial_epoch(self, trial: TrialInfo, epoch: Any) -> None:
-        row = self.running.get(trial.number)
-        if row is not None:
-            loss = epoch.metrics.get("train_loss")
-            info = f"epoch {epoch.epoch}" + (f", loss {loss:.4g}" if loss is not None else "")
-            self.bar.update(row, completed=epoch.epoch, info=info)
-
-    def on_trial_end(self, trial: TrialInfo, result: Any) -> None:
-        row = self.running.pop(trial.number, None)
-        if row is not None:
-            self.bar.remove_task(row)
-        metric = self.spec.objectives[0].metric
-        value = (result.metrics or result.last_epoch_metrics()).get(metric)
-        shown = result.error if result.error or value is None else f"{metric}={value:.4g}"
-        self.bar.console.print(f"trial {trial.number}: {result.status.value} {shown} "
-                               f"({result.wall_s:.1f} s)", markup=False, highlight=False)
-        notice = self.notice.line(result)
-        if notice:
-            self.bar.console.print(notice, markup=False, highlight=False, soft_wrap=True)
-        self.bar.update(self.task, advance=1, info=f"best {trial.best}")
-
-
-class LineProgress(Subscriber):
-    """One plain line per trial, for logs of workers that no one watches."""
-
-    def __init__(self, spec: Any):
-        self.spec = spec
-        self.notice = SplitNotice(spec)
-
-    def __enter__(self) -> LineProgress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def on_sweep_start(self, total: int, done: int, best: str = "-") -> None:
-        console.print(resuming(self.spec.name, total, done, best) if done else
-                      f"{self.spec.name}: 0/{total} trials done", highlight=False)
-
-    def on_mlflow_open(self, runs: str, parent: str, serve: str | None) -> None:
-        for line in link_lines(runs, serve):
-            console.print(line, highlight=False, soft_wrap=True)
-
-    def on_sweep_stopping(self, running: list[int], opening: bool, hurried: bool) -> None:
-        console.print(stopping(running, opening, hurried), markup=False, highlight=False)
-
-    def on_trial_end(self, trial: TrialInfo, result: Any) -> None:
-        console.print(f"trial {trial.number}: {result.status.value} ({result.wall_s:.1f} s); "
-                      f"best {trial.best}", markup=False, highlight=False)
-        notice = self.notice.line(result)
-        if notice:
-            console.print(notice, markup=False, highlight=False, soft_wrap=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -22,9 +22,8 @@ from msexp.cli.options import (
     err_console,
 )
 from msexp.cli.plans import plan_document, plan_table
+from msexp.cli.progress import LineProgress, SweepProgress
 from msexp.cli.render import (
-    LineProgress,
-    SweepProgress,
     finished_trials,
     missing_objectives,
     print_json,
@@ -35,10 +34,14 @@ from msexp.cli.scripts import check_command_experiment, preflight
 from msexp.cli.studies import existing_study
 from msexp.errors import SpecError
 from msexp.execution.protocol import TrialRequest
+from msexp.execution.subscribers import Subscriber
 from msexp.search.slots import run_in_slots
 from msexp.spec import Method, SweepSpec, load_spec
 from msexp.spec.checks import batch_statistics_warning
 from msexp.spec.space import derived
+
+if TYPE_CHECKING:  # the sweep's driver imports Optuna: not at start-up
+    from msexp.search.driver import SweepOutcome
 
 RerunOpt = Annotated[bool, typer.Option(
     "--retry-failed", help="Rerun the FAILED and TIMEOUT trials of the resumed study: "
@@ -255,13 +258,13 @@ def _resume_line() -> None:
                       "their last checkpoint)", highlight=False)
 
 
-def _where(outcome: Any, study: str | None, storage: str | None) -> dict[str, Any]:
+def _where(outcome: SweepOutcome, study: str | None, storage: str | None) -> dict[str, Any]:
     """The study and storage options a printed command needs: `--study` only where one was
     given (then the version that ran); without it, commands find the newest version."""
     return {"study": outcome.study.study_name if study else None, "storage": storage}
 
 
-def _finish(outcome: Any, file: Path, where: dict[str, Any]) -> None:
+def _finish(outcome: SweepOutcome, file: Path, where: dict[str, Any]) -> None:
     """How a sweep or worker ends: a line on failed trials; the exit code says whether it
     was stopped by a signal (128 + the signal: 130 Ctrl-C, 143 SIGTERM), by
     budget.fail_fast (3) or nothing worked (1)."""
@@ -285,10 +288,11 @@ def _finish(outcome: Any, file: Path, where: dict[str, Any]) -> None:
         raise typer.Exit(1)
 
 
-def _run(spec: Any, workers: int, progress: Any, tracking_uri: str | None,
+def _run(spec: SweepSpec, workers: int, progress: Subscriber, tracking_uri: str | None,
          storage: str | None, study: str | None, rerun: bool = False,
-         restart: bool = False) -> Any:
+         restart: bool = False) -> SweepOutcome:
     """The body of the sweep and worker commands: `search.slots.run_in_slots` (which the
-    Python API's `msexp.sweep` calls too), its warnings on stderr."""
-    return run_in_slots(spec, workers, progress, tracking_uri, storage, study, rerun,
+    Python API's `msexp.sweep` calls too), `progress` its one watcher, its warnings on
+    stderr."""
+    return run_in_slots(spec, workers, [progress], tracking_uri, storage, study, rerun,
                         restart, lambda line: err_console.print(line, highlight=False))

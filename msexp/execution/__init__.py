@@ -5,6 +5,7 @@ result, and the subscribers that watch it."""
 
 from msexp.execution.protocol import Epoch
 from msexp.execution.result import Status, TrialResult
-from msexp.execution.subscribers import Recorder, Subscriber, TrialInfo
+from msexp.execution.subscribers import CONTINUE, PRUNE, Decision, Recorder, Subscriber, TrialInfo
 
-__all__ = ["Epoch", "Recorder", "Status", "Subscriber", "TrialInfo", "TrialResult"]
+__all__ = ["CONTINUE", "PRUNE", "Decision", "Epoch", "Recorder", "Status", "Subscriber",
+           "TrialInfo", "TrialResult"]

@@ -1,13 +1,50 @@
 """What watches a sweep's trials: the MLflow recorder, the progress display, the pruning
-bridge. Each is a `Subscriber`; the search driver calls them in one order."""
+bridge, fail fast. Each is a `Subscriber`; the search driver calls them in one order, and
+a watcher that decides (stop a trial, start no more) returns its `Decision` from its hook,
+as Ray Tune's `TrialScheduler` does."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from msexp.execution.protocol import Epoch
 from msexp.execution.result import TrialResult
+
+
+class TrialHandle(Protocol):
+    """What a watcher may tell the search of a trial through its handle (an
+    `optuna.Trial` in a sweep): an intermediate value, and whether its pruner stops it."""
+
+    def report(self, value: float, step: int) -> None: ...
+
+    def should_prune(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A watcher's decision, returned from its hook (None: go on). From `on_trial_epoch`:
+    stop the trial now; from `on_trial_end`: the sweep starts no more trials.
+
+    Attributes:
+        stop: stop the trial, or the sweep's trials not started yet.
+        reason: a trial stopped without one ends PRUNED; with one (e.g. it will not
+            report its objective) it fails with it. A sweep's stop: why, as its line says.
+        rule: a sweep's stop: the setting that decided it ("budget.fail_fast: 2").
+    """
+
+    stop: bool = False
+    reason: str | None = None
+    rule: str | None = None
+
+    def line(self, not_started: int) -> str:
+        """A sweep's stop as one line: why, and what it saved."""
+        return (f"{self.reason}; {not_started} trial{'s' * (not_started != 1)} not started"
+                + (f" ({self.rule})" if self.rule else ""))
+
+
+CONTINUE = Decision()
+PRUNE = Decision(stop=True)
 
 
 @dataclass(frozen=True)
@@ -21,7 +58,7 @@ class TrialInfo:
         logged: what MLflow logs as the run's params.
         started: when the attempt started (time.time()).
         later_attempt: an earlier attempt of its number ran, and may have recorded it.
-        handle: the search's own handle on the trial (an optuna.Trial).
+        handle: the search's handle on the trial, for its pruner (None: none prunes it).
         best: the study's best so far, once the trial is told.
     """
 
@@ -31,7 +68,7 @@ class TrialInfo:
     logged: dict[str, Any]
     started: float
     later_attempt: bool = False
-    handle: Any = None
+    handle: TrialHandle | None = None
     best: str = "-"
 
 
@@ -55,8 +92,9 @@ class Subscriber:
     def on_trial_start(self, trial: TrialInfo) -> None:
         """A trial was claimed and its process is starting it."""
 
-    def on_trial_epoch(self, trial: TrialInfo, epoch: Epoch) -> None:
-        """A trial reported an epoch."""
+    def on_trial_epoch(self, trial: TrialInfo, epoch: Epoch) -> Decision | None:
+        """A trial reported an epoch; a `Decision` to stop it, or None (`CONTINUE`)."""
+        return None
 
     def on_trial_ending(self, trial: TrialInfo, result: TrialResult) -> dict[str, Any]:
         """A trial ended, judged, and Optuna is not told yet: a recorder keeps it now (so
@@ -64,8 +102,10 @@ class Subscriber:
         of it (e.g. the MLflow run id), or {}."""
         return {}
 
-    def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> None:
-        """A trial ended and Optuna was told (`trial.best` is the study's best now)."""
+    def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> Decision | None:
+        """A trial ended and Optuna was told (`trial.best` is the study's best now); a
+        `Decision` to start no more trials (its line says why), or None."""
+        return None
 
     def on_trial_dropped(self, trial: TrialInfo) -> None:
         """This process records no end of the trial: put back (a stop) or taken by
@@ -89,3 +129,9 @@ class Recorder(Subscriber):
     def close(self, ending: str) -> None:
         """Deliver what waits and end the sweep's record with `ending` (FINISHED, KILLED,
         FAILED)."""
+
+    def ui_links(self) -> tuple[str, str, str | None]:
+        """Where the records are shown, once `ready` and without a `failure`: the runs
+        table, the sweep's own record, and the command that serves the store (None: a
+        server serves it)."""
+        raise NotImplementedError(f"{type(self).__name__} shows no records")

@@ -2,7 +2,9 @@
 
 As in Optuna's `_run_trial` (ask, run, tell, callbacks) and Ray Tune's controller with
 its callbacks: the driver only asks and tells; where trials come from is the
-`TrialSource`, where they run is a `HostPool` (a host per slot), and who watches is the subscribers.
+`TrialSource`, where they run is a `HostPool` (a host per slot), and who watches is the
+subscribers: the recorder first, then the watchers, whose hooks return their decisions (a
+trial stopped, no more trials started), as Ray Tune's `TrialScheduler` does.
 """
 
 from __future__ import annotations
@@ -11,21 +13,20 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from msexp.errors import MsexpError, describe
-from msexp.execution import Epoch, Recorder, Status, Subscriber, TrialInfo, TrialResult
+from msexp.execution import Decision, Epoch, Recorder, Status, Subscriber, TrialInfo, TrialResult
 from msexp.execution.host import Host, HostPool
 from msexp.interrupts import handled
-from msexp.search.failfast import FailFast
 from msexp.search.prepare import prepare_trial, stale, unprepared
-from msexp.search.pruning import PruningBridge
 from msexp.search.source import TrialSource
-from msexp.search.tell import best_so_far, judge, tell
+from msexp.search.tell import Judged, best_so_far, judge, tell
 from msexp.spec import Method, SweepSpec
 
 AHEAD = 10  # trials a slot may end while MLflow opens (a new store takes seconds)
@@ -41,21 +42,21 @@ class SweepOutcome:
     recorder: Recorder  # its tracker gives the UI links
     interrupted: int = 0  # the signal that stopped the sweep (SIGINT, SIGTERM), or 0
     results: dict[int, TrialResult] = field(default_factory=dict)
-    fail_fast: str | None = None  # why the sweep started no more trials (`FailFast.line`)
+    fail_fast: str | None = None  # why the sweep started no more trials (`Decision.line`)
 
 
 class Sweep:
     """Runs a study's remaining trials, one per slot at a time."""
 
     def __init__(self, spec: SweepSpec, study: optuna.Study, source: TrialSource,
-                 hosts: HostPool, recorder: Recorder, watchers: list[Subscriber]):
+                 hosts: HostPool, recorder: Recorder, watchers: Sequence[Subscriber]):
         """`hosts`: one per slot; `recorder` is told of each trial first (a subscriber that
-        keeps its record before Optuna is told), `watchers` after it."""
+        keeps its record before Optuna is told), `watchers` after it, in their order."""
         self.spec, self.study, self.source, self.hosts = spec, study, source, hosts
         self.recorder = recorder
-        self.pruning, self.fail_fast = PruningBridge(spec), FailFast(spec)
-        self.blind = spec.method in (Method.grid, Method.random) and not self.pruning.enabled
-        self.watchers: list[Subscriber] = [recorder, self.pruning, self.fail_fast, *watchers]
+        self.blind = spec.method in (Method.grid, Method.random) and spec.pruner.type == "none"
+        self.watchers: list[Subscriber] = [recorder, *watchers]
+        self.stopped: Decision | None = None  # a watcher's: no more trials start
         self.stopping = threading.Event()
         self.hurried = threading.Event()  # a second stop signal: no more waiting for MLflow
         self.closing = False  # the trials are over; the sweep's record is being closed
@@ -86,8 +87,8 @@ class Sweep:
             return self._close_sweep(stopped_early)
 
     def _run_trials(self) -> str | None:
-        """Run trials in every slot until none are left or a stop; the fail-fast line if
-        the sweep stopped starting trials."""
+        """Run trials in every slot until none are left or a stop; the line of a watcher's
+        decision that stopped the sweep starting trials (fail fast), if one did."""
         try:
             try:
                 self.hosts.each(lambda host: self._guarded(self._work, host),
@@ -96,8 +97,8 @@ class Sweep:
                     waiting.join()
             finally:
                 self.hosts.close()  # a stop has killed them already
-            if self.fail_fast.stopped is not None and self.error is None:
-                return self.fail_fast.line(self.source.pending())
+            if self.stopped is not None and self.error is None:
+                return self.stopped.line(self.source.pending())
             return None
         finally:
             self.source.close()
@@ -166,7 +167,7 @@ class Sweep:
 
     def _work(self, host: Host) -> None:
         """Run trials in `host` until none are left."""
-        while not self.stopping.is_set() and self.fail_fast.stopped is None and \
+        while not self.stopping.is_set() and self.stopped is None and \
                 (handle := self.source.claim()) is not None:
             self._run_trial(handle, host)
 
@@ -182,9 +183,9 @@ class Sweep:
         try:
             trial, request = prepare_trial(self.spec, self.study, handle)
         except Exception as exc:  # params that cannot be sampled fail the trial, not the sweep
-            trial, result = unprepared(self.spec, handle), TrialResult(
-                Status.FAILED, error=describe(exc))
-            self._end(trial, result, judge(self.spec, trial, result))
+            trial = unprepared(self.spec, handle)
+            self._end(handle, trial, judge(self.spec, trial, TrialResult(
+                Status.FAILED, error=describe(exc))))
             return
         if self.stopping.is_set():  # stopped while it was claimed: queued again, untouched
             self.source.put_back(handle, self._put_back_reason())
@@ -192,9 +193,10 @@ class Sweep:
         for watcher in self.watchers:  # the recorder's MLflow run is made while it trains
             watcher.on_trial_start(trial)
         self.running[trial.number] = host
+        reasons: list[str] = []  # why the watchers stopped it, if it fails for that
         try:
             result = host.run(request, self.spec.budget.trial_timeout,
-                              lambda epoch: self._on_epoch(trial, epoch))
+                              lambda epoch: self._on_epoch(trial, epoch, reasons))
         except Exception as exc:  # an error while running it fails the trial, not the sweep
             host.kill()
             result = TrialResult(Status.FAILED, error=describe(exc),
@@ -202,12 +204,12 @@ class Sweep:
         finally:
             self.running.pop(trial.number, None)
         cut = self.stopping.is_set() and result.status is not Status.COMPLETE  # by the stop
-        kept = judge(self.spec, trial, result, self.fail_fast.unreported(trial))
-        if cut or self.recorder.ready() or not self._may_wait(result):
-            self._close(handle, trial, result, kept, cut)
+        judged = judge(self.spec, trial, result, reasons[0] if reasons else None)
+        if cut or self.recorder.ready() or not self._may_wait(judged.result):
+            self._close(handle, trial, judged, cut)
             return
         waiting = threading.Thread(target=self._guarded, daemon=True,  # the slot goes on
-                                   args=(self._close, handle, trial, result, kept))
+                                   args=(self._close, handle, trial, judged))
         self.waiting.append(waiting)
         waiting.start()
 
@@ -221,8 +223,8 @@ class Sweep:
         return self.blind and result.status in (Status.COMPLETE, Status.PRUNED) and \
             waiting < AHEAD * len(self.hosts.hosts)
 
-    def _close(self, handle: optuna.Trial, trial: TrialInfo, result: TrialResult,
-               kept: dict[str, Any], cut: bool = False) -> None:
+    def _close(self, handle: optuna.Trial, trial: TrialInfo, judged: Judged,
+               cut: bool = False) -> None:
         """End the trial; put it back instead where a stop `cut` it short, MLflow cannot
         record it, or a second stop leaves no time to wait for MLflow to open. A trial
         that ran to its end before a stop is kept."""
@@ -230,7 +232,7 @@ class Sweep:
             self.source.put_back(handle, self._put_back_reason())  # the next run continues it
             self._dropped(trial)
             return
-        self._end(trial, result, kept)
+        self._end(handle, trial, judged)
 
     def _put_back_reason(self) -> str:
         failed = self.recorder.ready() and self.recorder.failure() is not None
@@ -243,37 +245,45 @@ class Sweep:
         if host is not None:
             host.kill()
 
-    def _record_failed(self, frozen: Any, error: str) -> dict[str, Any]:
+    def _record_failed(self, frozen: FrozenTrial, error: str) -> dict[str, Any]:
         """Record in MLflow a trial of a dead orchestrator that is failed out of retries
         (before Optuna is told, as every trial); what to keep on it."""
         trial, result = stale(self.spec, self.study, frozen, error)
         self.recorder.on_trial_start(trial)  # its run, made now: its id goes on the trial
         return self.recorder.on_trial_ending(trial, result)
 
-    def _on_epoch(self, trial: TrialInfo, epoch: Epoch) -> bool:
-        """Show the epoch to every watcher; True when the trial is to stop (pruned, or
-        sure not to report its objective)."""
+    def _on_epoch(self, trial: TrialInfo, epoch: Epoch, reasons: list[str]) -> bool:
+        """Show the epoch to every watcher; True when the trial is to stop: a stop, or a
+        watcher's decision (pruned; or sure not to report its objective: its reason goes
+        to `reasons`, for the trial's judge)."""
+        stop = self.stopping.is_set()
         for watcher in self.watchers:
-            watcher.on_trial_epoch(trial, epoch)
-        return self.stopping.is_set() or self.pruning.should_stop(trial) or \
-            self.fail_fast.should_stop(trial)
+            decision = watcher.on_trial_epoch(trial, epoch)
+            if decision is not None and decision.stop:
+                stop = True
+                if decision.reason is not None and not reasons:
+                    reasons.append(decision.reason)
+        return stop
 
-    def _end(self, trial: TrialInfo, result: TrialResult, kept: dict[str, Any]) -> None:
-        """The one order of a judged trial's end (`kept`: what its judge keeps): recorded
-        in MLflow, told to Optuna, shown. A trial whose claim another process took
-        meanwhile is left to it."""
-        if not self.source.still_held(trial.handle):
-            self.source.done(trial.handle)
+    def _end(self, handle: optuna.Trial, trial: TrialInfo, judged: Judged) -> None:
+        """The one order of a judged trial's end: recorded in MLflow, told to Optuna,
+        shown. A trial whose claim another process took meanwhile is left to it. A
+        watcher's decision to stop the sweep's trials is kept (the first one)."""
+        if not self.source.still_held(handle):
+            self.source.done(handle)
             self._dropped(trial)
             return
+        result, kept = judged.result, dict(judged.kept)
         for watcher in self.watchers:  # the recorder keeps it for MLflow now
             kept.update(watcher.on_trial_ending(trial, result))
-        tell(self.study, self.spec, trial, result, kept)
-        self.source.done(trial.handle)
+        tell(self.study, self.spec, handle, trial, result, kept)
+        self.source.done(handle)
         self.results[trial.number] = result
         told = dataclasses.replace(trial, best=self._best())
         for watcher in self.watchers:
-            watcher.on_trial_end(told, result)
+            decision = watcher.on_trial_end(told, result)
+            if decision is not None and decision.stop and self.stopped is None:
+                self.stopped = decision
 
     def _best(self) -> str:
         """The study's best, looked up again once BEST_EVERY_S have passed."""

@@ -18,7 +18,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
-from msexp.execution import Epoch, Status, Subscriber, TrialInfo, TrialResult
+from msexp.execution import CONTINUE, Decision, Epoch, Status, Subscriber, TrialInfo, TrialResult
 from msexp.execution.output import error_line
 from msexp.search.unreported import unreported_at
 from msexp.spec import SweepSpec
@@ -49,70 +49,65 @@ class Stopped:
 
 
 class FailFast(Subscriber):
-    """Stops a trial whose epoch shows it will not report its objective (see
-    `unreported`), and counts this sweep's failures by cause; `stopped` is set once
-    `budget.fail_fast` of them share one and none completed."""
+    """Decides to stop a trial whose epoch shows it will not report its objective (see
+    `unreported`), and counts this sweep's failures by cause; once `budget.fail_fast` of
+    them share one and none completed, it decides that the sweep starts no more trials
+    (`stopped` says why)."""
 
     def __init__(self, spec: SweepSpec):
         self.after = spec.budget.fail_fast
         self.objectives = [o.metric for o in spec.objectives]
         self.stopped: Stopped | None = None
-        self._unreported: dict[int, str] = {}  # trial number: why it is stopped
-        self._absent: set[int] = set()  # trials stopped there, until they end
+        self._unreported: dict[int, str] = {}  # trial number: why it is stopped, until it ends
         self._causes: Counter[str] = Counter()
         self._examples: dict[str, str] = {}
         self._completed = False
         self._lock = threading.Lock()  # trials end in the slots' threads
 
-    def on_trial_epoch(self, trial: TrialInfo, epoch: Epoch) -> None:
+    def on_trial_epoch(self, trial: TrialInfo, epoch: Epoch) -> Decision:
+        """Stop the trial, failing it with why, once an epoch showed that it will not
+        report its objective."""
         if self.after and trial.number not in self._unreported:
             problem = unreported_at(self.objectives, epoch)
             if problem:
                 self._unreported[trial.number] = problem
+        why = self._unreported.get(trial.number)
+        return CONTINUE if why is None else Decision(stop=True, reason=why)
 
-    def should_stop(self, trial: TrialInfo) -> bool:
-        """Whether an epoch of the trial showed that it will not report its objective."""
-        return trial.number in self._unreported
+    def on_trial_dropped(self, trial: TrialInfo) -> None:
+        self._unreported.pop(trial.number, None)
 
-    def unreported(self, trial: TrialInfo) -> str | None:
-        """Why the trial was stopped at an epoch (see `should_stop`), once; else None."""
-        why = self._unreported.pop(trial.number, None)
-        if why is not None:
-            self._absent.add(trial.number)
-        return why
-
-    def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> None:
+    def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> Decision | None:
+        """The sweep's stop once its first trials failed alike (see `line`), or None."""
         with self._lock:
             if result.status in (Status.COMPLETE, Status.PRUNED):
                 self._completed = True
             absent = self._objective_absent(trial, result)
             if self._completed or not self.after or self.stopped is not None:
-                return
+                return None
             cause = failure_cause(result.error)
             self._causes[cause] += 1
             self._examples.setdefault(cause, error_line(result.error) or cause)
-            if absent or self._causes[cause] >= self.after:
-                self.stopped = Stopped(cause, self._examples[cause], self._causes[cause],
-                                       absent)
+            if not absent and self._causes[cause] < self.after:
+                return None
+            self.stopped = Stopped(cause, self._examples[cause], self._causes[cause], absent)
+            return Decision(stop=True, reason=self._why(self.stopped),
+                            rule=f"budget.fail_fast: {self.after}")
 
     def _objective_absent(self, trial: TrialInfo, result: TrialResult) -> bool:
         """Whether the trial failed only for an objective it did not report: it ran to its
         end (its final metrics came) without one, or was stopped at an epoch for it."""
-        stopped_for_it = trial.number in self._absent
-        self._absent.discard(trial.number)
+        stopped_for_it = self._unreported.pop(trial.number, None) is not None
         if result.status is not Status.FAILED:
             return False
         reported = {**result.last_epoch_metrics(), **result.metrics}
         return stopped_for_it or (bool(result.metrics) and
                                   any(o not in reported for o in self.objectives))
 
-    def line(self, not_started: int) -> str:
-        """The one line that says why the sweep stopped and what that saved."""
-        assert self.stopped is not None
-        stopped = self.stopped
+    @staticmethod
+    def _why(stopped: Stopped) -> str:
+        """Why the sweep stopped, the start of its line (`Decision.line`)."""
         failed = ("a trial ran without reporting its objective, which the next run the same "
                   "code to miss," if stopped.absent else
                   f"{stopped.count} trials failed with the same error")
-        return (f"fail fast: {failed} and none completed ({stopped.example[:300]}); "
-                f"{not_started} trial{'s' * (not_started != 1)} not started "
-                f"(budget.fail_fast: {self.after})")
+        return f"fail fast: {failed} and none completed ({stopped.example[:300]})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -23,32 +24,41 @@ _OPTUNA_STATE = {Status.COMPLETE: TrialState.COMPLETE, Status.PRUNED: TrialState
                  Status.FAILED: TrialState.FAIL, Status.TIMEOUT: TrialState.FAIL}
 
 
-def judge(spec: SweepSpec, trial: TrialInfo, result: TrialResult,
-          unreported: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Judged:
+    """A trial's result as it is recorded and told (a new value: the raw result it was
+    judged from is left as the trial reported it), and what Optuna is to keep of the
+    judgement (the objectives missing)."""
+
+    result: TrialResult
+    kept: dict[str, Any] = field(default_factory=dict)
+
+
+def judge(spec: SweepSpec, trial: TrialInfo, raw: TrialResult,
+          unreported: str | None = None) -> Judged:
     """A trial that ran to the end without reporting its objectives is FAILED, with the
     reason and what it did report, before anyone records it; so is one stopped at an
     epoch that showed it would not report them (`unreported`: why), unless it completed
-    with them meanwhile. Its error is redacted. Returns what Optuna is to keep of the
-    judgement (the objectives missing)."""
-    result.error = redact_known(result.error, known_secrets(trial.params)) if result.error \
-        else result.error
+    with them meanwhile. Its error is redacted."""
+    result = dataclasses.replace(raw, error=redact_known(raw.error, known_secrets(
+        trial.params)) if raw.error else raw.error)
     values = objective_values(spec, result)
     missing = [o.metric for o, v in zip(spec.objectives, values) if not math.isfinite(v)]
     if unreported and (missing or result.status is not Status.COMPLETE):
-        result.status, result.error = Status.FAILED, unreported
-    elif result.status is Status.COMPLETE and missing:
+        return Judged(dataclasses.replace(result, status=Status.FAILED, error=unreported))
+    if result.status is Status.COMPLETE and missing:
         reported = {*result.final_metrics(), *(n for e in result.epochs for n in e.metrics)}
-        result.status = Status.FAILED
-        result.error = (f"objective not available: {', '.join(missing)} "
-                        f"({listing(reported, missing[0])})")
-        return {TrialKey.MISSING: missing}
-    return {}
+        error = (f"objective not available: {', '.join(missing)} "
+                 f"({listing(reported, missing[0])})")
+        return Judged(dataclasses.replace(result, status=Status.FAILED, error=error),
+                      {TrialKey.MISSING: missing})
+    return Judged(result)
 
 
-def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialResult,
-         kept: dict[str, Any] | None = None) -> None:
-    """Write what the trial kept (and `kept`: what its judge and subscribers keep of it) as
-    user attributes, and its constraints, then tell it."""
+def tell(study: optuna.Study, spec: SweepSpec, handle: optuna.Trial, trial: TrialInfo,
+         result: TrialResult, kept: dict[str, Any] | None = None) -> None:
+    """Write what the trial (`handle`, the study's) kept (and `kept`: what its judge and
+    subscribers keep of it) as user attributes, and its constraints, then tell it."""
     metrics = result.final_metrics()
     attrs = {TrialKey.PARAMS: redact_params(trial.params), TrialKey.STATUS: result.status.value,
              TrialKey.METRICS: {k: v for k, v in metrics.items() if math.isfinite(v)},
@@ -64,13 +74,13 @@ def tell(study: optuna.Study, spec: SweepSpec, trial: TrialInfo, result: TrialRe
     if spec.constraints:
         attrs[TrialKey.FEASIBLE] = spec.feasible(metrics)  # the constraints' own metrics
         for i, constraint in enumerate(spec.constraints):
-            trial.handle.set_constraint(f"{i}:{constraint.metric}", constraint.violation(metrics))
+            handle.set_constraint(f"{i}:{constraint.metric}", constraint.violation(metrics))
     for key, value in attrs.items():
-        trial.handle.set_user_attr(key, value)
+        handle.set_user_attr(key, value)
     if result.status is Status.COMPLETE:
-        study.tell(trial.handle, objective_values(spec, result))
+        study.tell(handle, objective_values(spec, result))
     else:
-        study.tell(trial.handle, state=_OPTUNA_STATE[result.status])
+        study.tell(handle, state=_OPTUNA_STATE[result.status])
 
 
 # an RDB storage keeps a user attribute as JSON in a TEXT column (65,535 bytes on MySQL):
