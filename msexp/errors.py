@@ -1,4 +1,5 @@
-"""The one exception root of msexp and the errors users see as one line."""
+"""The one exception root of msexp and the errors users see as one line; a command that a
+message suggests, as data (`Suggestion`), which `cli/hints.py` writes out."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Stop signals (Ctrl-C, SIGTERM) the CLI received: remembered, the first acknowledged at
-once where the command reports stops (`msexp sweep`, `msexp worker`), and acted on where
-the command can act. A library that swallows one (MindSpore turns a Ctrl-C during its
-import into an ImportError) must not turn a stop into a reported error."""
+once where the command reports stops (`msexp sweep`, `msexp worker`) and held until it can
+report them with its trials and the resume line, and acted on where the command can act.
+A library that swallows one (MindSpore turns a Ctrl-C during its import into an
+ImportError) must not turn a stop into a reported error."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Library warnings (Optuna's UserWarning and ExperimentalWarning) kept off the console."""
+"""Library warnings (Optuna's UserWarning and ExperimentalWarning) kept off the console:
+logged to msexp's log instead, around the engine's calls into Optuna."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Where msexp keeps its files: the embedded stores and trial folders under `mlruns/`."""
+"""Where msexp keeps its files: the embedded stores and trial folders under `mlruns/`; the
+names that name folders there (never a path); writing a file whole, and reading a file or
+a FIFO within a size bound and a wait."""
 
 from __future__ import annotations
 

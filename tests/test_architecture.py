@@ -1,18 +1,49 @@
-"""The house rules: no import cycles, dependencies in one order, lazy imports say why."""
+"""The house rules: no import cycles, dependencies in one order, lazy imports say why, and
+ARCHITECTURE.md's map true to the package."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "msexp"
+PAGE = PACKAGE.parent / "ARCHITECTURE.md"
+NOUNS = "nouns"  # the folder name of the package's own modules (`msexp/*.py`)
+MAX_LOOSE_MODULES = 9
 
-# Each folder may import its own layer and the layers before it; spec and execution are
-# peers that never import each other.
-LAYERS = [{"nouns", "secrets", "os_tools"}, {"training"}, {"spec", "execution"}, {"hooks"},
-          {"tracking"}, {"search"}, {"tune"}, {"cluster"}, {"cli", "api"}]
+# ARCHITECTURE.md's layer lines, the one source of the dependency order:
+# - **N** `folder/` — what the layer is for: module, module, subpackage/ (module, ...)
+LAYER_LINE = re.compile(r"^- \*\*(\d+)\*\* `(msexp/\*\.py|[a-z_]+/)` — [^:]*: (.+)$")
+NAME = re.compile(r"([a-z_0-9]+/)(?: \(([^)]*)\))?|([a-z_0-9]+)")
+
+
+def listed(names: str) -> set[str]:
+    """The modules a layer line lists: `a, host/ (b, c)` -> a, host/, host/b, host/c."""
+    found = set()
+    for package, inside, module in NAME.findall(names):
+        if package:
+            found |= {package} | {package + n.strip() for n in inside.split(",") if n.strip()}
+        else:
+            found.add(module)
+    return found
+
+
+def page_layers(text: str) -> dict[str, tuple[int, set[str]]]:
+    """Each folder's layer and the modules its line lists."""
+    found = {}
+    for line in text.splitlines():
+        if match := LAYER_LINE.match(line):
+            folder = NOUNS if match[2] == "msexp/*.py" else match[2].rstrip("/")
+            found[folder] = (int(match[1]), listed(match[3]))
+    return found
+
+
+# Each folder may import its own modules and the layers before it; folders of one layer
+# are peers that never import each other (layer 0 excepted).
+LAYERS = page_layers(PAGE.read_text(encoding="utf-8"))
 
 
 def modules() -> dict[str, Path]:
@@ -83,8 +114,9 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def layer(module: str) -> int:
     parts = module.split(".")
     folder = parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) \
-        else "nouns"
-    return next(i for i, names in enumerate(LAYERS) if folder in names)
+        else NOUNS
+    assert folder in LAYERS, f"ARCHITECTURE.md has no layer line for {folder}/"
+    return LAYERS[folder][0]
 
 
 def test_the_package_has_no_import_cycle() -> None:
@@ -106,6 +138,102 @@ def test_imports_follow_the_dependency_order(module: str) -> None:
         there = layer(target)
         assert there < own or (there == own and target.split(".")[1] == module.split(".")[1]
                                ) or own == there == 0, f"{module} imports {target}"
+
+
+def folders() -> dict[str, Path]:
+    """Every folder that has a layer: the package's own modules and its top packages."""
+    return {NOUNS: PACKAGE} | {path.parent.name: path.parent
+                               for path in PACKAGE.glob("*/__init__.py")}
+
+
+def modules_in(folder: str) -> set[str]:
+    """What a folder's layer line must list: its modules, and its subpackages (`host/`)
+    with theirs (`host/link`)."""
+    root = folders()[folder]
+    paths = root.glob("*.py") if folder == NOUNS else root.rglob("*.py")
+    found = set()
+    for path in paths:
+        relative = path.relative_to(root)
+        if path.name not in ("__init__.py", "__main__.py"):
+            found.add(relative.with_suffix("").as_posix())
+        elif len(relative.parts) > 1:
+            found.add(relative.parent.as_posix() + "/")
+    return found
+
+
+@pytest.mark.parametrize("folder", sorted(folders()))
+def test_each_layer_line_lists_its_folders_modules(folder: str) -> None:
+    # mutation: a module added to search/ and not to its line, or a line naming a module
+    # that was renamed, fails it
+    assert folder in LAYERS, f"ARCHITECTURE.md has no layer line for {folder}"
+    listed_there, on_disk = LAYERS[folder][1], modules_in(folder)
+    assert {"missing from the line": on_disk - listed_there,
+            "named but absent": listed_there - on_disk} == \
+        {"missing from the line": set(), "named but absent": set()}
+
+
+def test_the_layer_lines_name_only_folders_that_exist() -> None:
+    assert set(LAYERS) - set(folders()) == set()
+    assert LAYERS[NOUNS][0] == 0, "the shared nouns come first"
+
+
+SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def defines(path: Path, name: str) -> bool:
+    """Whether a module defines `name` at its top level (a function, class or value)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == name:
+                return True
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+    return False
+
+
+def wrong_references(text: str) -> list[str]:
+    """The modules a text names in backticks (`search/claims.py`, `execution/host/`,
+    `knobs.py: KNOBS`) that do not exist, or that do not define the name given."""
+    wrong = []
+    for span in SPAN.findall(text):
+        reference, _, name = span.partition(": ")
+        first = reference.split("/")[0]
+        if not (reference.endswith(".py") or "/" in reference and first in folders()) \
+                or "*" in reference:
+            continue
+        path = next((root / reference for root in (PACKAGE, PACKAGE.parent)
+                     if (root / reference).exists()), None)
+        if path is None or (name and not (path.suffix == ".py" and defines(path, name))):
+            wrong.append(span)
+    return wrong
+
+
+def test_the_page_names_only_modules_that_exist() -> None:
+    assert wrong_references(PAGE.read_text(encoding="utf-8")) == []
+
+
+def test_the_reference_finder_sees_a_missing_module_and_name() -> None:
+    text = ("`search/claims.py` `search/nope.py` `execution/host/` `execution/nope/` "
+            "`knobs.py: KNOBS` `knobs.py: NOPE` `mlruns/spool/` `nope.py` `msexp/*.py` "
+            "`tests/test_architecture.py` `msexp sweep`")
+    assert wrong_references(text) == ["search/nope.py", "execution/nope/", "knobs.py: NOPE",
+                                      "nope.py"]
+
+
+def test_the_layer_line_parser() -> None:
+    line = "- **2** `execution/` — running one trial: protocol, host/ (server, link), result"
+    assert page_layers(line) == {"execution": (2, {"protocol", "host/", "host/server",
+                                                   "host/link", "result"})}
+
+
+def test_at_most_nine_loose_modules() -> None:
+    """Modules outside any package are the shared nouns; more than a handful are packages
+    waiting to be named."""
+    loose = sorted(path.name for path in PACKAGE.glob("*.py")
+                   if path.name not in ("__init__.py", "__main__.py"))
+    assert len(loose) <= MAX_LOOSE_MODULES, loose
 
 
 def test_every_lazy_import_says_why() -> None:

@@ -1,4 +1,5 @@
-"""A user's own training script: what msexp reads from its log, and `plan --check` of it."""
+"""A user's own training script: what msexp reads from its log (`msexp metrics LOG`), and
+`plan --check` of it, the check `msexp sweep` runs first, run as a trial runs the command."""
 
 from __future__ import annotations
 

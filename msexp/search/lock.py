@@ -1,5 +1,5 @@
 """The study lock: what must not interleave across the processes that share a study's
-storage, on this machine or another."""
+storage, on this machine or another. A storage it cannot lock is refused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Optuna storage a study lives in: a journal file by default, or an RDB URL."""
+"""The Optuna storage a study lives in: a journal file by default, or an RDB URL (SQLite,
+PostgreSQL), or msexp's gRPC proxy of a PostgreSQL database."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The sweep's Optuna study: sampler, pruner, grid queue, versions (`--restart`)."""
+"""The sweep's Optuna study: sampler, pruner, grid queue, versions (`--restart`). A study
+missing from its storage that ran before (its trial folders are there) is refused, not
+run again."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Secrets: passwords in URLs and values under names that say they hold one. One
 redaction for every text and value that leaves msexp, linear in the text's length
-(`spans`)."""
+(`spans`): `redact` for any text, `redact_value` for a param's value, `known_secrets` and
+`redact_known` for the secrets a trial was given, `LineRedactor` for a long line in pieces."""
 
 from __future__ import annotations
 

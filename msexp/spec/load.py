@@ -1,4 +1,4 @@
-"""A validated sweep: load the file, check every rule before anything runs."""
+"""A validated sweep (`SweepSpec`): load the file, check every rule before anything runs."""
 
 from __future__ import annotations
 

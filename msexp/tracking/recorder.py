@@ -1,5 +1,6 @@
 """The MLflow recorder: a sweep's subscriber that keeps each trial as a child run of the
-sweep's parent run."""
+sweep's parent run. A trial's run is made while it trains; its end is kept in the spool
+before Optuna is told, and delivered (`tracking/delivery.py`) in a background thread."""
 
 from __future__ import annotations
 

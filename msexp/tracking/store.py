@@ -3,6 +3,10 @@
 MLflow creates a SQLite store's tables in dozens of migrations; a process killed
 midway leaves a database that every later client refuses ("duplicate column name").
 So a new store is made under a temporary name and renamed into place when complete.
+
+The RUNNING runs `msexp status` lists are read here with raw SQL on MLflow's `runs`,
+`experiments` and `tags` tables (`read_running_runs`), read-only; where MLflow changed
+them, the caller asks MLflow.
 """
 
 from __future__ import annotations

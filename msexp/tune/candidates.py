@@ -1,5 +1,5 @@
 """What `msexp tune` compares: every configuration of the values the sweep file lists for
-the knobs it sweeps, and the baseline among them."""
+the knobs it sweeps, and the baseline among them; what tune refuses (`check_tunable`)."""
 
 from __future__ import annotations
 

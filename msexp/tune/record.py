@@ -1,4 +1,6 @@
-"""MLflow for `msexp tune`: each phase a parent run, each trial of it a tagged child."""
+"""MLflow for `msexp tune`: each phase a parent run, each trial of it a tagged child,
+recorded through `tracking/delivery.py` as a sweep's are; what a killed tune left RUNNING
+is ended KILLED by the next."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`HostPool`: the only way hosts start and stop. A sweep, `tune` and `run` each hold one:
+"""`HostPool`: the only way hosts start and stop. A sweep and `tune` each hold one (`run`
+runs its trial in its own process):
 one host per slot, started at once (they import MindSpore while the caller opens its
 stores), a thread per slot to drive them, and every host killed when the pool closes."""
 
