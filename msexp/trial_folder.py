@@ -11,13 +11,13 @@ heartbeat while another took the trial) writes nothing the newer attempt reads.
 
 from __future__ import annotations
 
-import fcntl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from msexp.errors import MsexpError
+from msexp.os_tools.locking import flock
 from msexp.paths import TRIALS_DIR, write_atomic
 
 TOKEN_FILE = "attempt"
@@ -75,6 +75,5 @@ class Fence:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.folder / f".{TOKEN_FILE}.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # released when closed, or when a kill ends us
+        with flock(self.folder / f".{TOKEN_FILE}.lock"):
             yield

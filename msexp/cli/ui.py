@@ -21,6 +21,7 @@ import typer
 from msexp.cli.options import OptionalSweepFileArg, TrackingOpt, console, err_console
 from msexp.errors import MsexpError, Suggestion
 from msexp.keys import RunTag
+from msexp.os_tools.waiting import wait_until
 from msexp.paths import STORE_DIR
 from msexp.spec import read_name
 from msexp.tracking.runs import UI_PORT, ui_base, ui_links
@@ -167,15 +168,14 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 def _wait_until_ready(server: subprocess.Popen, port: int, log: Path) -> None:
     """Poll the UI's health check until it answers 200; an error where the server ends
     first or does not answer within START_S."""
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if server.poll() is not None:
             raise MsexpError(f"the MLflow UI did not start (exit code {server.returncode}): "
                              f"{_last_line(log)} (its log: {log})")
-        if _answers(port, "/health"):
-            return
-        time.sleep(0.5)
-    raise MsexpError(f"the MLflow UI did not answer on port {port} within {START_S:.0f} s "
+        return _answers(port, "/health")
+
+    if not wait_until(ready, START_S, 0.5):
+        raise MsexpError(f"the MLflow UI did not answer on port {port} within {START_S:.0f} s "
                      f"(its log: {log})")
 
 

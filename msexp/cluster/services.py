@@ -16,8 +16,8 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ import psutil
 from msexp.cluster.pid_files import record_process, recorded_process, stop_group
 from msexp.errors import MsexpError
 from msexp.execution.ports import free_port
+from msexp.os_tools.waiting import wait_until
 from msexp.paths import SERVICES_DIR
 
 USER = "msexp"
@@ -164,11 +165,8 @@ def _start_mlflow(s: Services) -> None:
          "--port", str(s.mlflow_port), "--workers", "1"],
         stdout=log, stderr=subprocess.STDOUT, env=s.env(), start_new_session=True)
     record_process(s.root / "mlflow.pid", proc.pid)
-    deadline = time.monotonic() + 120
-    while not _healthy(s.tracking_uri):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise MsexpError(f"the MLflow server did not start; see {s.root / 'mlflow.log'}")
-        time.sleep(0.5)
+    _wait_started(proc, lambda: _healthy(s.tracking_uri), 120, 0.5,
+                  f"the MLflow server did not start; see {s.root / 'mlflow.log'}")
 
 
 def _start_proxy(s: Services, port: int | None) -> None:
@@ -183,11 +181,26 @@ def _start_proxy(s: Services, port: int | None) -> None:
         [sys.executable, "-m", "msexp.search.grpc_proxy", s.storage_url, "127.0.0.1", str(port)],
         stdout=log, stderr=subprocess.STDOUT, env=s.env(), start_new_session=True)
     record_process(pid_file, proc.pid)
-    deadline = time.monotonic() + 60
-    while not _listening(port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise MsexpError(f"the gRPC proxy did not start; see {s.root / 'proxy.log'}")
-        time.sleep(0.2)
+    _wait_started(proc, lambda: _listening(port), 60, 0.2,
+                  f"the gRPC proxy did not start; see {s.root / 'proxy.log'}")
+
+
+def _wait_started(proc: subprocess.Popen, up: Callable[[], bool], timeout: float,
+                  poll: float, failure: str) -> None:
+    """Until the server `proc` started is `up`.
+
+    Raises:
+        MsexpError: `failure`, once it exits first or is not up within `timeout`.
+    """
+    def started() -> bool:
+        if up():
+            return True
+        if proc.poll() is not None:
+            raise MsexpError(failure)
+        return False
+
+    if not wait_until(started, timeout, poll):
+        raise MsexpError(failure)
 
 
 def _listening(port: int) -> bool:

@@ -34,6 +34,7 @@ from msexp.execution.msrun_command import msrun_argv
 from msexp.execution.output import redacted_output
 from msexp.execution.process_tree import die_with_parent
 from msexp.execution.protocol import EventWriter, Launch, Result, TrialRequest, read_events
+from msexp.os_tools.waiting import wait_until
 from msexp.paths import search_path, write_atomic
 from msexp.secrets import files as private
 from msexp.secrets.redaction import known_secrets, redact_known
@@ -208,9 +209,7 @@ class _Cluster:
                 p.kill()
         self.proc.kill()
         self.proc.wait()
-        deadline = time.monotonic() + 5
-        while any(_alive(p) for p in procs) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not any(_alive(p) for p in procs), 5, 0.05)
 
 
 def _alive(proc: Any) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
 import uuid
 
 import optuna
@@ -15,6 +14,7 @@ import optuna
 from msexp.errors import Refused, Suggestion
 from msexp.keys import StudyKey, TrialKey
 from msexp.os_tools.identity import owner
+from msexp.os_tools.waiting import wait_until
 from msexp.paths import TRIALS_DIR
 from msexp.search.lock import study_lock
 from msexp.search.storage import open_storage, storage_errors, storage_label
@@ -207,8 +207,4 @@ def _enqueue_grid(study: optuna.Study, spec: SweepSpec) -> None:
 
 def _wait_for_creator(study: optuna.Study) -> None:
     """Give the process that just created the study time to enqueue its grid."""
-    deadline = time.monotonic() + CREATOR_WAIT_S
-    while time.monotonic() < deadline:
-        if StudyKey.FINGERPRINT in study.user_attrs:
-            return
-        time.sleep(0.2)
+    wait_until(lambda: StudyKey.FINGERPRINT in study.user_attrs, CREATOR_WAIT_S, 0.2)

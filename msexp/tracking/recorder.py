@@ -8,7 +8,6 @@ import itertools
 import logging
 import queue
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -20,6 +19,7 @@ from msexp.errors import Suggestion
 from msexp.execution.result import TrialResult
 from msexp.execution.subscribers import Recorder, Subscriber, TrialInfo
 from msexp.keys import RunTag, StudyKey, TrialKey
+from msexp.os_tools.waiting import wait_until
 from msexp.spec import SweepSpec
 from msexp.tracking.delivery import deliver, flush_spool
 from msexp.tracking.report import log_best, log_best_checkpoint
@@ -98,16 +98,19 @@ class MlflowRecorder(Recorder):
         A joining process waits for the creator's run only while no trial has ended: the
         creator makes its run before it records any trial.
         """
-        deadline = time.monotonic() + (0 if created else PARENT_WAIT_S)
-        while True:
-            run_id = self.study.user_attrs.get(StudyKey.PARENT_RUN)
-            ended = any(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
-            if run_id and tracker.has_run(run_id):
-                tracker.reopen(run_id)
-                return run_id
-            if run_id or ended or time.monotonic() >= deadline:
-                break  # another tracking store, or a creator that never made one
-            time.sleep(0.5)
+        run_id = ""
+
+        def settled() -> bool:  # a run id, or a trial ended before the creator made one
+            nonlocal run_id
+            run_id = self.study.user_attrs.get(StudyKey.PARENT_RUN) or ""
+            return bool(run_id) or any(
+                t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
+
+        wait_until(settled, 0 if created else PARENT_WAIT_S, 0.5)
+        if run_id and tracker.has_run(run_id):
+            tracker.reopen(run_id)
+            return run_id
+        # another tracking store, or a creator that never made one: a run of its own
         spec = self.spec
         run_id = tracker.parent_run(
             experiment_id, self.study.study_name,

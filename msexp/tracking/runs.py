@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import shlex
@@ -17,6 +16,7 @@ from msexp.execution.exits import space_note
 from msexp.execution.result import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.knobs import RESOLVED
+from msexp.os_tools.locking import flock
 from msexp.paths import DEFAULT_TRACKING_URI, STORE_DIR
 from msexp.secrets.redaction import known_secrets, redact, redact_known, redact_value
 from msexp.tracking.run_content import (
@@ -98,12 +98,8 @@ class Tracker:
             return
         lock = Path(self.uri[len("sqlite:///"):]).with_suffix(".lock")
         lock.parent.mkdir(parents=True, exist_ok=True)
-        with lock.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with flock(lock):
+            yield
 
     def experiment_id(self, name: str) -> str:
         """The id of experiment `name`, created on first use (artifacts under mlruns/)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 from msexp.errors import MsexpError
 from msexp.execution.exits import space_note
 from msexp.execution.result import TrialResult
+from msexp.os_tools.locking import lock_file
 from msexp.paths import SPOOL_DIR, write_atomic
 from msexp.secrets.redaction import known_secrets, redact_known, redact_params
 
@@ -102,7 +102,7 @@ class Spool:
         handle = None
         try:
             handle = partial.open("w", encoding="utf-8")
-            fcntl.flock(handle, fcntl.LOCK_EX)  # the lock stays with the file as renamed
+            lock_file(handle)  # the lock stays with the file as renamed
             handle.write(text)
             handle.flush()
             os.replace(partial, path)
@@ -141,9 +141,7 @@ class Spool:
             except FileNotFoundError:  # delivered meanwhile
                 continue
             with handle:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
+                if not lock_file(handle, blocking=False):
                     continue
                 if not _same_file(handle, path):  # delivered just before the lock
                     continue

@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from msexp.os_tools.waiting import wait_until
+
 RUN, STOP, KILL, READY, ADOPTS, ENDED = "run", "stop", "kill", "ready", "adopts", "ended"
 POLL_S = 0.05
 
@@ -45,13 +47,20 @@ class SweepEnd:
     def wait_ready(self, alive: Callable[[], bool], timeout: float) -> bool:
         """Until the host says `ready`, dies or `timeout` passes; whether it said it
         adopts its trials' orphans."""
-        deadline = time.monotonic() + timeout
+        said = b""
+
+        def heard() -> bool:  # the select waits up to POLL_S: no sleep between calls
+            nonlocal said
+            if not alive():
+                return True
+            if select.select([self.sock], [], [], POLL_S)[0]:
+                said = self.sock.recv(64)  # "ready ...", or b"" if it died
+                return True
+            return False
+
         with contextlib.suppress(OSError):
-            while time.monotonic() < deadline and alive():
-                if select.select([self.sock], [], [], POLL_S)[0]:
-                    said = self.sock.recv(64)  # "ready ...", or b"" if it died
-                    return said.split() == [READY.encode(), ADOPTS.encode()]
-        return False
+            wait_until(heard, timeout, 0)
+        return said.split() == [READY.encode(), ADOPTS.encode()]
 
     def wait(self, timeout: float) -> None:
         """Until the host says something (a trial `ended`) or `timeout` passes; what it said
