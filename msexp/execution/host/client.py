@@ -25,6 +25,7 @@ from msexp.execution.protocol import End, Epoch, EventReader, TrialRequest
 from msexp.execution.result import Status, TrialResult
 from msexp.keys import TrialEnv
 from msexp.os_tools.identity import owner
+from msexp.os_tools.waiting import wait_until
 from msexp.trial_folder import Fence
 
 EPOCHS_S = 0.1  # how often a running trial's events are read for epochs; its end is read
@@ -187,12 +188,17 @@ class Host:
         it ended. A host that runs trials itself (GPU, Ascend) dies instead, and is
         replaced."""
         link.send(KILL)
-        deadline = time.monotonic() + END_S
-        while time.monotonic() < deadline and self.pid is not None:
-            if any(isinstance(event, End) for event in reader.read()):
+        ended = False
+
+        def settled() -> bool:  # the trial's end read, or its host gone (killed meanwhile)
+            nonlocal ended
+            if self.pid is None:
                 return True
-            link.wait(EPOCHS_S)
-        return False
+            ended = any(isinstance(event, End) for event in reader.read())
+            return ended
+
+        wait_until(settled, END_S, EPOCHS_S, sleep=link.wait)
+        return ended
 
     def close(self) -> None:
         """End the host after its last trial: told by the end of its channel, it ends the
