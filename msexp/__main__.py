@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from msexp import interrupts
+from msexp.console import interrupts
 
 REPORTING = ("sweep", "worker")  # commands that end a stop with the trials table and resume line
 

@@ -26,9 +26,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from msexp.console.interrupts import import_mindspore
 from msexp.errors import ExperimentError
 from msexp.experiment_source import builtin_file
-from msexp.interrupts import import_mindspore
 from msexp.knobs import KNOBS, Knob, infer_knob
 
 Metric = Callable[[Any, Any], float]

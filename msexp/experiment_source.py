@@ -1,6 +1,7 @@
 """An experiment's source: where its file is (msexp's own, in `experiments/`, included: a
-checkout's, or the copy a wheel installs in `share/msexp/experiments`) and what it says without running it: its `DEFAULTS` and `PARAMS`, where it writes them as
-literals (what `msexp plan` shows a trial gets, on any machine)."""
+checkout's, or the copy a wheel installs in `share/msexp/experiments`) and what it says
+without running it: its `DEFAULTS` and `PARAMS`, where it writes them as literals (what
+`msexp plan` shows a trial gets, on any machine)."""
 
 from __future__ import annotations
 

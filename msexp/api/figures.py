@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.trial import TrialState
 
-from msexp.library_warnings import warnings_to_log
+from msexp.console.library_warnings import warnings_to_log
 from msexp.tracking.effect_plots import effect_figures
 from msexp.tracking.report import build_report
 from msexp.tracking.study_plots import study_figures

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from msexp import interrupts
+from msexp.console import interrupts
 from msexp.execution.result import TrialResult
 from msexp.execution.subscribers import Subscriber, TrialInfo
 from msexp.spec import SweepSpec

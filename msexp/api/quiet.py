@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from msexp.library_warnings import warnings_to_log
+from msexp.console.library_warnings import warnings_to_log
 from msexp.paths import LOG_FILE
 
 STDERR = 2  # the descriptor native code writes its logs on

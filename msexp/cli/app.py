@@ -19,10 +19,10 @@ from typing import Annotated, Any, Callable
 
 import typer
 
-from msexp import interrupts
 from msexp.cli import cluster, hints, reports, run, scaffold, scripts, studies, sweeps, tune, ui
 from msexp.cli.options import debug_command, err_console, state
 from msexp.cli.usage import CONTEXT, Command, Group
+from msexp.console import interrupts
 from msexp.errors import MsexpError
 from msexp.execution.exits import space_note
 from msexp.paths import LOG_FILE, STORE_DIR

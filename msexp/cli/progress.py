@@ -22,8 +22,8 @@ from rich.text import Text
 
 from msexp.cli.options import console
 from msexp.cli.render import link_lines
+from msexp.console.interrupts import stopping_line
 from msexp.execution.subscribers import Subscriber, TrialInfo
-from msexp.interrupts import stopping_line
 from msexp.spec.checks import batch_statistics_warning
 
 if TYPE_CHECKING:

@@ -20,10 +20,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from msexp.console.interrupts import handled
 from msexp.errors import MsexpError, describe
 from msexp.execution import Decision, Epoch, Recorder, Status, Subscriber, TrialInfo, TrialResult
 from msexp.execution.host import Host, HostPool
-from msexp.interrupts import handled
 from msexp.search.prepare import prepare_trial, stale, unprepared
 from msexp.search.source import TrialSource
 from msexp.search.tell import Judged, best_so_far, judge, tell

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import optuna
 
+from msexp.console.library_warnings import optuna_to_log
 from msexp.errors import MsexpError, SpecError, Suggestion
-from msexp.library_warnings import optuna_to_log
 from msexp.paths import JOURNAL
 from msexp.search.storage import open_storage, storage_errors, storage_label
 from msexp.search.versions import newest_name

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING
 
+from msexp.console.library_warnings import optuna_to_log
 from msexp.execution.host import HostPool
 from msexp.execution.subscribers import Subscriber
-from msexp.library_warnings import optuna_to_log
 from msexp.spec import SweepSpec
 
 if TYPE_CHECKING:

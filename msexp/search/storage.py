@@ -17,8 +17,8 @@ from typing import Any
 import optuna
 from optuna.storages.journal import JournalFileBackend
 
+from msexp.console.library_warnings import warnings_to_log
 from msexp.errors import MsexpError
-from msexp.library_warnings import warnings_to_log
 from msexp.paths import JOURNAL, not_regular
 from msexp.search.heartbeat import HEARTBEAT_S, STALE_AFTER_S
 from msexp.search.lock import check_lockable, grpc_address, sqlite_folder

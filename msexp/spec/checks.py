@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from msexp.console.interrupts import import_mindspore
 from msexp.errors import ExperimentError, SpecError
 from msexp.experiment import (
     Experiment,
@@ -19,7 +20,6 @@ from msexp.experiment import (
     local_cell_classes,
     workload_problem,
 )
-from msexp.interrupts import import_mindspore
 from msexp.knobs import EPOCH_METRICS
 from msexp.spec.file import Method, Objective, Pruner
 from msexp.spec.space import Space

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial
 
-from msexp.library_warnings import warnings_to_log
+from msexp.console.library_warnings import warnings_to_log
 from msexp.tracking.effects import short
 from msexp.tracking.replicates import SEED, Effect
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from msexp.console.library_warnings import warnings_to_log
 from msexp.errors import MsexpError, describe
 from msexp.keys import RunTag, StudyKey, TrialKey
-from msexp.library_warnings import warnings_to_log
 from msexp.secrets.redaction import redact
 from msexp.tracking import report_files
 from msexp.tracking.effects import KnobEffects, knob_effects, short
