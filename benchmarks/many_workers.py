@@ -67,7 +67,7 @@ def worker(spec_path: Path, url: str, out: Path, go: Path) -> None:
         spec = load_spec(spec_path, local=False)
         study, _ = open_study(spec, url)
         source = TrialSource(study, url, spec.n_trials(), samples=False,
-                             kill_leftovers=kill_marked)
+                             kill_owned=kill_marked)
         while True:
             began = time.perf_counter()
             trial = source.claim()

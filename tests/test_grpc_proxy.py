@@ -35,7 +35,7 @@ from msexp.spec import load_spec
 spec, url = load_spec(sys.argv[1], local=False), sys.argv[2]
 study, _ = open_study(spec, url)
 source = TrialSource(study, url, spec.n_trials(), samples=spec.method != "grid",
-                     kill_leftovers=kill_marked)
+                     kill_owned=kill_marked)
 while (trial := source.claim()) is not None:
     print(trial.number, flush=True)
     study.tell(trial, float(trial.number))

@@ -77,7 +77,7 @@ def test_file_references_become_absolute_and_module_references_stay(workdir: Pat
 
 def source_of(spec, study) -> TrialSource:
     return TrialSource(study, None, spec.n_trials(), spec.method.value != "grid",
-                       kill_leftovers=kill_marked)
+                       kill_owned=kill_marked)
 
 
 def test_an_aborted_sweep_queues_the_trials_it_took_again_without_an_attempt(
@@ -260,7 +260,7 @@ msexp.search.source.started_count = slow_count
 for round in range(ROUNDS):  # each round's first claims race
     spec = load_spec(f"budget-{round}.yaml")
     study, _ = open_study(spec, None)
-    source = TrialSource(study, None, spec.n_trials(), True, kill_leftovers=kill_marked)
+    source = TrialSource(study, None, spec.n_trials(), True, kill_owned=kill_marked)
     while (trial := source.claim()) is not None:
         trial.suggest_float("lr", 0.001, 0.1)
         study.tell(trial, 0.5)
@@ -373,7 +373,7 @@ def test_an_rdb_study_tells_silent_trials_by_optunas_own_heartbeat(workdir: Path
         budget: {retries: 1}
     """))
     study, _ = open_study(spec, url)
-    source = TrialSource(study, url, spec.n_trials(), False, kill_leftovers=kill_marked)
+    source = TrialSource(study, url, spec.n_trials(), False, kill_owned=kill_marked)
     silent, alive = source.claim(), source.claim()
     source.close()
     for trial in (silent, alive):  # as claimed by another, live process
@@ -384,7 +384,7 @@ def test_an_rdb_study_tells_silent_trials_by_optunas_own_heartbeat(workdir: Path
             "UPDATE trial_heartbeats SET heartbeat = :old WHERE trial_id = :id"),
             {"old": "2000-01-01 00:00:00", "id": silent._trial_id})
     engine.dispose()
-    again = TrialSource(study, url, spec.n_trials(), False, kill_leftovers=kill_marked)
+    again = TrialSource(study, url, spec.n_trials(), False, kill_owned=kill_marked)
     assert again.pending() == 1, "the silent trial is queued again, the live one is not"
     again.close()
     states = {t.number: (t.state, t.user_attrs.get(TrialKey.ATTEMPT)) for t in study.trials}

@@ -43,7 +43,7 @@ trial.set_user_attr("owner", "other-host:1")
 
 def claim_one(study, url: str | None, total: int):
     """One claim by a grid sweep's `TrialSource`, as a sweep makes it."""
-    source = TrialSource(study, url, total, samples=False, kill_leftovers=kill_marked)
+    source = TrialSource(study, url, total, samples=False, kill_owned=kill_marked)
     try:
         return source.claim()
     finally:

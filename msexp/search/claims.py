@@ -39,7 +39,7 @@ from msexp.search.patience import outage_within
 
 Trial = optuna.Trial | FrozenTrial
 OnFail = Callable[[FrozenTrial, str], dict[str, Any]]
-KillLeftovers = Callable[[str], None]  # given a dead owner (host:pid), kills what it left
+KillOwned = Callable[[str], None]  # given a dead owner (host:pid), kills what its trials left
 _log = logging.getLogger("msexp")
 
 
@@ -136,13 +136,13 @@ def put_back(study: optuna.Study, trial: Trial, reason: str) -> bool:
     return set_waiting(study, number)
 
 
-def requeue_stale_trials(study: optuna.Study, kill_leftovers: KillLeftovers,
+def requeue_stale_trials(study: optuna.Study, kill_owned: KillOwned,
                          heartbeat: TrialHeartbeat | None = None,
                          on_fail: OnFail = lambda trial, error: {}) -> list[int]:
     """Queue again the RUNNING trials whose orchestrator died or went silent (see
     `TrialHeartbeat.stale_trials`), each as `requeue_orphan` says; returns their numbers.
     What a dead owner's trial processes left running (a daemon, a `setsid` helper) goes
-    first, through `kill_leftovers(owner)`."""
+    first, through `kill_owned(owner)`."""
     orphans = (heartbeat or TrialHeartbeat(study)).stale_trials()
     running = Counter(owner_of(frozen) for frozen in orphans)
     stale = []
@@ -152,7 +152,7 @@ def requeue_stale_trials(study: optuna.Study, kill_leftovers: KillLeftovers,
             stale.append(frozen.number)
             continue
         if owner_is_dead(owner_of(frozen)):
-            kill_leftovers(owner_of(frozen))
+            kill_owned(owner_of(frozen))
         try:
             requeue_orphan(study, frozen, running[owner_of(frozen)],
                            lambda error, frozen=frozen: on_fail(frozen, error))

@@ -4,7 +4,6 @@ storage, on this machine or another. A storage it cannot lock is refused."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import random
 import threading
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from msexp.errors import MsexpError
+from msexp.os_tools.locking import flock
 from msexp.paths import JOURNAL
 from msexp.search.patience import patience_of
 from msexp.secrets.redaction import redact
@@ -21,7 +21,7 @@ from msexp.secrets.redaction import redact
 _ADVISORY_KEY = 0x6D736578  # "msex": msexp's study lock in a shared PostgreSQL
 _IN_MEMORY = ("sqlite://", "sqlite:///", "sqlite:///:memory:")
 _PROCESS_LOCK = threading.Lock()  # the study lock of an in-memory SQLite database
-HOLD_METHOD = "/msexp.StudyLock/Hold"  # served by msexp's gRPC proxy (`search.proxy`)
+HOLD_METHOD = "/msexp.StudyLock/Hold"  # served by msexp's gRPC proxy (`search.grpc_proxy`)
 GRANTED = b"held"
 _ENGINES: dict[tuple[int, str], Any] = {}  # see `_lock_engine`
 _ENGINES_LOCK = threading.Lock()
@@ -43,8 +43,7 @@ def study_lock(url: str | None) -> Iterator[None]:
     check_lockable(url)
     path = _storage_file(url)
     if path is not None:
-        with open(f"{path}.study.flock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # released by close, or by the kernel on kill
+        with flock(f"{path}.study.flock"):
             yield
     elif url in _IN_MEMORY:
         with _PROCESS_LOCK:
@@ -66,8 +65,8 @@ def check_lockable(url: str | None) -> None:
     """
     if _storage_file(url) is None and url not in _IN_MEMORY and \
             not str(url).startswith(("postgresql", "grpc://")):
-        raise MsexpError(f"cannot use the Optuna storage {redact(url)} (msexp locks a study "
-                         "across processes in a journal file, SQLite (sqlite:///FILE), "
+        raise MsexpError(f"cannot use the Optuna storage {redact(str(url))} (msexp locks a "
+                         "study across processes in a journal file, SQLite (sqlite:///FILE), "
                          "PostgreSQL or msexp's gRPC proxy of PostgreSQL only; use one of "
                          "them)")
 

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from msexp.os_tools.identity import owner
 from msexp.search import claims
 from msexp.search.claims import (
-    KillLeftovers,
+    KillOwned,
     OnFail,
     TrialHeartbeat,
     finished_count,
@@ -29,15 +29,15 @@ class TrialSource:
     reruns), then, when `samples`, new ones while fewer than `total` have started.
 
     Before every claim, the trials of dead or silent processes are queued again, what a
-    dead one left running killed by `kill_leftovers(owner)`. The budget check and the ask
+    dead one left running killed by `kill_owned(owner)`. The budget check and the ask
     hold the study lock, so no number of processes exceeds it.
     """
 
     def __init__(self, study: optuna.Study, storage_url: str | None, total: int,
-                 samples: bool, *, kill_leftovers: KillLeftovers):
+                 samples: bool, *, kill_owned: KillOwned):
         self.study, self.storage_url = study, storage_url
         self.total, self.samples = total, samples
-        self.kill_leftovers = kill_leftovers
+        self.kill_owned = kill_owned
         self.heartbeat = TrialHeartbeat(study)
         self.held: dict[int, optuna.Trial] = {}  # claimed and not told yet
         self.on_lost: Callable[[int], None] = lambda number: None
@@ -94,7 +94,7 @@ class TrialSource:
         return waiting + (max(0, self.total - started_count(self.study)) if self.samples else 0)
 
     def _requeue_stale(self) -> None:
-        claims.requeue_stale_trials(self.study, self.kill_leftovers, self.heartbeat,
+        claims.requeue_stale_trials(self.study, self.kill_owned, self.heartbeat,
                                     self.on_fail)
 
     def finished(self) -> int:

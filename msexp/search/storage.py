@@ -4,7 +4,6 @@ PostgreSQL), or msexp's gRPC proxy of a PostgreSQL database."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -19,6 +18,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from msexp.console.library_warnings import warnings_to_log
 from msexp.errors import MsexpError
+from msexp.os_tools.locking import flock
 from msexp.paths import JOURNAL, not_regular
 from msexp.search.heartbeat import HEARTBEAT_S, STALE_AFTER_S
 from msexp.search.lock import check_lockable, grpc_address, sqlite_folder
@@ -38,7 +38,7 @@ _PatientProxy = patient(optuna.storages.GrpcStorageProxy)
 
 def open_storage(url: str | None) -> optuna.storages.BaseStorage:
     """A journal file (`*.journal`, default `mlruns/optuna.journal`), an RDB URL, or
-    msexp's gRPC proxy of a PostgreSQL database (`grpc://HOST:PORT`, `search.proxy`).
+    msexp's gRPC proxy of a PostgreSQL database (`grpc://HOST:PORT`, `search.grpc_proxy`).
 
     Raises:
         MsexpError: the storage cannot be opened, is not Optuna's, or is corrupt (one
@@ -253,18 +253,16 @@ class FlockLock(BaseJournalFileLock):
 
     def __init__(self, path: str):
         self.path = path
-        self._handles: dict[int, Any] = {}
+        self._held: dict[int, contextlib.ExitStack] = {}  # by thread
 
     def acquire(self) -> bool:
-        handle = open(self.path, "a")  # noqa: SIM115  (closed in release)
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        self._handles[threading.get_ident()] = handle
+        held = contextlib.ExitStack()
+        held.enter_context(flock(self.path))
+        self._held[threading.get_ident()] = held
         return True
 
     def release(self) -> None:
-        handle = self._handles.pop(threading.get_ident())
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+        self._held.pop(threading.get_ident()).close()
 
 
 def storage_label(url: str | None) -> str:

@@ -50,6 +50,6 @@ def _run(spec: SweepSpec, watchers: Sequence[Subscriber], hosts: HostPool,
     recorder = MlflowRecorder(spec, study, created, tracking_uri, storage_label(storage_url),
                               report, watchers)
     source = TrialSource(study, storage_url, spec.n_trials(), spec.method is not Method.grid,
-                         kill_leftovers=kill_marked)
+                         kill_owned=kill_marked)
     return Sweep(spec, study, source, hosts, recorder,
                  [PruningBridge(spec), FailFast(spec), *watchers]).run()

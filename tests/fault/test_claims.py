@@ -72,7 +72,7 @@ def test_a_sweep_that_wakes_after_losing_its_claim_stops_its_run(mark: str) -> N
         wait_for("its heartbeat goes stale", lambda: heartbeat_age() > STALE_AFTER_S + 1,
                  deadline_s=DEADLINE_S + STALE_AFTER_S)
         other = TrialSource(load_study("lost"), None, total=1, samples=False,
-                            kill_leftovers=kill_marked)
+                            kill_owned=kill_marked)
         try:
             claimed = other.claim()
             assert claimed is not None and claimed.number == 0

@@ -73,7 +73,7 @@ def start(root: Path, proxy: bool = True) -> services.Services:
 
 def stop_proxy(db: services.Services) -> None:
     proc = psutil.Process(json.loads((db.root / "proxy.pid").read_text())["pid"])
-    assert "msexp.search.proxy" in proc.cmdline(), "the proxy runs"
+    assert "msexp.search.grpc_proxy" in proc.cmdline(), "the proxy runs"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
 
@@ -176,7 +176,7 @@ def test_a_live_sweeps_trial_is_not_taken_after_an_outage_past_the_heartbeat_gra
             assert wait_for("silent past the grace", lambda: last_heartbeat(trial) <
                             time.time() - STALE_AFTER_S - 1)
             other = TrialSource(study, url, 1, samples=False,
-                                kill_leftovers=lambda owner: None)
+                                kill_owned=lambda owner: None)
             try:
                 assert other.pending() == 0, "the live sweep's trial is not queued again"
             finally:
