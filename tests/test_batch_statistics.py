@@ -184,16 +184,16 @@ def test_validate_check_says_where_trials_split_a_batch_norm_networks_batch(
         assert warned == []
 
 
-def _micro_size_study(layers: int) -> optuna.Study:
+def _micro_size_study(layers: int, told_at: tuple[int, ...] = (1, 4)) -> optuna.Study:
     """micro_size 1 and 4 over two seeds; accuracy falls at 4; the trials' network holds
-    `layers` BatchNorm layers, as the trials reported it."""
+    `layers` BatchNorm layers, as the trials at the micro sizes `told_at` reported it."""
     study = optuna.create_study(study_name="bn", direction="maximize")
     study.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
     dists = {"micro_size": CategoricalDistribution([1, 4]),
              "seed": CategoricalDistribution([0, 1])}
     for micro, seed, accuracy in ((1, 0, 0.9), (1, 1, 0.8), (4, 0, 0.7), (4, 1, 0.6)):
         stats = {"batch_statistics": {"layers": layers, "micro_batch": 16 // micro,
-                                      "batch": 16}} if layers else {}
+                                      "batch": 16}} if layers and micro in told_at else {}
         study.add_trial(optuna.trial.create_trial(
             params={"micro_size": micro, "seed": seed}, distributions=dists, value=accuracy,
             user_attrs={TrialKey.METRICS: {"eval_accuracy": accuracy}, **stats}))
@@ -212,6 +212,19 @@ def test_report_calls_a_micro_size_effect_on_batch_norm_batch_statistics(layers:
     else:
         assert line.startswith("micro_size 1 -> 4: eval_accuracy -20.0 pp")
         assert not any("BatchNorm" in note for note in found.notes)
+
+
+def test_the_report_counts_the_batch_norm_layers_the_trials_reported_most() -> None:
+    """Only the split trials (micro_size 4) told their statistics, as a trial resumed
+    from a checkpoint or a command's script may leave them out: the network still has its
+    20 BatchNorm layers, and the micro_size effect is still theirs."""
+    # mutation: `min` for `max` over the trials' BatchNorm counts (the unsplit trials' 0
+    # wins: no "(batch statistics)" label, no note)
+    found = knob_effects(_micro_size_study(20, told_at=(4,)))
+    (line,) = found.lines()
+    assert line.startswith("micro_size 1 -> 4 (batch statistics): eval_accuracy -20.0 pp")
+    assert any(note.startswith("micro_size: the network has 20 BatchNorm layer(s)")
+               for note in found.notes)
 
 
 def test_tune_says_a_candidate_lost_accuracy_to_batch_statistics() -> None:

@@ -159,13 +159,19 @@ def test_fail_fast_off_never_stops(budget: str) -> None:
     assert watch.stopped is None
 
 
-def test_a_completed_trial_turns_the_stop_off() -> None:
+@pytest.mark.parametrize("ran", [Status.COMPLETE, Status.PRUNED])
+def test_a_completed_or_pruned_trial_turns_the_stop_off(ran: Status) -> None:
+    """A pruned trial ran (the pruner stopped it on its reported objective): the failures
+    around it are not the sweep's own, so they stop nothing."""
+    # mutation: only COMPLETE turns the stop off (`(Status.COMPLETE,)`): after a pruned
+    # trial, the third failure stops the sweep ("fail fast: 3 trials failed ...")
     watch = FailFast(spec_with())
     watch.on_trial_end(trial(0), failed("ValueError: no data"))
-    watch.on_trial_end(trial(1), TrialResult(Status.COMPLETE))
-    for number in range(2, 8):
-        watch.on_trial_end(trial(number), failed("ValueError: no data"))
-    assert watch.stopped is None, "the failures are not the sweep's own: one completed"
+    watch.on_trial_end(trial(1), TrialResult(ran))
+    decisions = [watch.on_trial_end(trial(number), failed("ValueError: no data"))
+                 for number in range(2, 8)]
+    assert decisions == [None] * 6, "the sweep starts its next trials"
+    assert watch.stopped is None, "the failures are not the sweep's own: one ran"
 
 
 def test_a_trial_is_stopped_at_its_epoch_with_why_until_it_ends() -> None:

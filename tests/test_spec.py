@@ -67,6 +67,27 @@ def test_each_kind_of_schema_error_is_one_exact_line(text: str, line: str) -> No
     assert str(caught.value) == f"s.yaml: {line}"
 
 
+def test_a_metric_pattern_without_a_named_group_is_refused_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`acc=([0-9.]+)` matches the log's lines but names no metric: accepted, it would
+    read nothing, and the sweep's objective would never be reported."""
+    # mutation: user_pattern without its `groupindex` check (validate accepts the file:
+    # "s.yaml: ... 1 trials")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('acc=0.5')\n", encoding="utf-8")
+    (tmp_path / "train.log").write_text("acc=0.5\n", encoding="utf-8")
+    (tmp_path / "s.yaml").write_text(
+        "name: t\nexperiment: {command: python train.py, metrics: ['acc=([0-9.]+)']}\n"
+        "objective: {metric: acc, direction: maximize}\nparams: {lr: [0.1]}\n",
+        encoding="utf-8")
+    rule = "needs a named group per metric, e.g. (?P<eval_accuracy>[0-9.]+), got acc=([0-9.]+)"
+    validated = CliRunner().invoke(app, ["validate", "s.yaml"])
+    assert (validated.exit_code, validated.output.strip()) == (
+        2, f"s.yaml: experiment.metrics.0: {rule}")
+    read = CliRunner().invoke(app, ["metrics", "train.log", "--pattern", "acc=([0-9.]+)"])
+    assert (read.exit_code, read.output.strip()) == (2, f"--pattern: 0: {rule}")
+
+
 @pytest.mark.parametrize("command", ["plan", "sweep"])
 def test_commands_that_would_run_refuse_bad_files_first(command: str, workdir: Path) -> None:
     bad = ASSETS / "bad" / "indivisible.yaml"

@@ -379,3 +379,41 @@ def test_a_held_spool_record_is_passed_by_until_released_or_its_writer_dies(
     assert [r.number for _, r in spool.pending("http://host:5000")] == [0, 1]
     held.delivered()
     assert not held.path.exists()
+
+
+@pytest.mark.parametrize("meanwhile", ["delivered", "replaced"])
+def test_a_record_that_changed_between_a_listings_open_and_its_lock_is_passed_by(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, meanwhile: str) -> None:
+    """A listing (a flush, `msexp sync`) opens a record, then takes its lock. Between the
+    two, its writer delivered it and let go (`delivered`), or the trial's next attempt
+    put its own record in its place (`replaced`): the file the listing has open is no
+    longer the spool's, and its record is not delivered again."""
+    # mutation: `Spool.pending` without its `_same_file` check: the delivered record is
+    # listed (delivered twice), or the old attempt's FAILED record over the new one
+    from msexp.tracking import spool as spool_module
+
+    spool, uri = Spool(tmp_path / "spool"), "http://host:5000"
+    first = spool.hold(uri, "1", "p", 0, {"lr": 0.1},
+                       finished(status=Status.FAILED, error="killed"), 1.0)
+    if meanwhile == "replaced":
+        first.release()  # MLflow refused it: it waits
+    later: list = []
+    lock_file = spool_module.lock_file
+
+    def writer_first(handle, **how):  # runs the other process's step, then the lock
+        if how.get("blocking", True) or later:
+            return lock_file(handle, **how)
+        later.append(None)
+        if meanwhile == "delivered":
+            first.delivered()
+        else:
+            later[0] = spool.hold(uri, "1", "p", 0, {"lr": 0.1}, finished(), 2.0)
+        return lock_file(handle, **how)
+
+    monkeypatch.setattr(spool_module, "lock_file", writer_first)
+    assert list(spool.pending(uri)) == [], "the record the listing opened is gone"
+    assert later, "the other step ran between the open and the lock"
+    if meanwhile == "replaced":
+        later[0].release()
+        ((_, record),) = spool.pending(uri)
+        assert (record.started, record.trial_result.status) == (2.0, Status.COMPLETE)

@@ -136,6 +136,83 @@ def test_candidates_rank_by_their_ratio_to_the_baseline_beside_them_under_drifti
     assert halving[:2] == ["halve1-baseline1-micro_size1", "halve1-micro_size2"]
 
 
+class Compiling(DriftingLoad):
+    """DriftingLoad whose every probe's first update compiles (3 s)."""
+
+    def run(self, jobs, hosts=None):
+        ran = super().run(jobs, hosts)
+        for probe in ran:
+            probe.result.epochs[-1].series["step_ms"][0] = 3000.0
+        return ran
+
+
+def test_a_probes_compiling_update_is_left_out_of_its_step_times() -> None:
+    """Probes of 4 updates, the first compiling: the three after it make each ratio and
+    its spread (0.064); with the compiling one kept, the spread was 7.3 and no candidate
+    could be told from another."""
+    # mutation: measure.step_ms keeping the first update (`[1:]` dropped; issue 53: a
+    # probe's spread from 0.08 to 8.4)
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Budget
+    from msexp.tune.phases import profile_all
+
+    found = [Candidate({"micro_size": m}, {"batch_size": 64, "micro_size": m})
+             for m in (1, 2, 4)]
+    load = Compiling({1: 100.0, 2: 85.0, 4: 90.0})
+    base, second, first = profile_all(load, found, Budget([], None), 4, lambda *_: None)
+    assert [j.probe.updates for j in load.jobs] == [4] * 4
+    assert second.ratios == [pytest.approx(100 / 85, rel=0.01)]
+    assert first.ratios == [pytest.approx(100 / 90, rel=0.01)]
+    assert 0.0 < second.spreads[0] < 0.1 and 0.0 < first.spreads[0] < 0.1
+    assert max(second.steps) < 200 and max(base.steps) < 200, "no compiling update kept"
+
+
+def test_a_probes_step_ms_is_the_median_update_after_the_compiling_one() -> None:
+    # mutation: probe._timing's median over every update (the compiling one too)
+    from msexp.training.probe import _timing
+
+    timing = _timing([3.0, 0.010, 0.011, 0.009, 0.0095], 64)
+    assert timing["step_ms"] == pytest.approx(9.75)
+    assert timing["samples_per_s"] == pytest.approx(64 / 0.00975)
+    assert timing["compile_s"] == pytest.approx(3.0 - 0.00975)
+
+
+class CommandMemory(DriftingLoad):
+    """DriftingLoad whose probes are a command's: its memory is `peak_mem_mb` (by
+    micro_size), no `train_mem_mb`."""
+
+    def __init__(self, true_ms: dict[int, float], peak_mb: dict[int, float]):
+        super().__init__(true_ms)
+        self.peak_mb = peak_mb
+
+    def run(self, jobs, hosts=None):
+        ran = super().run(jobs, hosts)
+        for probe in ran:
+            metrics = probe.result.metrics
+            del metrics["train_mem_mb"]
+            metrics["peak_mem_mb"] = self.peak_mb[probe.job.params["micro_size"]]
+        return ran
+
+
+def test_a_command_trials_peak_mem_mb_is_held_to_the_memory_budget() -> None:
+    """A command reports peak_mem_mb (its process's), not train_mem_mb: the budget of
+    500 MB drops the candidate at 900 MB with the figure, and keeps those under it."""
+    # mutation: Budget.violation without its peak_mem_mb fallback (every command
+    # candidate dropped: "train_mem_mb was not measured"); or taking only train_mem_mb
+    # as the memory (`Profile.memory_mb`)
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Budget
+    from msexp.tune.phases import profile_all
+
+    found = [Candidate({"micro_size": m}, {"batch_size": 64, "micro_size": m})
+             for m in (1, 2, 4)]
+    load = CommandMemory({1: 100.0, 2: 85.0, 4: 90.0}, {1: 400.0, 2: 900.0, 4: 300.0})
+    base, two, four = profile_all(load, found, Budget([], 500.0), 9, lambda *_: None)
+    assert two.dropped == "train_mem_mb 900 > 500 (the budget)"
+    assert (base.dropped, four.dropped) == (None, None)
+    assert (base.memory_mb, four.memory_mb) == (400.0, 300.0)
+
+
 @pytest.mark.parametrize(("training", "rounds"), [(None, 3), (60.0, 2), (30.0, 1), (10.0, 0)])
 def test_halving_never_probes_a_candidate_longer_than_its_training(training, rounds) -> None:
     from msexp.tune.candidates import Candidate
