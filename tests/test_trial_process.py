@@ -214,8 +214,9 @@ def test_a_child_gone_before_its_request_is_reported_by_its_wait_status(tmp_path
             child = forking._Child("sig", theirs.fileno())
         os.kill(child.pid, signal.SIGKILL)
         wait_for("the child's death", lambda: gone(child.pid), deadline_s=TIMEOUT_S)
-        assert child.run(request(tmp_path, "a").to_json()) is False, "a broken pipe"
-        assert child.status == signal.SIGKILL, "its wait status"
+        assert child.run(request(tmp_path, "a").to_json()) == signal.SIGKILL, \
+            "a broken pipe: its wait status"
+        assert child.status == signal.SIGKILL
     finally:
         sweep.close()
         theirs.close()

@@ -30,6 +30,10 @@ class RedactingConsole(Console):
         size = super().size
         return size if self.is_terminal else ConsoleDimensions(UNBOUNDED_WIDTH, size.height)
 
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self.width, self.height = new_size
+
 
 console = RedactingConsole()
 err_console = RedactingConsole(stderr=True)

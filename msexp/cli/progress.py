@@ -136,7 +136,8 @@ class SweepProgress(Subscriber):
         notice = self.notice.line(result)
         if notice:
             self.bar.console.print(notice, markup=False, highlight=False, soft_wrap=True)
-        self.bar.update(self.task, advance=1, info=f"best {trial.best}")
+        if self.task is not None:  # the sweep's row, made as it starts
+            self.bar.update(self.task, advance=1, info=f"best {trial.best}")
 
 
 class LineProgress(Subscriber):

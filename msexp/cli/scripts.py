@@ -244,8 +244,11 @@ def first_trial(spec: SweepSpec) -> dict[str, Any]:
     assigned: dict[str, Any] = {}
     for param in spec.space.params:
         if spec.space.active(param, assigned):
-            first = param.values[0] if param.values is not None else param.low
-            assigned[param.name] = int(first) if param.is_int else first
+            if param.values is not None:
+                assigned[param.name] = param.values[0]
+                continue
+            assert param.low is not None, "a param without values is a range"
+            assigned[param.name] = int(param.low) if param.is_int else param.low
     return spec.space.resolve(assigned)
 
 

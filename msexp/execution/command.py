@@ -79,6 +79,7 @@ def run_command(request: TrialRequest, emit: Callable[[Any], None],
     """
     argv, env, outputs = _launch_plan(request)
     command = request.command
+    assert command is not None, "a command trial's request names its command"
     with subreaper() as adopts:  # helpers that leave the session and the marker stay ours
         kept = descendants(os.getpid())  # what this process ran before: not the trial's
         try:

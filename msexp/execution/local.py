@@ -88,6 +88,8 @@ def _train_request(request: TrialRequest, emit: Emit, stop_requested: Callable[[
               flush=True)
     try:
         if probe is not None:
+            if graphs is None:  # data-parallel: its ranks' steps reduce, which a probe's do not
+                raise ValueError("a probe runs in one process, never data-parallel")
             metrics = run_probe(workload, params, graphs, probe, emit, stop_requested)
             emit(Result(metrics))
             return metrics, workload
@@ -125,6 +127,7 @@ def build_workload(request: TrialRequest) -> Workload:
     ms.set_seed(params["seed"])
     np.random.seed(params["seed"])
     experiment = load_experiment(request.experiment)
+    assert experiment.build is not None, "a loaded experiment has its build"
     workload = experiment.build({**params, "data": request.data})
     problem = workload_problem(workload, experiment.metrics)
     if problem:

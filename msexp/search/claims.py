@@ -15,6 +15,7 @@ processes left running is killed by the callable the caller passes in.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
@@ -51,8 +52,9 @@ class TrialHeartbeat(BaseHeartbeat):
     def __init__(self, study: optuna.Study):
         self.study = study
         storage = storage_of(study)
-        beats = isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval()
-        self.optuna: BaseHeartbeat | None = storage if beats else None  # RDB: Optuna's own
+        self.optuna: BaseHeartbeat | None = None  # an RDB storage's: Optuna's own
+        if isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval():
+            self.optuna = storage
 
     def record_heartbeat(self, trial_id: int) -> None:
         if self.optuna is not None:
@@ -155,7 +157,7 @@ def requeue_stale_trials(study: optuna.Study, kill_owned: KillOwned,
             kill_owned(owner_of(frozen))
         try:
             requeue_orphan(study, frozen, running[owner_of(frozen)],
-                           lambda error, frozen=frozen: on_fail(frozen, error))
+                           functools.partial(on_fail, frozen))
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # its owner told it meanwhile: it was slow, not dead
         stale.append(frozen.number)

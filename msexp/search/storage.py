@@ -23,7 +23,7 @@ from msexp.paths import JOURNAL, not_regular
 from msexp.search.heartbeat import HEARTBEAT_S, STALE_AFTER_S
 from msexp.search.lock import check_lockable, grpc_address, sqlite_folder
 from msexp.search.optuna_private import BaseJournalFileLock
-from msexp.search.patience import patience_of, patient
+from msexp.search.patience import Patience, patience_of, patient
 from msexp.secrets.redaction import redact
 
 _log = logging.getLogger("msexp")
@@ -32,8 +32,17 @@ _TAIL_CHUNK = 1 << 16
 # one RDB storage (one pool of connections) per database and process: each open would
 # keep a pool of its own, and a worker's connections would grow with every open
 _OPENED: dict[tuple[int, str], optuna.storages.RDBStorage] = {}
-_PatientRDB = patient(optuna.storages.RDBStorage)
-_PatientProxy = patient(optuna.storages.GrpcStorageProxy)
+
+
+class _RDB(optuna.storages.RDBStorage):
+    msexp_patience: Patience | None = None  # given once it opened; `search.patience` reads it
+
+
+class _Proxy(optuna.storages.GrpcStorageProxy):
+    msexp_patience: Patience | None = None  # as above
+
+
+_PatientRDB, _PatientProxy = patient(_RDB), patient(_Proxy)
 
 
 def open_storage(url: str | None) -> optuna.storages.BaseStorage:

@@ -150,14 +150,15 @@ def _open_study(spec: SweepSpec, storage_url: str | None, name: str,
                          f"used; to start anew beside them: ",
                          _restart_command(spec, given, storage_url))
     directions = [o.direction for o in spec.objectives]
-    kwargs = dict(study_name=name, storage=storage, pruner=make_pruner(spec))
+    pruner = make_pruner(spec)
     created = True
     try:
-        study = optuna.create_study(directions=directions, sampler=make_sampler(spec),
-                                    **kwargs)
+        study = optuna.create_study(study_name=name, storage=storage, pruner=pruner,
+                                    directions=directions, sampler=make_sampler(spec))
     except optuna.exceptions.DuplicatedStudyError:
         created = False
-        study = optuna.load_study(sampler=make_sampler(spec, owner()), **kwargs)
+        study = optuna.load_study(study_name=name, storage=storage, pruner=pruner,
+                                  sampler=make_sampler(spec, owner()))
         if study.user_attrs.get(StudyKey.FINGERPRINT) not in (None, fingerprint(spec)):
             raise Refused(f"{spec.path}: study {name!r} in {storage_label(storage_url)} was "
                              f"created from a different sweep file; to start its next "

@@ -42,9 +42,9 @@ def effect_figures(study: optuna.Study, found: KnobEffects, color_by: str | None
     for knob in found.knobs:
         if found.metrics:
             yield f"effects_{_safe(knob.name)}", _knob_figure(knob, found.metrics, found.points)
-    knob = next((k for k in found.knobs if k.name == color_by), None) or \
+    colour = next((k for k in found.knobs if k.name == color_by), None) or \
         (found.knobs[0] if found.knobs else None)
-    curves = _curves_figure(study, knob)
+    curves = _curves_figure(study, colour)
     if curves is not None:
         yield "learning_curves", curves
 

@@ -178,7 +178,7 @@ def knob_effects(study: optuna.Study, baselines: dict[str, str] | None = None) -
     return result
 
 
-def present_metrics(trials: list[FrozenTrial], objectives: list[str] = ()) -> list[str]:
+def present_metrics(trials: list[FrozenTrial], objectives: list[str]) -> list[str]:
     """What the trials recorded: the objectives, msexp's effect metrics, then every other
     metric by name; a metric that is the same in every trial says nothing and is left out,
     unless it is an objective."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import optuna
 from optuna.trial import FrozenTrial
 
@@ -13,7 +15,7 @@ UNRANKED = "will be equal"  # Optuna's warning when it cannot rank the params
 
 
 def importances(study: optuna.Study, complete: list[FrozenTrial], objective: str,
-                spread: list[Effect] = ()) -> tuple[dict[str, float], str | None]:
+                spread: Sequence[Effect] = ()) -> tuple[dict[str, float], str | None]:
     """Optuna's importance of each varied param but the replicate seed, for the first
     objective, and a note: why there is no ranking where none can mean anything, or which
     knobs are left out of it. A knob whose effect on the objective is within the

@@ -141,8 +141,8 @@ def build_report(study: optuna.Study, plots_dir: Path | None = None,
         report.effects = [e for m in metrics for e in effects(groups, m)]
     report.importances, report.importance_note = importances(
         study, complete, metrics[0], [e for e in report.effects if e.metric == metrics[0]])
-    report.knob_effects = knob_effects(study, baselines)
-    swept = [k.name for k in report.knob_effects.knobs]
+    report.knob_effects = found = knob_effects(study, baselines)
+    swept = [k.name for k in found.knobs]
     if color_by is not None and color_by not in swept:
         raise MsexpError(f"--color-by {color_by}: not a swept knob of {study.study_name}; "
                          f"swept: {', '.join(swept) or 'none'}")
@@ -151,11 +151,12 @@ def build_report(study: optuna.Study, plots_dir: Path | None = None,
     if plots_dir is not None and complete:
         report.folder = plots_dir
         report.plots = report_files.current_files(plots_dir, report.fingerprint) or \
-            _write_files(report, plots_dir, color_by)
+            _write_files(report, found, plots_dir, color_by)
     return report
 
 
-def _write_files(report: Report, folder: Path, color_by: str | None) -> list[Path]:
+def _write_files(report: Report, found: KnobEffects, folder: Path, color_by: str | None
+                 ) -> list[Path]:
     """The study's PNGs, the knob effects' PNGs and Markdown, the replicates' table and
     one page of them all, in place of an earlier report's files."""
     from msexp.tracking.effect_plots import write_effects  # lazy: matplotlib
@@ -166,7 +167,7 @@ def _write_files(report: Report, folder: Path, color_by: str | None) -> list[Pat
     study, names = report.study, report.objective_names()
     with warnings_to_log():
         written = write_study_plots(study, names, report.best, report.importances, folder)
-        written += write_effects(study, report.knob_effects, folder,
+        written += write_effects(study, found, folder,
                                  color_by or next(iter(report.importances), None))
     if report.configurations:
         table = folder / "replicates.md"

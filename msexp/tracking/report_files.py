@@ -73,7 +73,8 @@ def clear(folder: Path) -> None:
 
 def write_manifest(folder: Path, digest: str, files: list[Path],
                    logged: dict[str, str] | None = None) -> None:
-    document = {"fingerprint": digest, "files": [path.name for path in files]}
+    document: dict[str, object] = {"fingerprint": digest,
+                                   "files": [path.name for path in files]}
     if logged:
         document["logged"] = logged
     write_atomic(folder / MANIFEST, json.dumps(document, indent=1) + "\n")

@@ -214,9 +214,9 @@ class Tracker:
         if result.data_source:
             logged["data_source"] = result.data_source
         with self.writing():
-            for params, metrics, tag_part in in_batches(run_params(logged), run_metrics(
+            for param_part, metrics, tag_part in in_batches(run_params(logged), run_metrics(
                     result, started), run_tags(result, tags or {})):
-                self.client.log_batch(run_id, metrics=metrics, params=params, tags=tag_part)
+                self.client.log_batch(run_id, metrics=metrics, params=param_part, tags=tag_part)
             if result.data_source:
                 self.client.log_inputs(run_id, [dataset_input(redact(result.data_source))])
             for path in (result.log_path, result.events_path):

@@ -54,7 +54,7 @@ def candidates(spec: SweepSpec) -> list[Candidate]:
     return list(found.values())
 
 
-def _swept_seeds(spec: SweepSpec) -> list[Any] | None:
+def _swept_seeds(spec: SweepSpec) -> tuple[Any, ...] | None:
     """The seed values the file lists under `params` (or `budget.repeats` put there)."""
     return next((p.values for p in spec.space.params if p.name == "seed"), None)
 

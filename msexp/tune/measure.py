@@ -151,7 +151,9 @@ def _pair(profile: Profile, ran: Ran, before: Ran | None, after: Ran | None,
     ratio, spread = rules.paired(steps, step_ms(before.result) if before else [],
                                  step_ms(after.result) if after else [], batch,
                                  baseline_batch, position(ran, before, after))
-    profile.probes.append((ratio, spread, ran.job.probe.updates))
+    probe = ran.job.probe
+    assert probe is not None, "a candidate's profile is made of probes"
+    profile.probes.append((ratio, spread, probe.updates))
     profile.sides = (rules.samples_per_s(batch, steps),
                      rules.samples_per_s(batch, steps) / ratio)
     _rank(profile)

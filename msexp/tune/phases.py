@@ -190,7 +190,7 @@ def _train(runner: Runner, baseline: Profile, group: list[Profile], seeds: list[
             for turn, seed in enumerate(seeds) for i, p in order[::-1 if turn % 2 else 1]]
     ran = runner.run(jobs)
     record(ran, {})
-    runs = [[r for r in ran if r.job.key[0] == i] for i in range(len(members))]
+    runs = [[r for r in ran if _placed(r)[0] == i] for i in range(len(members))]
     verdicts = [_verdict(p, runs[i], objective, budget if i else Budget([], None))
                 for i, p in enumerate(members)]
     base = verdicts[0]
@@ -203,9 +203,18 @@ def _train(runner: Runner, baseline: Profile, group: list[Profile], seeds: list[
     return base, verdicts[1:]
 
 
+def _placed(ran: Ran) -> tuple[int, int | None]:
+    """A confirm training's member (its index, the baseline's 0) and seed: its job's key."""
+    key = ran.job.key
+    if not isinstance(key, tuple):
+        raise TypeError(f"{ran.job.name} is no confirm training")
+    member, seed = key
+    return member, seed
+
+
 def _rates(runs: list[Ran]) -> dict[int | None, float]:
     """samples/s of each completed training, by seed."""
-    return {r.job.key[1]: r.result.metrics["samples_per_s"] for r in runs
+    return {_placed(r)[1]: r.result.metrics["samples_per_s"] for r in runs
             if failure(r.result) is None and "samples_per_s" in r.result.metrics}
 
 
@@ -216,7 +225,7 @@ def _verdict(profile: Profile, runs: list[Ran], objective: str, budget: Budget) 
         if reason is None and objective not in run.result.metrics:
             reason = f"reported no {objective}"
         if reason:
-            rejected = rejected or f"seed {run.job.key[1]}: {reason}"
+            rejected = rejected or f"seed {_placed(run)[1]}: {reason}"
             continue
         metrics = run.result.metrics
         values.append(metrics[objective])

@@ -87,4 +87,4 @@ def with_makers(runs: list[RunningRun]) -> list[tuple[RunningRun, str | None]]:
 def gone(maker: str | None) -> bool:
     """Whether `maker` (see `running_runs`) is a process of this host that is gone: what
     it left RUNNING will never end by itself."""
-    return bool(maker) and owner_is_dead(maker)
+    return bool(maker and owner_is_dead(maker))

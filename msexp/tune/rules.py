@@ -8,8 +8,9 @@ import itertools
 import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Callable
+from typing import Callable, TypeVar
 
+K = TypeVar("K", bound=Hashable)  # what a rate is of: a candidate, a seed
 OVERFLOW_LIMIT = 0.5  # a profile overflowing in more of its updates overflows persistently
 MAX_ROUNDS = 3
 CONFIRM_GROUPS = 2  # the top k, then once the next k: at most 2k + 1 configurations train
@@ -62,13 +63,13 @@ def pooled(probes: Sequence[tuple[float, float, int]]) -> tuple[float, float]:
     return ratio, spread
 
 
-def ranked(rates: Mapping[Hashable, float]) -> list[Hashable]:
+def ranked(rates: Mapping[K, float]) -> list[K]:
     """Keys by samples/s, fastest first."""
     return sorted(rates, key=lambda key: -rates[key])
 
 
-def contenders(rates: Mapping[Hashable, float], measured_spread: float = math.inf
-               ) -> list[Hashable]:
+def contenders(rates: Mapping[K, float], measured_spread: float = math.inf
+               ) -> list[K]:
     """Those that can still lead, fastest first: slower than the leader by no more than
     twice the measured spread (all of them while nothing measured it)."""
     order = ranked(rates)
@@ -76,8 +77,8 @@ def contenders(rates: Mapping[Hashable, float], measured_spread: float = math.in
     return [key for key in order if rates[key] * (1 + SPREADS * measured_spread) >= leader]
 
 
-def halve(rates: Mapping[Hashable, float], measured_spread: float = math.inf
-          ) -> list[Hashable]:
+def halve(rates: Mapping[K, float], measured_spread: float = math.inf
+          ) -> list[K]:
     """The faster half (rounded up, at least two while two remain), fastest first, less
     those that cannot lead (`contenders`)."""
     order = ranked(rates)
@@ -87,22 +88,22 @@ def halve(rates: Mapping[Hashable, float], measured_spread: float = math.inf
     return kept if len(kept) > 1 else half[:2]
 
 
-def next_to_confirm(ranking: Sequence[Hashable], rates: Mapping[Hashable, float],
-                    baseline_rate: float, confirmed: set[Hashable], k: int) -> list[Hashable]:
+def next_to_confirm(ranking: Sequence[K], rates: Mapping[K, float],
+                    baseline_rate: float, confirmed: set[K], k: int) -> list[K]:
     """The next k candidates in tune's ranking, not yet confirmed, faster than the
     baseline (a slower one could not be picked over it)."""
     return [key for key in ranking
             if key not in confirmed and rates[key] > baseline_rate][:k]
 
 
-def spread(before: Mapping[Hashable, float], now: Mapping[Hashable, float]) -> float:
+def spread(before: Mapping[K, float], now: Mapping[K, float]) -> float:
     """Run-to-run spread of samples/s: the largest relative change of a configuration
     measured in both rounds, |now - before| / before."""
     changes = [abs(now[key] - before[key]) / before[key] for key in now if before.get(key)]
     return max(changes, default=0.0)
 
 
-def settled(rates: Mapping[Hashable, float], measured_spread: float, top: int = 1) -> bool:
+def settled(rates: Mapping[K, float], measured_spread: float, top: int = 1) -> bool:
     """Halving stops once at most `top` can still lead (`contenders`): confirm trains
     them all and ranks them on whole trainings, so more probes would only rank them twice;
     or once those that can lead are all within `TIE` of the leader (twice the spread is
@@ -125,7 +126,7 @@ def beats_reference(ratio: float, ratio_spread: float) -> bool:
     return ratio > 1 + SPREADS * ratio_spread
 
 
-def leaders_spread(rates: Mapping[Hashable, float], spreads: Mapping[Hashable, float]
+def leaders_spread(rates: Mapping[K, float], spreads: Mapping[K, float]
                    ) -> float:
     """The spread that who can still lead is judged against (`contenders`): the larger
     within-probe spread of the leader and the second (0 when one is alone)."""
@@ -174,7 +175,7 @@ def keeps(candidate: Sequence[float], baseline: Sequence[float], maximize: bool,
     return (loss if maximize else -loss) <= allowance(candidate, baseline, tolerance)[0]
 
 
-def over_seeds(rates: Mapping[Hashable, float], reference: Mapping[Hashable, float]
+def over_seeds(rates: Mapping[K, float], reference: Mapping[K, float]
                ) -> tuple[float, float]:
     """A configuration's throughput against the baseline's trained beside it: the mean of
     its samples/s over the baseline's, seed by seed, and the relative spread of those

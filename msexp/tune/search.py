@@ -36,7 +36,7 @@ def max_batch(spec: SweepSpec, runner: Runner, runs: PhaseRuns, memory_mb: float
     Raises:
         SpecError: no memory budget (`--memory` or a train_mem_mb constraint).
     """
-    require_budget(spec, memory_mb)
+    budget = require_budget(spec, memory_mb)
     check_tunable(spec)
     base = candidates(spec)[0]
     micro_size = base.params.get("micro_size", 1)
@@ -48,16 +48,16 @@ def max_batch(spec: SweepSpec, runner: Runner, runs: PhaseRuns, memory_mb: float
         result = ran[0].result
         reason = failure(result)
         memory = result.metrics.get(MEMORY, result.metrics.get("peak_mem_mb"))
-        if reason is None and memory is None:
-            reason = "train_mem_mb was not measured"
-        fit = reason is None and memory <= memory_mb
-        notes[size] = memory, reason or f"{memory:.3f} MB {'<=' if fit else '>'} {memory_mb:g} MB"
+        if memory is None:
+            reason = reason or "train_mem_mb was not measured"
+        fit = reason is None and memory is not None and memory <= budget
+        notes[size] = memory, reason or f"{memory:.3f} MB {'<=' if fit else '>'} {budget:g} MB"
         runs.children("max-batch", ran, {} if fit else {0: notes[size][1]})
         return fit
 
     size, tried = rules.largest_fitting(fits, 1, limit)
     runs.close()
-    return BatchSearch(size, micro_size, memory_mb, [(s, *notes[s]) for s in tried])
+    return BatchSearch(size, micro_size, budget, [(s, *notes[s]) for s in tried])
 
 
 def require_budget(spec: SweepSpec, memory_mb: float | None) -> float:

@@ -19,6 +19,7 @@ from msexp.tune.candidates import candidates, check_noise, check_tunable, seeds
 from msexp.tune.measure import MEMORY, Budget
 from msexp.tune.outcome import Outcome, choose
 from msexp.tune.output import sweep_file, throughput_plot
+from msexp.tune.phases import Verdict
 from msexp.tune.record import PhaseRuns
 from msexp.tune.runner import Runner
 
@@ -113,7 +114,8 @@ def tune(spec: SweepSpec, settings: Settings, runner: Runner, runs: PhaseRuns) -
     say(f"halve: {rounds} round(s), stopped: {stopped}; ranking: " + ", ".join(
         f"{p.candidate.label} {p.ratios[-1]:.2f}x" for p in standing[:settings.top + 2]))
     objective = spec.objectives[0]
-    baseline_verdict, verdicts = None, []
+    baseline_verdict: Verdict | None = None
+    verdicts: list[Verdict] = []
     if standing:
         say(f"confirm: the baseline and the top {settings.top}, {objective.metric} over "
             f"seeds {seeds(spec)}")

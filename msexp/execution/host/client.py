@@ -132,12 +132,14 @@ class Host:
         host, started and ready."""
         request.events_path.parent.mkdir(parents=True, exist_ok=True)
         if request.attempt is not None:
-            Fence(request.folder, request.attempt).take()
+            Fence(request.events_path.parent, request.attempt).take()
         for path in (request.events_path, request.log_path):  # new files: whatever still
             path.unlink(missing_ok=True)  # holds the old ones open writes where no one reads
             path.write_text("")
         self.prewarm()
         proc, link = self._proc, self._link  # a stop may kill the host at any moment
+        if proc is None or link is None:
+            raise RuntimeError("the host was stopped before the trial started")
         if not self._ready:
             self._adopts = link.wait_ready(lambda: proc.poll() is None, READY_S)
             self._ready = True
@@ -147,6 +149,7 @@ class Host:
                 on_epoch: OnEpoch | None, deadline: float) -> tuple[bool, float | None]:
         """Read the trial's events until its end, its host's death, its deadline or a
         stop it ignored; returns (whether it ended, when a stop was sent)."""
+        assert result.events_path is not None, "run() gives every result its events file"
         reader = EventReader(result.events_path)
         stop_sent_at: float | None = None
         noted = time.monotonic()  # a trial's end finds its tree anew (`Family`)
@@ -204,7 +207,7 @@ class Host:
         """End the host after its last trial: told by the end of its channel, it ends the
         trial child it kept warm and exits; killed if it has not within CLOSE_S."""
         proc, link = self._proc, self._link
-        if proc is not None and proc.poll() is None:
+        if proc is not None and link is not None and proc.poll() is None:
             link.finish()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(CLOSE_S)

@@ -45,7 +45,8 @@ def failure(exc: BaseException) -> Error:
     """The error event for an exception that ended a trial."""
     if isinstance(exc, CommandFailed):
         return Error("exit", str(exc))
-    kind = {Diverged: "diverged", Stopped: "stopped"}.get(type(exc), "exception")
+    kinds: dict[type[BaseException], str] = {Diverged: "diverged", Stopped: "stopped"}
+    kind = kinds.get(type(exc), "exception")
     return Error(kind, f"{type(exc).__name__}: {exc}")
 
 

@@ -50,13 +50,13 @@ class Zygote:
             child = self._child_for(request.graph_signature)
             self.running = child
             try:
-                warm = child.run(line)
+                exited = child.run(line)
             finally:
                 self.running = None
-            if warm:
+            if exited is None:
                 self.idle.append(child)
             else:
-                report_exit(events, request, child.status)
+                report_exit(events, request, exited)
 
     def _child_for(self, signature: str | None) -> _Child:
         """An idle child that holds graphs of `signature`, else a freshly forked one, once
@@ -94,22 +94,20 @@ class _Child:
         os.close(reply_w)
         self._requests, self._replies = os.fdopen(request_w, "w"), os.fdopen(reply_r)
 
-    def run(self, line: str) -> bool:
-        """Send one request and wait for it: True if the child is now idle and warm, False
-        if it exited (its wait status in `status`)."""
+    def run(self, line: str) -> int | None:
+        """Send one request and wait for it: None if the child is now idle and warm, else
+        its wait status (it exited)."""
         try:
             self._requests.write(line if line.endswith("\n") else line + "\n")
             self._requests.flush()
         except BrokenPipeError:
-            self.end()
-            return False
+            return self.end()
         while self.alive():  # a process the trial forked may hold the pipe open: poll
             if select.select([self._replies], [], [], 0.2)[0]:
                 if self._replies.readline() == "idle\n":
-                    return True
+                    return None
                 self.status = os.waitpid(self.pid, 0)[1]  # closed: it is exiting
-        self.end()
-        return False
+        return self.end()
 
     def alive(self) -> bool:
         if self.status is None:
@@ -118,8 +116,8 @@ class _Child:
                 self.status = status
         return self.status is None
 
-    def end(self) -> None:
-        """Close the pipes, make sure the child is gone and reap it."""
+    def end(self) -> int:
+        """Close the pipes, make sure the child is gone and reap it; its wait status."""
         with contextlib.suppress(OSError):
             self._requests.close()
         self._replies.close()
@@ -127,6 +125,7 @@ class _Child:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)  # idle, or already exiting: nothing to lose
             self.status = os.waitpid(self.pid, 0)[1]
+        return self.status
 
 
 def _child_main(requests: Any, replies: Any) -> int:
