@@ -128,7 +128,7 @@ def missing_objectives(study: optuna.Study) -> str | None:
             "failed those trials, so none of them can be best")
 
 
-def _yes_no(value: Any) -> str:
+def _yes_no(value: object) -> str:
     return "-" if value is None else "yes" if value else "no"
 
 

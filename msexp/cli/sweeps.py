@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -258,13 +258,14 @@ def _resume_line() -> None:
                       "their last checkpoint)", highlight=False)
 
 
-def _where(outcome: SweepOutcome, study: str | None, storage: str | None) -> dict[str, Any]:
+def _where(outcome: SweepOutcome, study: str | None, storage: str | None
+           ) -> dict[str, str | None]:
     """The study and storage options a printed command needs: `--study` only where one was
     given (then the version that ran); without it, commands find the newest version."""
     return {"study": outcome.study.study_name if study else None, "storage": storage}
 
 
-def _finish(outcome: SweepOutcome, file: Path, where: dict[str, Any]) -> None:
+def _finish(outcome: SweepOutcome, file: Path, where: dict[str, str | None]) -> None:
     """How a sweep or worker ends: a line on failed trials; the exit code says whether it
     was stopped by a signal (128 + the signal: 130 Ctrl-C, 143 SIGTERM), by
     budget.fail_fast (3) or nothing worked (1)."""

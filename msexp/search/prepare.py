@@ -32,14 +32,14 @@ def prepare_trial(spec: SweepSpec, study: optuna.Study, handle: optuna.Trial
     return trial, trial_request(spec, trial.params, folder, identity, uuid.uuid4().hex)
 
 
-def _described(spec: SweepSpec, number: int, assigned: dict, started: float, **kwargs: Any
-               ) -> TrialInfo:
+def _described(spec: SweepSpec, number: int, assigned: dict[str, Any], started: float,
+               later_attempt: bool = False, handle: optuna.Trial | None = None) -> TrialInfo:
     """A trial of these assigned values: its name, its resolved params, what MLflow logs."""
     params = spec.space.resolve(assigned)
     name = " ".join([f"#{number}",
                      *(f"{k}={value_text(redact_value(k, v))}" for k, v in assigned.items())])
     logged = {**params, **derived(params), "experiment": spec.experiment.ref}
-    return TrialInfo(number, name, params, logged, started, **kwargs)
+    return TrialInfo(number, name, params, logged, started, later_attempt, handle)
 
 
 def unprepared(spec: SweepSpec, handle: optuna.Trial) -> TrialInfo:
