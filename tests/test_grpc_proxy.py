@@ -204,3 +204,48 @@ def test_claims_take_the_study_lock_in_the_order_they_asked(
     for thread in threads:
         thread.join(60)
     assert order == list(range(8))
+
+
+@pytest.mark.slow
+def test_lock_waiters_leave_the_holders_storage_calls_their_threads(shared_services) -> None:
+    """A proxy of 34 threads keeps 32 for storage calls: while the lock is held, 40 more
+    workers ask for it; the one the 2 lock threads leave room for waits, the others are
+    told to come back (RESOURCE_EXHAUSTED, which msexp's client retries), and the holder's
+    own storage call (its claim) is served."""
+    # mutation: `_LockService.limit = threads` (waiters take every thread: the holder's
+    # claim waits behind them, so it never releases the lock they wait for: a deadlock)
+    pytest.importorskip("grpc")
+    import threading
+
+    import grpc
+
+    from msexp.execution.ports import free_port
+    from msexp.search.grpc_proxy import make_proxy_server
+    from msexp.search.lock import HOLD_METHOD
+
+    os.environ["PGPASSFILE"] = str(shared_services.pgpass)
+    port = free_port()
+    server = make_proxy_server(shared_services.storage_url, "127.0.0.1", port, threads=34)
+    server.start()
+    url = f"grpc://127.0.0.1:{port}"
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    waiters: list = []
+    try:
+        storage = open_storage(url)
+        with study_lock(url):
+            waiters = [channel.unary_stream(HOLD_METHOD)(b"") for _ in range(40)]
+            time.sleep(2)  # every call reached the proxy
+            answered: list = []
+            claim = threading.Thread(
+                target=lambda: answered.append(storage.get_all_studies()), daemon=True)
+            claim.start()
+            claim.join(30)
+            assert answered, "the holder's storage call waited behind the lock's waiters"
+            refused = [call for call in waiters
+                       if call.done() and call.code() is grpc.StatusCode.RESOURCE_EXHAUSTED]
+            assert len(refused) == 39, "one waiter waits, the others come back later"
+    finally:
+        for call in waiters:
+            call.cancel()
+        channel.close()
+        server.stop(0)

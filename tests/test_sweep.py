@@ -284,7 +284,7 @@ def test_a_worker_runs_budget_workers_trials_at_once(workdir: Path) -> None:
 
 
 def command_sweep(workdir: Path, name: str, job: str, points: list[int],
-                  method: str = "grid") -> Path:
+                  method: str = "grid", pruner: str = "none") -> Path:
     """A one-worker sweep of `python job.py --x=POINT` (`job`: the script), maximizing the
     `score` it prints."""
     (workdir / "job.py").write_text(job)
@@ -295,19 +295,22 @@ def command_sweep(workdir: Path, name: str, job: str, points: list[int],
         objective: {{metric: score, direction: maximize}}
         budget: {{workers: 1, trials: {len(points)}}}
         params: {{x: {points}}}
+        pruner: {{type: {pruner}}}
     """)
 
 
 # mutation: driver._may_wait answers False (every end waits for MLflow's opening: a slot
 # runs one trial until it opens), True for a failure or for a sampler that reads earlier
-# results (TPE), or lets ends wait past AHEAD. (A pruner's case: test_workload's
-# test_an_own_metric_can_be_the_pruned_objective.)
-@pytest.mark.parametrize(("method", "failing", "ended"), [
-    ("grid", False, AHEAD + 1), ("grid", True, 1), ("tpe", False, 1)],
-    ids=["ahead", "failing", "tpe"])
+# results (TPE), or lets ends wait past AHEAD; `Sweep.blind` without its pruner check (a
+# grid with a median pruner runs on: the pruner then judges the next trials against
+# ends Optuna was not told; 11 trials ended, not 1)
+@pytest.mark.parametrize(("method", "pruner", "failing", "ended"), [
+    ("grid", "none", False, AHEAD + 1), ("grid", "none", True, 1), ("tpe", "none", False, 1),
+    ("grid", "median", False, 1)],
+    ids=["ahead", "failing", "tpe", "pruner"])
 def test_a_slot_runs_on_while_mlflow_opens_but_not_past_a_failure_or_ahead(
-        workdir: Path, monkeypatch: pytest.MonkeyPatch, method: str, failing: bool,
-        ended: int) -> None:
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, method: str, pruner: str,
+        failing: bool, ended: int) -> None:
     gate = threading.Event()
 
     class SlowToOpen(recorder.Tracker):
@@ -318,7 +321,7 @@ def test_a_slot_runs_on_while_mlflow_opens_but_not_past_a_failure_or_ahead(
     monkeypatch.setattr(recorder, "Tracker", SlowToOpen)
     points = list(range(0 if failing else 1, AHEAD + 3))
     sweep = command_sweep(workdir, "opens", "import sys\nsys.exit(3) if '--x=0' in sys.argv "
-                          "else print('score: 1')\n", points, method)
+                          "else print('score: 1')\n", points, method, pruner)
     outcome: list = []
     thread = threading.Thread(target=lambda: outcome.append(CliRunner().invoke(
         app, ["sweep", str(sweep)], env={"COLUMNS": "200"})))

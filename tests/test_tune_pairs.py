@@ -424,3 +424,34 @@ def test_a_load_that_falls_through_confirm_picks_no_equal_over_the_baseline(seed
                          "confirm-micro_size4-seed1", "confirm-micro_size1-seed1"]
     pick, _ = picked({1: 100.0, 4: 150.0})  # a real gain still shows through the mirror
     assert pick.profile.candidate.point == {"micro_size": 4} and pick.ratio > 1.4
+
+
+def test_confirm_holds_a_command_trainings_peak_mem_mb_to_the_budget_and_shows_it() -> None:
+    """A command's trainings report peak_mem_mb, not train_mem_mb: the candidate over the
+    500 MB budget is rejected with its figure, the baseline's memory is its peak_mem_mb."""
+    # mutation: phases._verdict's memory taken from train_mem_mb alone (the baseline's
+    # memory shown as nan), or Budget.violation without its peak_mem_mb fallback
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Budget, Profile
+    from msexp.tune.phases import confirm
+
+    class CommandTrainings(FallingLoad):
+        def run(self, jobs, hosts=None):
+            ran = super().run(jobs, hosts)
+            for training in ran:
+                del training.result.metrics["train_mem_mb"]
+                training.result.metrics["peak_mem_mb"] = {1: 400.0, 4: 900.0}[
+                    training.job.params["micro_size"]]
+            return ran
+
+    def profile(micro: int) -> Profile:
+        return Profile(Candidate({"micro_size": micro}, {"batch_size": 64, "micro_size": micro}),
+                       ratios=[1.0], spreads=[0.01])
+
+    base = profile(1)
+    baseline, verdicts = confirm(CommandTrainings({1: 100.0, 4: 150.0}), [profile(4), base], 1,
+                                 base, [0, 1], "eval_accuracy", True, 0.0, Budget([], 500.0),
+                                 lambda ran, dropped: None)
+    assert baseline is not None and baseline.memory_mb == 400.0
+    (four,) = [v for v in verdicts if v.profile.candidate.point == {"micro_size": 4}]
+    assert four.rejected == "seed 0: train_mem_mb 900 > 500 (the budget)"
