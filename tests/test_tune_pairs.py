@@ -455,3 +455,33 @@ def test_confirm_holds_a_command_trainings_peak_mem_mb_to_the_budget_and_shows_i
     assert baseline is not None and baseline.memory_mb == 400.0
     (four,) = [v for v in verdicts if v.profile.candidate.point == {"micro_size": 4}]
     assert four.rejected == "seed 0: train_mem_mb 900 > 500 (the budget)"
+
+
+def test_max_batch_grows_a_commands_micro_batch_to_its_peak_mem_mb_budget(
+        tmp_path: Path, tracker) -> None:
+    """`--max-batch` over a command: each probe's memory is the peak_mem_mb it reports
+    (100 MB a sample here), so 5 samples fit 500 MB and 6 do not."""
+    # mutation: max_batch's probe memory taken from train_mem_mb alone (no size fits:
+    # "train_mem_mb was not measured")
+    from msexp.tune.record import PhaseRuns
+    from msexp.tune.runner import Ran
+    from msexp.tune.search import max_batch
+
+    class PeakMemory:
+        def run(self, jobs, hosts=None):
+            return [Ran(job, TrialResult(Status.COMPLETE, {
+                "peak_mem_mb": 100.0 * job.params["batch_size"], "samples_per_s": 1.0}),
+                0.0, 0.0) for job in jobs]
+
+    write(tmp_path / "train.py", "from msexp import hooks  # hooks.MsexpCallback()\n")
+    spec = load_spec(write(tmp_path / "cmd.yaml", """
+        name: cmd
+        experiment: {command: python train.py}
+        objective: [{metric: eval_accuracy, direction: maximize}]
+        params: {lr: [0.1, 0.01]}
+    """))
+    runs = PhaseRuns(tracker, "cmd", "cmd-tune", tmp_path / "cmd.yaml")
+    found = max_batch(spec, PeakMemory(), runs, 500.0, 4, 64)
+    assert found.micro_batch == 5
+    assert [(size, memory) for size, memory, _ in found.tried if size in (5, 6)] == [
+        (6, 600.0), (5, 500.0)]
