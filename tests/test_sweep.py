@@ -285,7 +285,7 @@ def test_a_worker_runs_budget_workers_trials_at_once(workdir: Path) -> None:
 
 def command_sweep(workdir: Path, name: str, job: str, points: list[int],
                   method: str = "grid", pruner: str = "none") -> Path:
-    """A one-worker sweep of `python job.py --x=POINT` (`job`: the script), maximizing the
+    """A one-worker sweep of `python job.py -x POINT` (`job`: the script), maximizing the
     `score` it prints."""
     (workdir / "job.py").write_text(job)
     return write(workdir / f"{name}.yaml", f"""
@@ -320,8 +320,8 @@ def test_a_slot_runs_on_while_mlflow_opens_but_not_past_a_failure_or_ahead(
 
     monkeypatch.setattr(recorder, "Tracker", SlowToOpen)
     points = list(range(0 if failing else 1, AHEAD + 3))
-    sweep = command_sweep(workdir, "opens", "import sys\nsys.exit(3) if '--x=0' in sys.argv "
-                          "else print('score: 1')\n", points, method, pruner)
+    sweep = command_sweep(workdir, "opens", "import sys\nsys.exit(3) if sys.argv[1:] == "
+                          "['-x', '0'] else print('score: 1')\n", points, method, pruner)
     outcome: list = []
     thread = threading.Thread(target=lambda: outcome.append(CliRunner().invoke(
         app, ["sweep", str(sweep)], env={"COLUMNS": "200"})))
@@ -426,7 +426,7 @@ def test_the_shown_best_is_looked_up_at_most_once_a_period(
     monkeypatch.setattr(driver, "BEST_EVERY_S", 600.0)
     monkeypatch.setattr(driver, "best_so_far",
                         lambda *args: looks.append(best_so_far(*args)) or looks[-1])
-    sweep = command_sweep(workdir, "best", "import sys\nprint('score:', sys.argv[1][4:])\n",
+    sweep = command_sweep(workdir, "best", "import sys\nprint('score:', sys.argv[-1])\n",
                           [1, 2, 3, 4])
     result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
