@@ -166,9 +166,9 @@ def compare_tutorial(micro: int, updates: int, batch: int = 32) -> str:
     from mindspore import nn
 
     from benchmarks import networks
+    from benchmarks.networks import digits
     from benchmarks.step_vs_model import _SeedAccumulation
     from msexp.training.step import TrainStep
-    from msexp.workloads._digits import digits
 
     def user_network():
         ms.set_seed(0)

@@ -18,7 +18,7 @@ import numpy as np
 from mindspore import nn, ops
 
 sys.path.insert(0, ".")
-from msexp.workloads._digits import digits  # noqa: E402  (the same data as msexp's workload)
+from benchmarks.networks import digits  # noqa: E402  (the same data as msexp's workload)
 
 epochs, batch, style = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 micro_size = int(sys.argv[4]) if len(sys.argv) > 4 else 1

@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import sys
+
+import numpy as np
 from mindspore import nn, ops
 from mindspore.common.initializer import Normal
 
@@ -72,3 +75,12 @@ class SmallResNet(nn.Cell):
         x = self.relu(self.bn(self.stem(x)))
         x = self.block2(self.block1(x))
         return self.head(ops.mean(x, (2, 3)))
+
+
+def digits(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """msexp's digits data (experiments/_digits.py), loaded as its built-in experiments load
+    it: by path, through msexp's loader."""
+    from msexp.experiment import load_experiment
+
+    load_experiment("mlp_digits")  # imports its neighbour _digits by path
+    return sys.modules["_digits"].digits(size)

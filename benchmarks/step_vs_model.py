@@ -70,7 +70,7 @@ def build(workload: str, params: dict):
     from mindspore import nn
 
     from benchmarks import networks
-    from msexp.workloads._digits import digits
+    from benchmarks.networks import digits
 
     x, y, x_eval, y_eval = digits(32)
     network = getattr(networks, USERS[workload])()

@@ -82,7 +82,7 @@ def test_the_hints_of_a_failed_and_a_changed_sweep_work_as_printed(workdir: Path
 
     write(workdir / "h.yaml", sweep_text([0.3]))
     refused = invoke("sweep", str(sweep))
-    assert refused.exit_code == 1 and hints(refused.output) == [
+    assert refused.exit_code == 2 and hints(refused.output) == [
         f"msexp sweep {sweep} --restart"], refused.output
     restarted = run_hint(hints(refused.output)[0])
     assert restarted.exit_code == 0, restarted.output
@@ -94,7 +94,8 @@ def test_the_hints_of_a_failed_and_a_changed_sweep_work_as_printed(workdir: Path
     assert best.output.startswith("trial 0: eval_acc=0.8"), best.output
     for command in ("sweep", "worker"):  # the newest version (the old one would refuse)
         again = invoke(command, str(sweep))
-        assert again.exit_code == 0 and "1/1" in again.output, again.output
+        assert again.exit_code == 0 and "1 of 1 trials already finished" in again.output, \
+            again.output
     storage = open_storage(None)
     old = optuna.load_study(study_name="hints", storage=storage)
     new = optuna.load_study(study_name="hints-v2", storage=storage)

@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 
 import optuna
 import pytest
@@ -166,7 +167,7 @@ def test_a_second_process_waits_for_the_creator_to_finish_the_study(
         polls.append(seconds)
         study.set_user_attr(StudyKey.FINGERPRINT, "done")
 
-    monkeypatch.setattr(queue.time, "sleep", poll)
+    monkeypatch.setattr(time, "sleep", poll)
     queue._wait_for_creator(study)
     assert len(polls) == 1, "it polls until the fingerprint appears, then returns"
     queue._wait_for_creator(study)
@@ -247,7 +248,7 @@ def test_the_creator_samples_with_the_sweep_seed_and_a_joiner_with_its_own(
                       "fixed: {seed: 5}\nparams: {lr: {low: 0.001, high: 1.0, log: true}}\n",
                       "r.yaml")
     slept = []
-    monkeypatch.setattr(queue.time, "sleep", slept.append)
+    monkeypatch.setattr(time, "sleep", slept.append)
     created, made = queue.open_study(spec, None)
     assert made and slept == [], "the creator does not wait for itself"
     joined, made = queue.open_study(spec, None)

@@ -7,11 +7,12 @@ from collections.abc import Callable
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, poll: float,
-               sleep: Callable[[float], object] = time.sleep) -> bool:
+               sleep: Callable[[float], object] | None = None) -> bool:
     """Call `predicate` until it returns true, `poll` seconds apart, for at most `timeout`
     seconds; returns whether it did (False: the timeout passed). It is called at once and
     once more at the deadline; what it raises ends the wait. `sleep` waits between calls:
-    one that returns early on news (a message on a socket) shortens the poll."""
+    one that returns early on news (a message on a socket) shortens the poll (default:
+    `time.sleep`, looked up at each call)."""
     deadline = time.monotonic() + timeout
     while True:
         if predicate():
@@ -19,4 +20,4 @@ def wait_until(predicate: Callable[[], bool], timeout: float, poll: float,
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        sleep(min(poll, left))
+        (sleep or time.sleep)(min(poll, left))

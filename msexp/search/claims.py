@@ -36,7 +36,7 @@ from msexp.search.optuna_private import (
     study_id,
     trial_id,
 )
-from msexp.search.patience import outage_within
+from msexp.search.patience import outage_within, read_beats_with
 
 Trial = optuna.Trial | FrozenTrial
 OnFail = Callable[[FrozenTrial, str], dict[str, Any]]
@@ -119,6 +119,9 @@ def held_by(frozen: FrozenTrial, me: str) -> bool:
 def last_heartbeat(trial: Trial) -> float | None:
     """When the trial's owner last beat for it (seconds since the epoch), if it did."""
     return trial.user_attrs.get(TrialKey.HEARTBEAT)
+
+
+read_beats_with(last_heartbeat)  # a cut-off claim found landed by no heartbeat since
 
 
 def is_later_attempt(trial: Trial) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import threading
 import time
@@ -22,7 +21,6 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from msexp.errors import MsexpError
-from msexp.keys import TrialKey
 from msexp.search.optuna_private import (
     CACHED_BACKEND_CALLS,
     PREPARE_NEW_TRIAL,
@@ -283,12 +281,22 @@ def _created(storage: Any, study: int, template: FrozenTrial | None, since: date
     return None
 
 
+# When a trial's owner last beat for it: a claim mark, read only by the claims module
+# (search/claims.py), which sits above this one and gives its reader here at its import.
+_last_beat: list[Callable[[FrozenTrial], float | None]] = [lambda frozen: None]
+
+
+def read_beats_with(last_beat: Callable[[FrozenTrial], float | None]) -> None:
+    """How `_in_state` reads a trial's last heartbeat (the claims module's reader)."""
+    _last_beat[0] = last_beat
+
+
 def _in_state(frozen: FrozenTrial, state: TrialState, since: datetime) -> bool:
     """Whether the trial is where a cut-off `set_trial_state_values(state)` put it: a
     finished state (told), WAITING (put back), or RUNNING since the call and not claimed
     since (no heartbeat since: taken by this call; the claim holds the study lock)."""
     if state is TrialState.RUNNING:
-        beat = frozen.user_attrs.get(TrialKey.HEARTBEAT, -math.inf)
+        beat = _last_beat[0](frozen)
         return frozen.state is state and frozen.datetime_start is not None and \
-            frozen.datetime_start >= since and beat < since.timestamp()
+            frozen.datetime_start >= since and (beat is None or beat < since.timestamp())
     return frozen.state is state
