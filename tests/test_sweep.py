@@ -49,14 +49,15 @@ def test_tiny_sweep_lands_in_mlflow_and_resumes(workdir: Path) -> None:
     result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "2/2" in result.output and "compare trials:" in result.output
-    assert "mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db" in result.output
+    assert f"serve the store:  msexp ui {sweep}" in result.output
 
     client, parents, children = runs_of("tiny")
     assert len(parents) == 1 and len(children) == 2
     parent = parents[0]
     assert parent.data.tags["msexp.sweep"] == "tiny"
     assert parent.data.tags["msexp.method"] == "grid"
-    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["tiny.yaml"]
+    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["images", "tiny.yaml"]
+    assert client.list_artifacts(parent.info.run_id, "images"), "the trade-off picture"
     assert CliRunner().invoke(app, ["report", str(sweep)]).exit_code == 0
     assert {"report/report.html", "report/effects_micro_size.png"} <= {
         a.path for a in client.list_artifacts(parent.info.run_id, "report")}
