@@ -15,11 +15,10 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-import optuna
 import pytest
 
-from msexp.search.storage import open_storage
-from tests.conftest import ASSETS, child_runs, mlflow_client, write
+from tests.conftest import ASSETS, write
+from tests.one_meaning import assert_one_meaning, trials, update_losses
 from tests.test_real_scripts import invoke
 
 DSCNN = ASSETS / "modelzoo" / "dscnn"
@@ -64,40 +63,13 @@ def sweep_file(folder: Path, name: str, params: str = "") -> Path:
     """)
 
 
-def trials(name: str) -> dict[int, tuple[optuna.trial.FrozenTrial, object]]:
-    """Each COMPLETE trial of a study with its MLflow run, by number."""
-    study = optuna.load_study(study_name=name, storage=open_storage(None))
-    runs = {int(r.data.tags["msexp.trial"]): r for r in child_runs(name)}
-    done = [t for t in study.trials if t.state is optuna.trial.TrialState.COMPLETE]
-    return {t.number: (t, runs[t.number]) for t in done}
-
-
-def update_losses(run) -> list[float]:
-    history = mlflow_client().get_metric_history(run.info.run_id, "train_loss")
-    return [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
-
-
-def last_loss_line(name: str, number: int) -> float:
-    log = Path(f"mlruns/trials/{name}/trial-{number:04d}/trial.log").read_text()
-    return float(_LOSS_LINE.findall(log)[-1])
-
-
-def assert_one_meaning(trial: optuna.trial.FrozenTrial, run, name: str) -> None:
-    """`train_loss` is the same number as Optuna's value, the trial's kept metrics, the MLflow
-    run's final value and the script's own last loss line."""
-    told = trial.values[0]
-    assert trial.user_attrs["metrics"]["train_loss"] == told
-    assert run.data.metrics["train_loss"] == pytest.approx(told, rel=1e-6)
-    assert last_loss_line(name, trial.number) == pytest.approx(told, rel=1e-6)
-
-
 @pytest.mark.slow
 def test_the_unchanged_dscnn_reports_its_last_loss_line_everywhere(workdir: Path) -> None:
     folder = dscnn(workdir, hooked=False)
     result = invoke("sweep", str(sweep_file(folder, "dscnn")))
     assert result.exit_code == 0, result.output
     [(trial, run)] = trials("dscnn").values()
-    assert_one_meaning(trial, run, "dscnn")
+    assert_one_meaning(trial, run, "dscnn", _LOSS_LINE)
 
 
 @pytest.mark.slow
@@ -113,5 +85,5 @@ def test_hooked_dscnn_means_one_loss_and_names_its_batch_statistics(workdir: Pat
     found = trials("hooked")
     assert sorted(int(run.data.params["micro_size"]) for _, run in found.values()) == [1, 4]
     for trial, run in found.values():
-        assert_one_meaning(trial, run, "hooked")
+        assert_one_meaning(trial, run, "hooked", _LOSS_LINE)
         assert len(update_losses(run)) == UPDATES

@@ -12,11 +12,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import optuna
 import pytest
 
-from msexp.search.storage import open_storage
-from tests.conftest import ASSETS, child_runs, mlflow_client, write
+from tests.conftest import ASSETS, write
+from tests.one_meaning import assert_one_meaning, trials, update_losses
 from tests.test_real_scripts import invoke
 
 TEXTCNN = ASSETS / "modelzoo" / "textcnn"
@@ -63,40 +62,13 @@ def sweep_file(folder: Path, name: str, micro_size: str) -> Path:
     """)
 
 
-def trials(name: str) -> dict[int, tuple[optuna.trial.FrozenTrial, object]]:
-    """Each COMPLETE trial of a study with its MLflow run, by number."""
-    study = optuna.load_study(study_name=name, storage=open_storage(None))
-    runs = {int(r.data.tags["msexp.trial"]): r for r in child_runs(name)}
-    done = [t for t in study.trials if t.state is optuna.trial.TrialState.COMPLETE]
-    return {t.number: (t, runs[t.number]) for t in done}
-
-
-def update_losses(run) -> list[float]:
-    history = mlflow_client().get_metric_history(run.info.run_id, "train_loss")
-    return [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
-
-
-def last_loss_line(name: str, number: int) -> float:
-    log = Path(f"mlruns/trials/{name}/trial-{number:04d}/trial.log").read_text()
-    return float(_LOSS_LINE.findall(log)[-1])
-
-
-def assert_one_meaning(trial: optuna.trial.FrozenTrial, run, name: str) -> None:
-    """`train_loss` is the same number as Optuna's value, the trial's kept metrics, the MLflow
-    run's final value and the script's own last LossMonitor line."""
-    told = trial.values[0]
-    assert trial.user_attrs["metrics"]["train_loss"] == told
-    assert run.data.metrics["train_loss"] == pytest.approx(told, rel=1e-6)
-    assert last_loss_line(name, trial.number) == pytest.approx(told, rel=1e-6)
-
-
 @pytest.mark.slow
 def test_the_unchanged_textcnn_reports_its_last_loss_line_everywhere(workdir: Path) -> None:
     folder = textcnn(workdir, hooked=False)
     result = invoke("sweep", str(sweep_file(folder, "textcnn", "")))
     assert result.exit_code == 0, result.output
     [(trial, run)] = trials("textcnn").values()
-    assert_one_meaning(trial, run, "textcnn")
+    assert_one_meaning(trial, run, "textcnn", _LOSS_LINE)
 
 
 @pytest.mark.slow
@@ -118,7 +90,7 @@ def test_hooked_textcnn_repeats_and_accumulates_exactly_with_dropout(workdir: Pa
             assert "1 nn.Dropout layer(s) draw msexp's seeded masks" in result.output
         found = trials(name)
         for trial, run in found.values():
-            assert_one_meaning(trial, run, name)
+            assert_one_meaning(trial, run, name, _LOSS_LINE)
         runs[name] = {int(run.data.params["micro_size"]): run for _, run in found.values()}
     one = update_losses(runs["fixed"][1])
     assert len(one) == UPDATES and len(set(one)) == UPDATES
