@@ -163,7 +163,7 @@ def test_a_full_spool_says_no_space_left_and_where_and_the_next_run_finishes(
         params: {lr: [0.1, 0.2]}
     """)
     spool = Path("mlruns/spool")
-    spool.mkdir(parents=True)
+    spool.mkdir(parents=True, exist_ok=True)
     run = shlex.join(msexp_cmd("sweep", str(sweep)))
     script = (f"mount -t tmpfs -o size=4k tmpfs {spool} && "
               f"dd if=/dev/zero of={spool}/fill bs=1k 2>/dev/null; exec {run}")

@@ -125,7 +125,7 @@ def test_a_study_whose_journal_was_deleted_is_refused_then_restarted_beside_its_
     Path("mlruns/optuna.journal").unlink()
     sweep.write_text(sweep.read_text().replace("[0.1]", "[0.5]"))
     refused = run()
-    assert refused.returncode == 1 and not refused.stdout.strip(), refused.stdout
+    assert refused.returncode == 2 and not refused.stdout.strip(), refused.stdout
     assert refused.stderr.endswith(f"to start anew beside them: msexp sweep {sweep} "
                                    f"--restart\n") and refused.stderr.count("\n") == 1
     assert study_attrs(open_storage(None)) == {}, "refused before anything is written"

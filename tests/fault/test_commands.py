@@ -39,7 +39,7 @@ SECRETS = {"PGPASSWORD": "S3CRET-pg", "MLFLOW_TRACKING_PASSWORD": "S3CRET-mlflow
 
 def command_sweep(name: str, script: str, budget: str = "retries: 0") -> Path:
     path = write(Path(f"{name}.sh"), f"""
-        [ "$1" = --help ] && exit 0
+        case "$*" in *--help*) exit 0;; esac
         {script}
         echo "eval_accuracy: 0.9"
     """)
@@ -181,7 +181,7 @@ def test_a_command_gets_its_secret_params_in_clear_and_no_file_keeps_them(mark: 
     """The script checks its flags and `msexp.hooks`' params file hold the real values;
     it prints them and a secret the sweep file passes it on purpose."""
     script = write(Path("needs.sh"), """
-        [ "$1" = --help ] && exit 0
+        case "$*" in *--help*) exit 0;; esac
         case "$*" in *--api_token=S3CRET-token*) ;; *) echo "token missing"; exit 1;; esac
         case "$*" in *--data_url=postgresql://u:S3CRET-[ab]@h/db*) ;; *) exit 1;; esac
         grep -q S3CRET-token "$MSEXP_TRIAL" || { echo "params file redacted"; exit 1; }
@@ -241,7 +241,7 @@ def test_a_commands_private_params_file_does_not_outlive_its_trial(mark: str,
     and is removed by the next msexp start, which finishes the study without one left."""
     noted = tmp_path / "params-path"
     script = write(Path("holds.sh"), """
-        [ "$1" = --help ] && exit 0
+        case "$*" in *--help*) exit 0;; esac
         if [ ! -e "$NOTE_AT" ]; then echo "$MSEXP_TRIAL" > "$NOTE_AT"; exec sleep 1000; fi
         echo "eval_accuracy: 0.9"
     """)
