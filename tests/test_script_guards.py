@@ -198,3 +198,12 @@ def test_a_trial_of_flag_equals_path_finds_its_config_from_its_own_folder(
     log = re.search(r"\(log: (\S+trial\.log)\)", result.output)
     assert log is not None, result.output
     assert "'micro_size': 1" in Path(log.group(1)).read_text(), "its config was read"
+
+
+def test_a_script_that_echoes_its_arguments_lists_no_flags() -> None:
+    """The flag check passes the fixed arguments with --help: a script with no help page
+    prints them back, which lists no flag (the check then refuses none)."""
+    # mutation: Listed.of without its usage-line check (--lr refused beside an echoed token)
+    assert Listed.of("got --api_token=*** --help\nworld: 2\n") == Listed()
+    page = Listed.of("usage: train.py [-h] [--lr LR] [--amp]\n\noptions:\n  --lr LR\n")
+    assert page.flags == {"lr": True, "amp": False}

@@ -406,7 +406,7 @@ def test_a_sweep_whose_trials_miss_the_objective_says_so_at_the_end(workdir: Pat
           lr: {low: 0.001, high: 0.01}
     """)
     result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "300"})
-    assert result.exit_code == 1, result.output  # no trial counts: every one failed
+    assert result.exit_code == 3, result.output  # fail fast: a trial without its objective
     (trial,) = load("missing").trials
     assert trial.user_attrs["missing_objectives"] == ["epochs_to_target"]
     # FAILED everywhere it shows: Optuna, its status, the trial line, MLflow, the parent
@@ -523,7 +523,7 @@ def test_a_changed_sweep_file_does_not_resume_the_old_study(workdir: Path) -> No
     open_study(load_spec(sweep), None)
     sweep.write_text("name: changed\nexperiment: mlp_digits\nparams: {lr: [0.3]}\n")
     result = CliRunner().invoke(app, ["sweep", str(sweep)], env={"COLUMNS": "300"})
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # refused before any trial
     assert result.output.strip().splitlines() == [
         f"{sweep}: study 'changed' in mlruns/optuna.journal was created from a different "
         f"sweep file; to start its next version: msexp sweep {sweep} --restart (or pass "

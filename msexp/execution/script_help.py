@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 _VALUE = r"(=| (?=[\w{<\[]))?"
 _FLAG = re.compile(r"(?<![\w-])--([A-Za-z0-9][\w.\-]*)" + _VALUE)
 _SHORT = re.compile(r"(?<![\w-])-([A-Za-z])(?![\w-])" + _VALUE)
+_USAGE = re.compile(r"^\W*usage:", re.I | re.M)
 _ALIAS = re.compile(r"^[ \t]*-([A-Za-z])(?![\w-])[^,\n]*, --([A-Za-z0-9][\w.\-]*)", re.M)
 
 
@@ -51,6 +52,10 @@ class Listed:
 
     @classmethod
     def of(cls, help_text: str) -> Listed:
+        """What `help_text` lists; nothing where it is no help page (no `usage:` line, as
+        argparse, click and Typer print): a script that echoes its arguments lists none."""
+        if not _USAGE.search(help_text):
+            return cls()
         return cls(flags(help_text), {short: long for short, long in _ALIAS.findall(help_text)
                                       if long != "help"})
 
