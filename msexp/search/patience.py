@@ -3,8 +3,7 @@ proxy down waits and tries again for up to `patience_s()`, saying once per outag
 waits for; past that it stops with the real cause in one line.
 
 Optuna and SQLAlchemy retry nothing once a connection fails (`pool_pre_ping` only replaces
-a pooled connection that died while idle), so the retry is msexp's own, around each of
-the storage's calls.
+a pooled connection that died while idle): the retry is msexp's own, around each call.
 """
 
 from __future__ import annotations
@@ -281,8 +280,7 @@ def _created(storage: Any, study: int, template: FrozenTrial | None, since: date
     return None
 
 
-# When a trial's owner last beat for it: a claim mark, read only by the claims module
-# (search/claims.py), which sits above this one and gives its reader here at its import.
+# a trial's last heartbeat: a claim mark, read by search/claims.py alone (it gives its reader)
 _last_beat: list[Callable[[FrozenTrial], float | None]] = [lambda frozen: None]
 
 
