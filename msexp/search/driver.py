@@ -64,6 +64,7 @@ class Sweep:
         self.running: dict[int, Host] = {}  # trial number: the host running it
         self.waiting: list[threading.Thread] = []  # ends waiting for MLflow to open
         self.best, self.best_at = "-", -math.inf  # the shown best, and when it was looked up
+        self.best_lock = threading.Lock()
         source.listen(self._lost, self._record_failed)
         self.interrupted = 0
         self.error: Exception | None = None  # what stopped the sweep outside any trial
@@ -286,10 +287,12 @@ class Sweep:
                 self.stopped = decision
 
     def _best(self) -> str:
-        """The study's best, looked up again once BEST_EVERY_S have passed."""
-        if time.monotonic() - self.best_at >= BEST_EVERY_S:
-            self.best, self.best_at = best_so_far(self.study, self.spec), time.monotonic()
-        return self.best
+        """The study's best, looked up again once BEST_EVERY_S have passed (one look at a
+        time: trials' ends run in threads of their own)."""
+        with self.best_lock:
+            if time.monotonic() - self.best_at >= BEST_EVERY_S:
+                self.best, self.best_at = best_so_far(self.study, self.spec), time.monotonic()
+            return self.best
 
     def _dropped(self, trial: TrialInfo) -> None:
         for watcher in self.watchers:
