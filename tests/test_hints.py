@@ -147,3 +147,18 @@ def test_a_log_warning_shows_the_command_it_suggests_written_out_and_redacted(
     assert capsys.readouterr().err.splitlines() == shown
     logged = LOG_FILE.read_text().splitlines()
     assert [line.split(" msexp: ", 1)[1] for line in logged] == shown
+
+
+def test_after_the_python_api_routed_the_logs_a_warning_is_written_out_once(
+        workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    """A process that used the Python API, then the CLI (a notebook, a test worker): one
+    handler writes msexp's lines on stderr, the CLI's, which writes a suggestion out.
+    # mutation: route_logs keeping the API's OwnLines (a bare `msexp sync` line first)"""
+    from msexp.api.quiet import route_library_logs
+
+    route_library_logs()
+    route_logs()
+    logging.getLogger("msexp").warning(
+        "kept; by: %s", Suggestion(("sync",), tracking_uri="sqlite:///elsewhere.db"))
+    assert capsys.readouterr().err.splitlines() == [
+        "kept; by: msexp sync --tracking-uri sqlite:///elsewhere.db"]

@@ -50,7 +50,10 @@ class LibraryLog(logging.FileHandler):
 
 class OwnLines(logging.Handler):
     """msexp's own warnings, one line each, on whatever sys.stderr is when they happen (a
-    notebook's cell)."""
+    notebook's cell). One such handler at a time: the CLI's own (`cli/app.Stderr`, marked
+    `msexp_stderr` as this is) replaces it, and it the CLI's."""
+
+    msexp_stderr = True
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -72,6 +75,7 @@ def route_library_logs() -> None:
     own = logging.getLogger("msexp")
     own.setLevel(logging.INFO)
     if not any(isinstance(h, OwnLines) for h in own.handlers):
+        own.handlers = [h for h in own.handlers if not getattr(h, "msexp_stderr", False)]
         own.addHandler(OwnLines())
 
 

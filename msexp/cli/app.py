@@ -143,11 +143,14 @@ def route_logs() -> None:
     library.setLevel(logging.INFO)
     own = logging.getLogger("msexp")
     own.setLevel(logging.INFO)
-    own.handlers = [h for h in own.handlers if not isinstance(h, Stderr)] + [Stderr()]
+    own.handlers = [h for h in own.handlers if not getattr(h, "msexp_stderr", False)] + [
+        Stderr()]  # the one handler of msexp's lines on stderr (the Python API's too)
 
 
 class Stderr(logging.Handler):
     """msexp's own warnings, one line each, on whatever sys.stderr is when they happen."""
+
+    msexp_stderr = True
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
