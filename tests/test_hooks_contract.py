@@ -204,3 +204,41 @@ def test_metrics_without_a_loss_or_an_eval_network_are_refused_as_model_refuses(
     opt = nn.Momentum(network.trainable_params(), 0.1, 0.9)
     with pytest.raises(ValueError, match="eval_network"):
         hooks.model(network, None, opt, {}, metrics={"acc": nn.Accuracy()})
+
+
+
+class MaskedLoss(nn.Cell):
+    """A network that computes its own loss from three columns (input, mask, labels), as
+    an NLP script's `net_with_loss` does."""
+
+    def __init__(self):
+        super().__init__()
+        self.net, self.ce = TwoHeads(), nn.CrossEntropyLoss()
+
+    def construct(self, x, mask, y):
+        return self.ce(self.net(x * mask), y)
+
+
+@pytest.mark.parametrize("columns", [2, 3])
+def test_a_micro_batchs_columns_compile_each_graph_once(columns: int) -> None:
+    """A tuple of tensors is a constant to a compiled graph: each micro-batch compiled
+    anew (this network at micro_size 4 took 38 s for 16 updates; 1.6 s once)."""
+    import logging
+
+    from mindspore import log as ms_log
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    ms_log._get_logger().addHandler(handler)
+    network = MaskedLoss() if columns == 3 else nn.WithLossCell(TwoHeads(),
+                                                                   nn.CrossEntropyLoss())
+    data, names = ((X, Y), ["x", "y"]) if columns == 2 else \
+        ((X, np.ones_like(X), Y), ["x", "mask", "y"])
+    try:
+        opt = nn.Momentum(network.trainable_params(), 0.1, 0.9)
+        hooks.model(network, None, opt, {"micro_size": 4}).train(
+            1, NumpySlicesDataset(data, names, shuffle=False).batch(8))
+    finally:
+        ms_log._get_logger().removeHandler(handler)
+    assert not [line for line in said if "recompil" in line]

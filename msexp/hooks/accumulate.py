@@ -24,7 +24,7 @@ from msexp.hooks.channel import tell
 from msexp.knobs import KNOBS
 from msexp.training.batch_stats import split_layers
 from msexp.training.loss_scale import make_scaler
-from msexp.training.step import TrainStep
+from msexp.training.step import TrainStep, batch_inputs
 
 Params = Any  # a dict, an argparse Namespace or a config object with attributes
 
@@ -109,8 +109,7 @@ class AccumulatingTrainStep(nn.Cell):
             end = min(start + self.micro, size)
             self.loss.set((end - start) * self.micro_size / size)
             part = [column[start:end] for column in inputs]
-            losses.append(self.step.accumulate(part[0] if len(part) == 1 else tuple(part),
-                                               labels[start:end]))
+            losses.append(self.step.accumulate(batch_inputs(part), labels[start:end]))
         _, finite = self.step.update(losses)
         if not finite:
             self.overflow_steps += 1

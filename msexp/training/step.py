@@ -30,8 +30,14 @@ def call(network: nn.Cell, inputs: Any) -> Any:
 def tensors_of(inputs: Any) -> Any:
     """NumPy inputs (an array or a tuple of arrays) as MindSpore tensors."""
     if isinstance(inputs, tuple):
-        return tuple(ms.Tensor(a) for a in inputs)
+        return batch_inputs([ms.Tensor(a) for a in inputs])
     return ms.Tensor(inputs)
+
+
+def batch_inputs(tensors: list[Any]) -> Any:
+    """A network's input tensors as its compiled graphs take them: one tensor, or a
+    mutable tuple (a plain tuple of tensors is a constant: one compile per call)."""
+    return tensors[0] if len(tensors) == 1 else ms.mutable(tuple(tensors))
 
 
 def timed_update(step: Callable, micro_batches: list, memory: Any, update_s: list[float]
