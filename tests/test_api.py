@@ -101,6 +101,7 @@ def test_no_public_signature_of_the_api_takes_or_gives_any() -> None:
     assert "Any" not in str(api.Source) and "Any" not in str(api.trials.Value)
 
 
+@pytest.mark.slow  # a cold mypy: 15 s
 def test_the_api_passes_mypy_in_strict_mode() -> None:
     """CI checks the typed surface: `mypy --strict msexp/api` (the modules it calls are
     read for their types only: `tests/test_types.py` checks them, not strict)."""

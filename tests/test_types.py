@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import tomllib
 
 from tests.conftest import ROOT
@@ -14,6 +15,7 @@ CHECKED = ["msexp/execution", "msexp/search", "msexp/tracking", "msexp/tune", "m
            "msexp/api"]
 
 
+@pytest.mark.slow  # a cold mypy: 14 s; CI's slow tier runs it
 def test_mypy_checks_the_seams_and_they_pass() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
     assert sorted(config["files"]) == sorted(CHECKED)
