@@ -29,6 +29,8 @@ from msexp.training.records import Epoch
 from tests.conftest import write
 from tests.fault.conftest import wait_for
 
+pytestmark = pytest.mark.slow  # `.ci/run` runs it once, in its loaded run (tests/README.md: tiers)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -30,6 +30,14 @@ MARK = "MSEXP_FAULT_TEST"  # every process a fault test starts, and all theirs, 
 DEADLINE_S = 240.0  # for a hang, on a loaded 2-core machine
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The whole fault suite is slow tier: `.ci/run` runs it once, in its loaded run."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One folder for a module's tests, so its MLflow store is made once."""
