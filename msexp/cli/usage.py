@@ -83,8 +83,11 @@ def click_style(params: list[Any]) -> list[Any]:
     return params
 
 
-class Command(TyperCommand):
-    """A command with click's conventions on its page (`rewrap_help`, `click_style`)."""
+class ClickStyle:
+    """Click's conventions on a command's or a group's page (`rewrap_help`,
+    `click_style`), mixed into both."""
+
+    params: list[Any]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -92,17 +95,12 @@ class Command(TyperCommand):
         click_style(self.params)
 
     def get_params(self, ctx: Any) -> list[Any]:
-        return click_style(super().get_params(ctx))
+        return click_style(super().get_params(ctx))  # type: ignore[misc]
 
 
-class Group(TyperGroup):
-    """A command group with click's conventions on its page (`rewrap_help`,
-    `click_style`)."""
+class Command(ClickStyle, TyperCommand):
+    """A command with click's conventions on its page."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        rewrap_help(self)
-        click_style(self.params)
 
-    def get_params(self, ctx: Any) -> list[Any]:
-        return click_style(super().get_params(ctx))
+class Group(ClickStyle, TyperGroup):
+    """A command group with click's conventions on its page."""
