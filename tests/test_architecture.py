@@ -4,6 +4,7 @@ ARCHITECTURE.md's map true to the package."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -72,6 +73,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found
 
 
+@functools.cache  # parsed once: every module's test reads it (173 parses took 2 min)
 def graph() -> dict[str, set[str]]:
     known = modules()
     # importing a package's own __init__ re-exports is not a dependency on its modules
