@@ -25,17 +25,24 @@ def pytest_configure(config: pytest.Config) -> None:
     configuration, so a "stats" mutant marker in its environment would crash it. The test
     process itself keeps the marker (mutmut holds a copy of it).
     """
+    global UNDER_MUTMUT
+    UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
     if os.environ.get("MUTANT_UNDER_TEST") == "stats":
         del os.environ["MUTANT_UNDER_TEST"]
+
+
+UNDER_MUTMUT = False  # set by pytest_configure: tests/mutation.sh runs this suite
 
 
 @pytest.fixture
 def models_built_by_each_test(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test uses a sweep-file model another test built (`model._MODELS`): mutation
     testing maps each test to the code it runs, and judges a mutant of a model's builder
-    only by the tests mapped to it (test_spec, test_schema)."""
+    only by the tests mapped to it (test_spec, test_schema). Elsewhere the models are
+    shared: building them for each of those tests took 45 s of the fast tier."""
     from msexp.spec import model
-    monkeypatch.setattr(model, "_MODELS", {})
+    if UNDER_MUTMUT:
+        monkeypatch.setattr(model, "_MODELS", {})
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ the same verdict from both, except the rules JSON Schema cannot state (BEYOND_SC
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 from msexp.cli import app
 from msexp.knobs import KNOBS, Knob
 from msexp.spec.model import knob_rows, values_model
+from tests import conftest
 from tests.conftest import ASSETS, ROOT, write
 from tests.test_byom import MODEL
 from tests.test_docs import SWEEPS, Snippet, sweep_in_a_folder
@@ -91,13 +93,21 @@ ACCEPTED = {
 
 @pytest.fixture
 def validator() -> jsonschema.Draft202012Validator:
-    """The schema built by each test that uses it: mutmut maps a test only to the code
-    that test ran (a module's shared schema left its title and open models unjudged)."""
+    """The schema `msexp schema` prints. Under tests/mutation.sh each test builds its own:
+    mutmut maps a test only to the code that test ran (a module's shared schema left its
+    title and open models unjudged); elsewhere it is built once."""
+    return built_validator() if conftest.UNDER_MUTMUT else shared_validator()
+
+
+def built_validator() -> jsonschema.Draft202012Validator:
     result = CliRunner().invoke(app, ["schema"])
     assert result.exit_code == 0, result.output
     schema = json.loads(result.output)
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
+
+
+shared_validator = functools.cache(built_validator)
 
 
 def validate(path: Path):
