@@ -1,5 +1,5 @@
 """The one exception root of msexp and the errors users see as one line; a command that a
-message suggests, as data (`Suggestion`), which `cli/hints.py` writes out."""
+message suggests, as data (`Suggestion`), which `console/hints.py` writes out."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ _SHOWN = 80
 class Suggestion:
     """An msexp command that a message suggests, as data: its words after `msexp`, and the
     study and stores a copy of it must reach. The CLI writes it out with the options a copy
-    needs (`cli/hints.py`); `str()` gives only its words."""
+    needs (`console/hints.py`); `str()` gives only its words."""
 
     words: tuple[str, ...]
     study: str | None = None

@@ -131,7 +131,7 @@ def test_a_log_warning_shows_the_command_it_suggests_written_out_and_redacted(
         workdir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """The core logs a `Suggestion` (as `tracking.delivery.warn_kept` does, see
     test_tracking); the CLI's handlers, stderr and mlruns/msexp.log, write it out with the
-    options a copy needs, redacted (mutation: `Stderr` without its `WrittenOut` formatter
+    options a copy needs, redacted (mutation: `OwnLines` without its `WrittenOut` formatter
     leaves a bare `msexp sync` on stderr)."""
     redact_logs()
     route_logs()
@@ -149,15 +149,17 @@ def test_a_log_warning_shows_the_command_it_suggests_written_out_and_redacted(
     assert [line.split(" msexp: ", 1)[1] for line in logged] == shown
 
 
-def test_after_the_python_api_routed_the_logs_a_warning_is_written_out_once(
-        workdir: Path, capsys: pytest.CaptureFixture) -> None:
-    """A process that used the Python API, then the CLI (a notebook, a test worker): one
-    handler writes msexp's lines on stderr, the CLI's, which writes a suggestion out.
-    # mutation: route_logs keeping the API's OwnLines (a bare `msexp sync` line first)"""
+@pytest.mark.parametrize("first", ["api", "cli"])
+def test_after_the_python_api_and_the_cli_routed_the_logs_a_warning_is_written_out_once(
+        workdir: Path, capsys: pytest.CaptureFixture, first: str) -> None:
+    """A process that used the Python API and the CLI (a notebook, a test worker), in
+    either order: one handler writes msexp's lines on stderr, with a suggestion written
+    out (mutation: show_own_lines adding a handler whatever is there: the line twice)."""
     from msexp.api.quiet import route_library_logs
 
-    route_library_logs()
-    route_logs()
+    for route in (route_library_logs, route_logs) if first == "api" else (
+            route_logs, route_library_logs, route_logs):
+        route()
     logging.getLogger("msexp").warning(
         "kept; by: %s", Suggestion(("sync",), tracking_uri="sqlite:///elsewhere.db"))
     assert capsys.readouterr().err.splitlines() == [

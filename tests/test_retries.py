@@ -15,7 +15,7 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
-from msexp.cli.hints import message
+from msexp.console.hints import message
 from msexp.errors import MsexpError
 from msexp.execution.process_tree import kill_marked
 from msexp.keys import StudyKey, TrialKey

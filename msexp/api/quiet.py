@@ -5,61 +5,18 @@ here. msexp's own warnings still show, one line each, on stderr."""
 
 from __future__ import annotations
 
-import io
 import logging
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from msexp.console.library_warnings import warnings_to_log
+from msexp.console.own_log import LogFile, show_own_lines
 from msexp.paths import LOG_FILE
 
 STDERR = 2  # the descriptor native code writes its logs on
 LIBRARIES = ("mlflow", "alembic", "optuna", "py.warnings", "urllib3", "git")
-
-
-class LibraryLog(logging.FileHandler):
-    """mlruns/msexp.log of the working directory, made with its folder at the first
-    record."""
-
-    def __init__(self) -> None:
-        super().__init__(LOG_FILE, encoding="utf-8", delay=True)
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """Write `record` under the working directory as it is now (a notebook may change
-        it); a record that cannot be written is dropped, as the CLI's log drops it."""
-        where = os.path.abspath(LOG_FILE)
-        if where != self.baseFilename:
-            self.close()
-            self.baseFilename = where
-        try:
-            super().emit(record)
-        except OSError:
-            self.handleError(record)
-
-    def _open(self) -> io.TextIOWrapper:
-        LOG_FILE.parent.mkdir(parents=True, exist_ok=True)
-        return super()._open()
-
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
-        """Dropped: logging's own report would print a traceback in the cell."""
-
-
-class OwnLines(logging.Handler):
-    """msexp's own warnings, one line each, on whatever sys.stderr is when they happen (a
-    notebook's cell). One such handler at a time: the CLI's own (`cli/app.Stderr`, marked
-    `msexp_stderr` as this is) replaces it, and it the CLI's."""
-
-    msexp_stderr = True
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        print(record.getMessage(), file=sys.stderr)
 
 
 def route_library_logs() -> None:
@@ -68,15 +25,11 @@ def route_library_logs() -> None:
     os.environ["MLFLOW_CONFIGURE_LOGGING"] = "false"  # read by MLflow's import
     for name in LIBRARIES:
         logger = logging.getLogger(name)
-        if not any(isinstance(h, LibraryLog) for h in logger.handlers):
-            logger.handlers = [LibraryLog()]
+        if not any(isinstance(h, LogFile) for h in logger.handlers):
+            logger.handlers = [LogFile()]
         logger.propagate = False
     logging.getLogger("mlflow").setLevel(logging.INFO)
-    own = logging.getLogger("msexp")
-    own.setLevel(logging.INFO)
-    if not any(isinstance(h, OwnLines) for h in own.handlers):
-        own.handlers = [h for h in own.handlers if not getattr(h, "msexp_stderr", False)]
-        own.addHandler(OwnLines())
+    show_own_lines()
 
 
 @contextmanager

@@ -14,18 +14,18 @@ import logging
 import os
 import sys
 import traceback
-from pathlib import Path
 from typing import Annotated, Any, Callable
 
 import typer
 
-from msexp.cli import cluster, hints, reports, run, scaffold, scripts, studies, sweeps, tune, ui
+from msexp.cli import cluster, reports, run, scaffold, scripts, studies, sweeps, tune, ui
 from msexp.cli.options import debug_command, err_console, state
 from msexp.cli.usage import CONTEXT, Command, Group
-from msexp.console import interrupts
+from msexp.console import hints, interrupts
+from msexp.console.own_log import LogFile, show_own_lines
 from msexp.errors import MsexpError
 from msexp.execution.exits import space_note
-from msexp.paths import LOG_FILE, STORE_DIR
+from msexp.paths import STORE_DIR
 from msexp.secrets import files as private
 from msexp.secrets.redaction import redact, redact_logs
 
@@ -112,23 +112,6 @@ def main(debug: Annotated[bool, typer.Option(
     private.remove_orphans()  # what a process killed with kill -9 left holding secrets
 
 
-class LogFile(logging.FileHandler):
-    """mlruns/msexp.log, created with its folder at the first record."""
-
-    def __init__(self) -> None:
-        super().__init__(LOG_FILE, encoding="utf-8", delay=True)
-        self.setFormatter(hints.WrittenOut("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-
-    def _open(self) -> Any:
-        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
-        return super()._open()
-
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
-        """A record that cannot be written (mlruns/ is full) is dropped: logging's own
-        report would print the record and a traceback on the console, which shows only
-        msexp's lines (the error that stops the command says what is full)."""
-
-
 def route_logs() -> None:
     """Every log record and Python warning goes to mlruns/msexp.log; only msexp's own
     warnings also reach stderr. Libraries (MLflow, alembic, Optuna) never print to the
@@ -141,23 +124,7 @@ def route_logs() -> None:
     library = logging.getLogger("mlflow")  # its stderr handler, if imported before this
     library.handlers, library.propagate = [], True
     library.setLevel(logging.INFO)
-    own = logging.getLogger("msexp")
-    own.setLevel(logging.INFO)
-    own.handlers = [h for h in own.handlers if not getattr(h, "msexp_stderr", False)] + [
-        Stderr()]  # the one handler of msexp's lines on stderr (the Python API's too)
-
-
-class Stderr(logging.Handler):
-    """msexp's own warnings, one line each, on whatever sys.stderr is when they happen."""
-
-    msexp_stderr = True
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.setFormatter(hints.WrittenOut())
-
-    def emit(self, record: logging.LogRecord) -> None:
-        print(self.format(record), file=sys.stderr)
+    show_own_lines()
 
 
 for command in (sweeps.validate, sweeps.plan, sweeps.sweep, sweeps.worker, reports.report,

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from msexp.cli import hints
 from msexp.cli.options import (
     ColdOpt,
     StorageOpt,
@@ -31,7 +30,7 @@ from msexp.cli.render import (
 )
 from msexp.cli.scripts import check_command_experiment, preflight
 from msexp.cli.studies import existing_study
-from msexp.console import interrupts
+from msexp.console import hints, interrupts
 from msexp.errors import SpecError
 from msexp.execution.protocol import TrialRequest
 from msexp.execution.subscribers import Subscriber
