@@ -85,8 +85,8 @@ def _is_type(value: Any, kind: type) -> bool:
 def infer_knob(name: str, default: Any, help: str = "declared by the experiment") -> Knob:
     """A knob an experiment declares by giving its default; the type follows the default."""
     kind = type(default)
-    if kind not in _TYPE_NAMES:
-        raise TypeError(f"{name}: default must be bool, int, float, str or list, got {default!r}")
+    if kind not in _TYPE_NAMES:  # the callers' errors name the knob and the value
+        raise TypeError("must be bool, int, float, str or list")
     return Knob(name, kind, default, help)
 
 

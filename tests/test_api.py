@@ -270,3 +270,43 @@ def test_library_logs_go_to_the_mlruns_of_the_working_directory_of_the_moment(
     monkeypatch.chdir(then)
     logging.getLogger("mlflow").warning("two")  # mutation: a path fixed at the first raises
     assert (then / "mlruns" / "msexp.log").read_text().endswith("WARNING mlflow: two\n")
+
+
+def test_load_model_says_in_one_line_why_it_cannot_build_the_model(workdir: Path) -> None:
+    """issue 53 (branches): a notebook's `load_model` refusals: nothing completed yet, no
+    checkpoint kept, a checkpoint of another machine, a study opened by name only."""
+    import optuna
+
+    from msexp.errors import MsexpError
+    from msexp.search.storage import open_storage
+
+    study = optuna.create_study(study_name="tiny", storage=open_storage(None),
+                                direction="maximize")
+    results = msexp.load_sweep(TINY)
+    assert repr(results) == "<SweepResults tiny: no trials>"
+    with pytest.raises(MsexpError, match="^no trial of study 'tiny' completed within its "
+                                         "constraints yet$"):
+        results.load_model()
+
+    def trial(value: float, **attrs: object) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(
+            params={"micro_size": 1}, value=value, user_attrs={"params": {}, **attrs},
+            distributions={"micro_size": optuna.distributions.CategoricalDistribution([1, 2])})
+
+    study.add_trial(trial(0.5))
+    with pytest.raises(MsexpError) as refused:
+        results.load_model()
+    assert str(refused.value) == "trial 0 kept no checkpoint (checkpoint.keep none?)"
+    elsewhere = "/home/someone/mlruns/trials/tiny/1/net-1_1.ckpt"  # swept on another machine
+    study.add_trial(trial(0.9, checkpoint=elsewhere))
+    with pytest.raises(MsexpError) as refused:
+        results.load_model()
+    assert str(refused.value) == (f"trial 1's checkpoint {elsewhere} is not on this machine; "
+                                  "`msexp best FILE --export DIR` fetches the copy logged on "
+                                  "its MLflow run")
+    by_name = msexp.load_sweep(study="tiny")
+    with pytest.raises(MsexpError) as refused:
+        by_name.load_model(by_name.best_trial)
+    assert str(refused.value) == ("study 'tiny' was opened by name: give the sweep (its file "
+                                  "or dict) to load_sweep to build its model")
+    assert repr(by_name) == "<SweepResults tiny: 2 complete>"

@@ -141,6 +141,46 @@ def test_scaffolded_experiment_and_sweep_run_end_to_end(workdir: Path) -> None:
     assert run("new", "experiment", "my_model").exit_code == 1, "never overwrite silently"
 
 
+def test_new_refuses_a_name_that_is_no_module_and_overwrites_only_with_force(
+        workdir: Path) -> None:
+    """issue 53 (branches): `msexp new` refusals, one line each, nothing written."""
+    refused = run("new", "experiment", "3d-net")
+    assert refused.exit_code == 2, refused.output  # input refused, nothing run
+    assert refused.output == ("msexp new experiment: NAME: must be a Python identifier, "
+                              "got 3d-net\n")
+    assert not (workdir / "experiments").exists()
+    assert run("new", "experiment", "mine").exit_code == 0
+    assert run("new", "sweep", "--experiment", "experiments/mine.py").exit_code == 0
+    sweep = workdir / "sweeps" / "mine.yaml"
+    assert yaml.safe_load(sweep.read_text())["experiment"] == "experiments/mine.py:build"
+    sweep.write_text("name: edited\n")
+    again = run("new", "sweep", "--experiment", "experiments/mine.py")
+    assert again.exit_code == 1
+    assert again.output == "sweeps/mine.yaml: exists already; pass --force to overwrite\n"
+    assert sweep.read_text() == "name: edited\n", "never overwritten silently"
+    assert run("new", "sweep", "--experiment", "experiments/mine.py", "--force").exit_code == 0
+    assert yaml.safe_load(sweep.read_text())["name"] == "mine"
+
+
+def test_a_knob_of_a_type_msexp_cannot_sweep_is_refused_in_one_line(workdir: Path) -> None:
+    """issue 53 (branches): a PARAMS default, or a value a sweep file sets for an
+    experiment plan cannot read, of a type a knob cannot have: the key and the value once
+    (was: the name twice and `got` twice, Python's repr then the YAML's)."""
+    write(workdir / "mine.py", "PARAMS = {'layers': {'a': 1}}\n\n\ndef build(params):\n"
+                               "    raise AssertionError('never built')\n")
+    write(workdir / "mine.yaml", "name: mine\nexperiment: mine.py\n")
+    declared = run("validate", "mine.yaml")
+    assert declared.exit_code == 2, declared.output
+    assert declared.output == ("mine.yaml: experiment PARAMS.layers: must be bool, int, float, "
+                               'str or list, got {"a": 1}\n')
+    write(workdir / "computed.py", "DEFAULTS = dict(lr=0.1)\n")  # plan cannot read it
+    write(workdir / "set.yaml", "name: set\nexperiment: computed.py\nfixed: {layers: {a: 1}}\n")
+    planned = run("plan", "set.yaml")
+    assert planned.exit_code == 2, planned.output
+    assert planned.output == ("set.yaml: fixed.layers: must be bool, int, float, str or list, "
+                              'got {"a": 1}\n')
+
+
 def test_knobs_lists_types_defaults_and_conditions() -> None:
     result = run("knobs", "--experiment", "mlp_digits")
     assert result.exit_code == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from msexp.cli import app
@@ -144,4 +145,32 @@ def test_plan_shows_only_what_it_knows_of_an_experiment_whose_defaults_are_compu
     assert planned["note"] == ("computed.py does not write its DEFAULTS and PARAMS as "
                                "literals, so only the values the sweep file sets are "
                                "shown; `msexp plan --check` imports it")
+    assert not (workdir / "imported").exists()
+
+
+@pytest.mark.parametrize("change", [
+    ("from pathlib import Path\n", "from pathlib import Path\nfrom os.path import *\n"),
+    ('DEFAULTS = {"lr": 0.05, "epochs": 2, "batch_size": 32}',
+     'DEFAULTS = dict(lr=0.05, epochs=2, batch_size=32)'),
+    ('PARAMS = {"hidden": 64, "dropout": 0.1}', 'PARAMS = [("hidden", 64), ("dropout", 0.1)]'),
+], ids=["star-import", "defaults-called", "params-not-a-dict"])
+def test_plan_shows_only_the_sweeps_values_where_the_source_could_mean_otherwise(
+        workdir, change: tuple[str, str]) -> None:
+    """issue 53 (branches): a star import may bring a DEFAULTS in; a DEFAULTS or PARAMS
+    that is no dict literal is not read as one. The table says so as the JSON does."""
+    write(workdir / "other.py", EXPERIMENT.replace(*change))
+    path = write(workdir / "other.yaml", """
+        name: other
+        experiment: other.py
+        fixed: {epochs: 3}
+        params: {micro_size: [1, 2]}
+    """)
+    result = CliRunner().invoke(app, ["plan", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["fixed"] == {"epochs": 3}, "no lr 0.05 or hidden 64"
+    table = CliRunner().invoke(app, ["plan", str(path)], env={"COLUMNS": "300"})
+    assert table.exit_code == 0, table.output
+    assert table.output.splitlines()[-2:] == [
+        "fixed: epochs=3", "note: other.py does not write its DEFAULTS and PARAMS as literals, "
+        "so only the values the sweep file sets are shown; `msexp plan --check` imports it"]
     assert not (workdir / "imported").exists()

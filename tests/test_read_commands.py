@@ -65,3 +65,72 @@ def test_report_on_a_study_with_no_finished_trial_says_so_in_one_line(workdir: P
     assert result.output == ("nothing to report: no trial of study 'never' has "
                              "finished yet (2 waiting)\n")
     assert not (workdir / "mlruns" / "reports").exists()
+
+
+def _trial(value: float, **attrs: object) -> optuna.trial.FrozenTrial:
+    return optuna.trial.create_trial(
+        params={"micro_size": 1}, value=value, user_attrs={"params": {"micro_size": 1}, **attrs},
+        distributions={"micro_size": optuna.distributions.CategoricalDistribution([1, 2])})
+
+
+def test_best_on_a_study_with_no_completed_trial_says_so_in_one_line(workdir: Path) -> None:
+    """issue 53 (branches)."""
+    sweep = write(workdir / "never.yaml", SWEEP)
+    study = optuna.create_study(study_name="never", storage=open_storage(None),
+                                direction="maximize")
+    study.enqueue_trial({"micro_size": 1})
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL))
+    result = cli("best", str(sweep))
+    assert result.exit_code == 1, result.output
+    assert result.output == f"{sweep}: no trial of study 'never' completed yet\n"
+
+
+def test_best_export_of_a_trial_with_no_checkpoint_to_export_says_why_and_writes_nothing(
+        workdir: Path) -> None:
+    """issue 53 (branches): no checkpoint kept; kept, then deleted, with no MLflow run to
+    hold a copy (its record still in the spool). The best trial's lines still show, without
+    MLflow (mutation: the tracker made anyway: the store made, 10 s; an MLflow server
+    that is down fails the command)."""
+    sweep = write(workdir / "never.yaml", SWEEP)
+    study = optuna.create_study(study_name="never", storage=open_storage(None),
+                                direction="maximize")
+    study.add_trial(_trial(0.5, mlflow_run_id="spooled"))
+    out = workdir / "best-model"
+    result = cli("best", str(sweep), "--export", str(out))
+    assert (result.exit_code, result.output) == (1, "trial 0 kept no checkpoint "
+                                                 "(checkpoint.keep none?); nothing to export\n")
+    gone = workdir / "mlruns" / "trials" / "never" / "1" / "net-1_1.ckpt"
+    study.add_trial(_trial(0.9, mlflow_run_id="spooled", checkpoint=str(gone)))
+    result = cli("best", str(sweep), "--export", str(out))
+    assert (result.exit_code, result.output) == (1, f"trial 1's checkpoint {gone} is gone, "
+                                                 "and the trial has no MLflow run yet; "
+                                                 "nothing to export\n")
+    assert not out.exists()
+    shown = cli("best", str(sweep))
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines() == [
+        "trial 1: eval_accuracy=0.9", "  params: micro_size=1", "  MLflow run: spooled",
+        f"  checkpoint: {gone}"]
+    assert not (workdir / "mlruns" / "mlflow.db").exists()
+
+
+def test_an_export_after_the_sweep_file_changed_rebuilds_the_trial_as_it_ran(
+        workdir: Path) -> None:
+    """issue 53 (branches): `msexp best --export` and the Python API's `Trial.network`
+    build the trial's network from the params it kept where the sweep file changed since
+    (epochs and lr here); from the file's where it did not."""
+    from msexp.search.requests import ran_request
+    from msexp.secrets.redaction import redact_params
+    from msexp.spec import load_spec
+
+    sweep = write(workdir / "never.yaml", SWEEP)
+    spec = load_spec(sweep)
+    ran = spec.space.resolve(spec.space.assigned({"micro_size": 2}))
+    trial = optuna.trial.create_trial(
+        params={"micro_size": 2}, value=0.5, user_attrs={"params": redact_params(ran)},
+        distributions={"micro_size": optuna.distributions.CategoricalDistribution([1, 2])})
+    assert ran_request(spec, trial, workdir / "t").params == ran
+    sweep.write_text(sweep.read_text().replace("fixed: {epochs: 1}", "fixed: {epochs: 3, lr: 0.5}"))
+    changed = load_spec(sweep)
+    assert changed.space.resolve(changed.space.assigned({"micro_size": 2})) != ran
+    assert ran_request(changed, trial, workdir / "t").params == ran, "as it ran"

@@ -96,6 +96,18 @@ def test_an_in_memory_sqlite_url_opens(tmp_path: Path) -> None:
     assert open_storage("sqlite:///:memory:") is not None
 
 
+def test_a_sqlite_storage_in_a_missing_folder_is_refused_and_the_folder_not_made(
+        tmp_path: Path) -> None:
+    """issue 53 (branches): a mistyped --storage folder is said, not made (SQLite would
+    fail with "unable to open database file")."""
+    folder = tmp_path / "mlruns-typo"
+    with pytest.raises(MsexpError) as error:
+        open_storage(f"sqlite:///{folder / 'optuna.db'}")
+    assert str(error.value) == (f"cannot open the Optuna storage sqlite:///{folder / 'optuna.db'}"
+                                f" (folder {folder} does not exist)")
+    assert not folder.exists()
+
+
 def test_a_database_of_another_application_is_refused(tmp_path: Path) -> None:
     import sqlalchemy
 

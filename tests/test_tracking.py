@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from msexp.errors import Suggestion
+from msexp.errors import MsexpError, Suggestion
 from msexp.execution.result import Status, TrialResult
 from msexp.keys import RunTag
 from msexp.paths import DEFAULT_TRACKING_URI
@@ -212,6 +212,49 @@ def test_a_spool_record_names_its_store_without_credentials(tmp_path: Path) -> N
     del data["store"]
     legacy.write_text(json.dumps({**data, "uri": "http://host:5000/", "number": 6}))
     assert [r.number for _, r in spool.pending("http://u:p@host:5000")] == [4, 6]
+
+
+@pytest.mark.parametrize("free", [4096, None], ids=["disk-says-full", "write-says-full"])
+def test_a_full_disk_while_spooling_a_trial_is_one_line_and_leaves_no_partial_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: int | None) -> None:
+    """issue 53 (branches): the spool's full disk, in-process (tests/fault/test_causes.py
+    fills a real tmpfs where `unshare -m` is allowed)."""
+    import errno
+    import shutil
+
+    from msexp.tracking import spool as spooling
+
+    def full(handle, *args, **kwargs) -> None:  # the disk fills as the record is written
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spooling, "lock_file", full)
+    folder = tmp_path / "spool"
+    if free is not None:  # the disk's own figures say it is full: they are shown
+        usage = shutil.disk_usage(tmp_path)._replace(free=free)
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: usage)
+    with pytest.raises(MsexpError) as error:
+        Spool(folder).hold("http://host:5000", "1", "p", 3, {"lr": 0.1}, finished(), 12.0)
+    figures = f" ({free} bytes free)" if free is not None else ""
+    assert str(error.value) == (f"cannot keep trial 3's result in the spool; no space left on "
+                                f"the device of {folder.resolve()}{figures}")
+    assert list(folder.iterdir()) == [], "no partial record is left"
+
+
+def test_a_spool_write_that_fails_otherwise_names_the_record_it_could_not_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from msexp.tracking import spool as spooling
+
+    def refused(handle, *args, **kwargs) -> None:
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(spooling, "lock_file", refused)
+    folder = tmp_path / "spool"
+    with pytest.raises(PermissionError) as error:
+        Spool(folder).hold("http://host:5000", "1", "p", 3, {}, finished(), 12.0)
+    assert error.value.filename == str(folder / "p-00003.json")
+    assert list(folder.iterdir()) == []
 
 
 def test_ui_links_open_the_training_view(tracker: Tracker) -> None:

@@ -317,6 +317,21 @@ def test_tune_refuses_a_range_a_hookless_command_and_max_batch_without_budget(
                                      "got none")
 
 
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--max-batch", "--lr-find"], "msexp tune: --max-batch: choose --max-batch or --lr-find, "
+                                   "got both"),
+    (["--lr-find", "--lr-low", "0.1", "--lr-high", "0.1"],
+     "msexp tune: --lr-low: must be below --lr-high, got 0.1"),
+], ids=["both-searches", "empty-lr-range"])
+def test_tune_refuses_contradicting_flags_before_reading_the_sweep(
+        workdir: Path, flags: list[str], says: str) -> None:
+    """issue 53 (branches): refused in one line, exit 2, before any store or host starts."""
+    result = cli("tune", str(workdir / "missing.yaml"), *flags)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [says]
+    assert not (workdir / "mlruns").exists()
+
+
 def _profiles(folder: Path) -> dict[str, dict[str, float]]:
     """The result metrics of every probe under a tune run's folder, by folder name."""
     found = {}

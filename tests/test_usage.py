@@ -97,6 +97,29 @@ def test_usage_mistakes_are_worded_as_usage(argv, words, says) -> None:
     assert_usage(invoke(*argv), words, says)
 
 
+@pytest.mark.parametrize("command", ["status", "report"])
+def test_a_read_command_without_a_sweep_file_or_study_asks_for_one(workdir: Path,
+                                                                   command: str) -> None:
+    """issue 53 (branches): a read command given nothing to read says what to give, exit 2,
+    and makes no store."""
+    result = invoke(command)
+    assert result.exit_code == 2, result.output
+    assert result.output == "msexp: give a sweep file or --study NAME\n"
+    assert not (workdir / "mlruns").exists()
+
+
+@pytest.mark.parametrize("name", ["a/b", "../up", "-x", ".hidden", "a b"])
+def test_a_study_name_that_is_not_a_name_is_refused_before_any_store_opens(
+        workdir: Path, sweep: Path, name: str) -> None:
+    """issue 53 (branches): `--study` names folders under mlruns/: a path or an option-like
+    word is refused in one line, exit 2, and nothing is made."""
+    result = invoke("status", str(sweep), "--study", name)
+    assert result.exit_code == 2, result.output
+    assert result.output == ("msexp status: --study: a name of letters, digits and _.- "
+                             f"starting with a letter or digit, not a path, got {name}\n")
+    assert not (workdir / "mlruns").exists()
+
+
 def test_debug_keeps_the_exit_code_of_the_error(workdir: Path) -> None:
     """Mutation: --debug re-raises (Python's exit code 1 for a sweep file's error)."""
     plain, debug = invoke("validate", "nofile.yaml"), invoke("--debug", "validate", "nofile.yaml")
@@ -112,6 +135,22 @@ def test_run_blames_its_argument_not_set(workdir: Path) -> None:
     assert result.exit_code == 2
     assert result.output.startswith("msexp run: experiment: no built-in experiment named "
                                     "nosuch (built-ins: "), result.output
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["run", "mlp_digits", "--set", "lr"], "--set: lr: must be knob=value, got lr"),
+    (["run", "mlp_digits", "--from-checkpoint", "gone.ckpt"],
+     "--from-checkpoint: file not found, got gone.ckpt"),
+], ids=["set-without-value", "missing-checkpoint"])
+def test_run_refuses_a_bad_set_or_a_missing_checkpoint_in_one_line_before_training(
+        workdir: Path, argv: list[str], says: str) -> None:
+    """issue 53 (branches). Mutation: the --set message back to "must be key=value": the
+    redaction reads `key=value,` as a secret and shows `key=*** got lr`."""
+    result = invoke(*argv)
+    assert result.exit_code == 2, result.output
+    *before, last = result.output.splitlines()
+    assert last == says
+    assert len(before) <= 1, "at most the trial's params line: nothing trained"
 
 
 def test_a_study_made_from_another_sweep_file_is_refused_with_exit_code_2(sweep: Path) -> None:

@@ -300,3 +300,53 @@ def test_a_wheel_ships_every_file_of_msexps_experiments() -> None:
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "experiments").glob("*.py"))
     assert sorted(shipped) == files
     assert {f"experiments/{name}.py" for name in builtin_names()} <= set(shipped)
+
+
+# issue 53 (branches): each mistake in what build() returns, named in one line at plan time
+@pytest.mark.parametrize(("workload", "declared", "rule"), [
+    ("Workload('mlp', nn.CrossEntropyLoss(), (X, Y), (X, Y))", "",
+     "Workload.network must be a mindspore.nn.Cell, got str"),
+    ("Workload(mlp(), 'cross_entropy', (X, Y), (X, Y))", "",
+     "Workload.loss_fn must be a Cell or function (logits, labels) -> loss"),
+    ("Workload(mlp(), nn.CrossEntropyLoss(), (X, Y), (X, Y), optimizer='adam')", "",
+     "Workload.optimizer must be an nn.Optimizer or a function "
+     "(network, params, steps_per_epoch) -> nn.Optimizer"),
+    ("Workload(mlp(), nn.CrossEntropyLoss(), (X,), (X, Y))", "",
+     "Workload.train must be (inputs, labels) arrays (inputs: a tuple of arrays for a "
+     "network of several inputs)"),
+    ("Workload(mlp(), nn.CrossEntropyLoss(), (X, Y), (X, Y[:10]))", "",
+     "Workload.eval has 256 inputs but 10 labels"),
+    ("Workload(mlp(), nn.CrossEntropyLoss(), (X, Y), (X, Y), metrics={'f1': 0.5})", "",
+     "Workload.metrics['f1'] must be a function (logits, labels) -> float"),
+    ("Workload(mlp(), nn.CrossEntropyLoss(), (X, Y), (X, Y))", "METRICS = ('f1',)",
+     "METRICS declares f1 but Workload.metrics does not compute it"),
+], ids=["network", "loss", "optimizer", "train", "eval-lengths", "metric", "declared-metric"])
+def test_plan_check_names_a_wrong_part_of_the_workload_in_one_line(
+        workdir: Path, workload: str, declared: str, rule: str) -> None:
+    write(workdir / "w.py", HEADER + f"""
+    {declared}
+
+
+    def build(params):
+        from mindspore import nn
+        return {workload}
+    """)
+    sweep = write(workdir / "s.yaml", "name: w\nexperiment: w.py\n")
+    result = CliRunner().invoke(app, ["plan", str(sweep), "--check"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(f"s.yaml: experiment: {rule}, got w.py"), lines
+
+
+def test_a_batch_larger_than_the_training_set_fails_the_trial_before_it_trains(
+        workdir: Path) -> None:
+    """issue 53 (branches): said with both numbers, before any graph compiles."""
+    path = write(workdir / "w.py", HEADER + """
+
+    def build(params):
+        from mindspore import nn
+        return Workload(mlp(), nn.CrossEntropyLoss(), (X, Y), (X[:64], Y[:64]))
+    """)
+    with pytest.raises(ValueError, match=r"^batch_size 512 is larger than the training set "
+                                         r"\(256\)$"):
+        run_file(path, batch_size=512)

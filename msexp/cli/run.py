@@ -40,7 +40,7 @@ def run_one(
     for item in set_ or []:
         key, sep, text = item.partition("=")
         if not sep:
-            raise SpecError("--set", key, "must be key=value", item)
+            raise SpecError("--set", key, "must be knob=value", item)  # "key=v": redacted
         fixed[key.strip()] = yaml.safe_load(text)
     with tempfile.TemporaryDirectory(prefix="msexp-run-") as scratch:
         _run_trial(_foreground_request(experiment, fixed, from_checkpoint, Path(scratch)))

@@ -125,7 +125,8 @@ def best(
     if not chosen:
         raise MsexpError(f"{file}: no trial of study {loaded.study_name!r} completed yet")
     names = [o.metric for o in spec.objectives]
-    tracker = Tracker(tracking_uri) if export is None else None  # exporting needs no MLflow
+    linked = any(_run_of(t) for t in chosen)  # runs still spooled have no link: no MLflow
+    tracker = Tracker(tracking_uri) if export is None and linked else None
     found = [_best_document(t, names, tracker, spec.name) for t in chosen]
     exported = _export(spec, loaded, chosen[0], export, tracking_uri) \
         if export is not None else None
@@ -155,11 +156,17 @@ def _best_document(trial: Any, names: list[str], tracker: Tracker | None,
     attrs = trial.user_attrs
     run_id = attrs.get(TrialKey.RUN_ID)
     url = None
-    if tracker is not None and run_id and run_id != "spooled":
+    if tracker is not None and _run_of(trial):
         url = redact(tracker.ui_links(tracker.experiment_id(experiment), run_id)[1])
     return {"number": trial.number, "values": dict(zip(names, trial.values)),
             "params": attrs.get(TrialKey.PARAMS, trial.params), "run_id": run_id,
             "run_url": url, "checkpoint": attrs.get(TrialKey.CHECKPOINT)}
+
+
+def _run_of(trial: Any) -> str | None:
+    """The trial's MLflow run id; None where it has none yet (its record spooled)."""
+    run_id = trial.user_attrs.get(TrialKey.RUN_ID)
+    return run_id if run_id and run_id != "spooled" else None
 
 
 def _export(spec: Any, loaded: Any, chosen: Any, folder: Path,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from msexp.errors import MsexpError
+from msexp.errors import MsexpError, SpecError
 
 EXPERIMENTS = Path("experiments")  # where a project's experiments live, msexp's own too
 SWEEPS = Path("sweeps")
@@ -203,7 +203,7 @@ def new_script(name: str, folder: Path = EXPERIMENTS, sweeps: Path = SWEEPS,
 
 def _python_file(name: str, folder: Path) -> Path:
     if not name.isidentifier():
-        raise MsexpError(f"msexp new experiment: NAME must be a Python identifier, got {name}")
+        raise SpecError("msexp new experiment", "NAME", "must be a Python identifier", name)
     return folder / f"{name}.py"
 
 

@@ -1,0 +1,121 @@
+"""A storage outage ridden out (msexp/search/patience.py), in-process on a SQLite RDB
+storage whose connection is cut on cue: a write that landed before its answer was lost is
+not applied twice, an outage is said once and its end too, and one past the patience stops
+in one line with its cause (issue 53: branches that tests/fault/test_storage_restarts.py
+reaches only by restarting a real PostgreSQL, where the cut's moment is left to chance)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+
+from msexp.errors import MsexpError
+from msexp.search import patience as patience_module
+from msexp.search.patience import Patience, patient
+
+CUT = "server closed the connection unexpectedly"
+
+
+class _Cut(optuna.storages.RDBStorage):
+    """An RDB storage whose next `cut` writes land, then lose their answer (the connection
+    dies between the commit and the reply)."""
+
+    cut: frozenset[str] = frozenset()
+    down = False
+
+    def _lost(self, name: str) -> None:
+        if name in self.cut:
+            self.cut = self.cut - {name}
+            raise sqlalchemy.exc.OperationalError("COMMIT", {}, Exception(f"{CUT}\n"))
+
+    def create_new_trial(self, study_id, template_trial=None):  # type: ignore[no-untyped-def]
+        made = super().create_new_trial(study_id, template_trial)
+        self._lost("create_new_trial")
+        return made
+
+    def set_trial_state_values(self, trial_id, state, values=None):  # type: ignore[no-untyped-def]
+        done = super().set_trial_state_values(trial_id, state, values)
+        self._lost("set_trial_state_values")
+        return done
+
+    def get_all_trials(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if self.down:  # the server is gone: every read fails
+            raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception(f"{CUT}\n"))
+        return super().get_all_trials(*args, **kwargs)
+
+
+_PatientCut = patient(_Cut)
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> optuna.storages.RDBStorage:
+    opened = _PatientCut(f"sqlite:///{tmp_path / 'study.db'}")
+    opened.msexp_patience = Patience(opened.url)
+    return opened
+
+
+@pytest.fixture
+def said(caplog: pytest.LogCaptureFixture) -> Callable[[], list[str]]:
+    """What msexp's logger said so far."""
+    caplog.set_level(logging.INFO, logger="msexp")
+    return lambda: [r.getMessage() for r in caplog.records if r.name == "msexp"]
+
+
+def test_a_queued_trial_whose_creation_lost_its_answer_is_made_once(
+        storage: optuna.storages.RDBStorage, said: Callable[[], list[str]]) -> None:
+    study = optuna.create_study(storage=storage, study_name="s")
+    other = optuna.trial.create_trial(state=TrialState.WAITING, params={"lr": 0.2},
+                                      distributions={"lr": FloatDistribution(0, 1)},
+                                      user_attrs={"grid": 1})
+    storage.create_new_trial(study._study_id, other)  # an equal-looking trial of another mark
+    mine = optuna.trial.create_trial(state=TrialState.WAITING, params={"lr": 0.2},
+                                     distributions={"lr": FloatDistribution(0, 1)},
+                                     user_attrs={"grid": 2})
+    storage.cut = frozenset({"create_new_trial"})
+    made = storage.create_new_trial(study._study_id, mine)
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 2, "the retry found the trial the cut-off call made"
+    assert made == trials[1]._trial_id and trials[1].user_attrs == {"grid": 2}
+    assert said() == [f"waiting for the study storage {storage.url}: {CUT} (retrying for up to "
+                            "90 s)", f"the study storage {storage.url} answers again"]
+
+
+def test_a_samplers_new_trial_whose_creation_lost_its_answer_is_made_once(
+        storage: optuna.storages.RDBStorage) -> None:
+    study = optuna.create_study(storage=storage, study_name="s")
+    claimed = storage.create_new_trial(study._study_id)
+    storage.set_trial_user_attr(claimed, "owner", "another worker")  # its claim is marked
+    storage.cut = frozenset({"create_new_trial"})
+    made = storage.create_new_trial(study._study_id)
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    assert [t._trial_id for t in running] == [claimed, made], "one new trial, not two"
+
+
+def test_a_tell_whose_answer_was_lost_is_not_refused_as_another_processs(
+        storage: optuna.storages.RDBStorage) -> None:
+    """Told again, Optuna would refuse: the trial is finished already."""
+    study = optuna.create_study(storage=storage, study_name="s")
+    trial = storage.create_new_trial(study._study_id)
+    storage.cut = frozenset({"set_trial_state_values"})
+    assert storage.set_trial_state_values(trial, TrialState.COMPLETE, [0.75]) is True
+    (told,) = study.get_trials(deepcopy=False)
+    assert (told.state, told.values) == (TrialState.COMPLETE, [0.75])
+
+
+def test_an_outage_past_the_patience_stops_in_one_line_with_its_cause(
+        storage: optuna.storages.RDBStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MSEXP_STORAGE_PATIENCE_S", "1")
+    monkeypatch.setattr(patience_module, "_BACKOFF_S", (0.1,))
+    study = optuna.create_study(storage=storage, study_name="s")
+    storage.down = True
+    with pytest.raises(MsexpError) as stopped:
+        storage.get_all_trials(study._study_id)
+    assert str(stopped.value) == (f"the study storage {storage.url} did not answer for 1 s "
+                                  f"({CUT})")
