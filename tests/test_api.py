@@ -72,6 +72,8 @@ def test_reading_a_sweep_that_never_ran_says_so_in_the_clis_line(workdir: Path) 
         msexp.load_sweep(TINY)
     with pytest.raises(msexp.MsexpError, match="no study named 'other'"):
         msexp.load_sweep(study="other")
+    with pytest.raises(TypeError, match=r"needs a sweep file \(its path or dict\) or study=NAME"):
+        msexp.load_sweep()  # a Python caller's words, not the CLI's "--study NAME"
     assert not (workdir / "mlruns").exists()
 
 

@@ -139,8 +139,11 @@ def load_sweep(source: Source | None = None, *, study: str | None = None,
         tracking_uri: the MLflow tracking URI it used (`--tracking-uri`).
 
     Raises:
+        TypeError: neither `source` nor `study` given.
         MsexpError: no such study (one line: run the sweep first); nothing is made.
     """
+    if source is None and study is None:
+        raise TypeError("load_sweep() needs a sweep file (its path or dict) or study=NAME")
     with quiet():
         name = sweep_name(source) if source is not None else None
         found = existing_study(sweep_file(source), study, storage, name)
