@@ -108,13 +108,15 @@ class AccumulatingTrainStep(nn.Cell):
         for start in range(0, size, self.micro):
             end = min(start + self.micro, size)
             self.loss.set((end - start) * self.micro_size / size)
-            part = [column[start:end] for column in inputs]
-            losses.append(self.step.accumulate(batch_inputs(part), labels[start:end]))
+            whole = end - start == size  # no slice: each is an op of its own out of a graph
+            part = inputs if whole else [column[start:end] for column in inputs]
+            losses.append(self.step.accumulate(batch_inputs(part),
+                                               labels if whole else labels[start:end]))
         _, finite = self.step.update(losses)
         if not finite:
             self.overflow_steps += 1
             self.skipped_updates += self.drop_overflow_update
-        return sum(losses[1:], losses[0]) / self.micro_size
+        return losses[0] if self.micro_size == 1 else sum(losses[1:], losses[0]) / self.micro_size
 
     def _tell_batch_statistics(self, batch: int) -> None:
         """At the first batch: msexp learns of the network's BatchNorm and Dropout layers;
