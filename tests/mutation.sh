@@ -13,6 +13,8 @@
 # training, checkpoint, memory, signature and hooks modules), in a copy of the tree in
 # .mutation/hosts/ (its own mutants/ and mutants-run.log); only the mutants matching its
 # pattern are sampled. PROFILE=since (tests/mutation/since.toml): the code issue 40 names.
+# PROFILE=recent (tests/mutation/recent.toml): the code written since 9015a28 (issue 53);
+# only the mutants of the functions changed since then are sampled (changed_functions.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$(test -x .venv/bin/python && echo "$PWD/.venv/bin/python" || echo python)}
@@ -22,7 +24,7 @@ if [[ -n "${PROFILE:-}" ]]; then
   work=.mutation/$PROFILE
   mkdir -p "$work"
   mkdir -p "$work/mlruns"  # as in the checkout: tests lock the default journal's folder
-  for item in msexp tests sweeps benchmarks docs README.md; do
+  for item in msexp tests sweeps benchmarks docs experiments README.md; do
     rm -rf "${work:?}/$item"
     cp -a "$item" "$work/$item"
   done
@@ -35,6 +37,9 @@ if [[ -n "${PROFILE:-}" ]]; then
       FIRST='msexp.execution.slots.xǁSlotsǁkeep__mutmut_1'
       MATCH='^msexp\.(execution|training|hooks)\.|^msexp\.fence\.|^msexp\.knobs\.x_graph_params__' ;;
     since) FIRST='msexp.search.versions.x_newest__mutmut_1' ;;
+    recent)  # only the functions and methods changed from BASE (9015a28) to TIP (HEAD)
+      FIRST='msexp.os_tools.waiting.x_wait_until__mutmut_1'
+      MATCH=$("$PY" tests/mutation/changed_functions.py "${BASE:-9015a28}" "${TIP:-HEAD}") ;;
   esac
 fi
 # Trial and CLI subprocesses must import the mutated copy, not this checkout.
