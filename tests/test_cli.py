@@ -212,3 +212,36 @@ def test_help_shows_every_default() -> None:
     tracking = " ".join(invoke("sweep", "--help").output.split())
     assert "MLflow tracking URI. [env var: MLFLOW_TRACKING_URI] [default: " \
            "(sqlite:///mlruns/mlflow.db)]" in tracking
+
+
+def test_the_scaffolded_files_are_where_they_say_and_name_each_other(workdir: Path) -> None:
+    """`msexp new experiment` (plain and --script) and `msexp new sweep` of a file: each file
+    at its path, naming the others. Mutations (issue 53): the name, the text, the sweep or
+    --force not passed on; a `.py` target's stem taken after its last dot (sweeps/py.yaml)."""
+    assert invoke("new", "experiment", "plain").exit_code == 0
+    plain = (workdir / "experiments" / "plain.py").read_text()
+    assert "msexp new sweep --experiment experiments/plain.py" in plain
+    made = invoke("new", "experiment", "scripted", "--script")
+    assert made.exit_code == 0, made.output
+    script = (workdir / "experiments" / "scripted.py").read_text()
+    assert "msexp sweep sweeps/scripted.yaml" in script
+    sweep = (workdir / "sweeps" / "scripted.yaml").read_text()
+    assert "experiment: {command: python ../experiments/scripted.py}" in sweep
+    assert invoke("new", "experiment", "scripted", "--script").exit_code == 1
+    assert invoke("new", "experiment", "scripted", "--script", "--force").exit_code == 0
+    # the first `new sweep` in a process imports MindSpore to check it (about 2 s)
+    of_file = invoke("new", "sweep", "--experiment", "experiments/plain.py")
+    assert of_file.exit_code == 0, of_file.output
+    assert "experiment: experiments/plain.py:build" in \
+        (workdir / "sweeps" / "plain.yaml").read_text()
+    assert not (workdir / "sweeps" / "py.yaml").exists()
+
+
+def test_status_names_each_running_trial(sweep: Path) -> None:
+    """Mutation (issue 53): the running trial's number read under another key."""
+    study, _ = open_study(load_spec(sweep), None)
+    pop_waiting(study)  # running, no claim mark on it: its owner is not known
+    result = invoke("status", str(sweep))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ["cli: 0 finished of 2; RUNNING 1, WAITING 1",
+                                          "  running #0 on ?: "], result.output

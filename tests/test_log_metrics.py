@@ -261,3 +261,18 @@ def test_a_colon_right_before_a_number_is_a_pair_only_under_a_plain_name_on_a_me
     # mutation: _SEPARATOR without its tight `:` (DS-CNN's loss:2.67 unread)
     # mutation: _tight's check dropped (own_loop.py:86 and localhost:5000 read as metrics)
     assert [(v.name, v.number) for v in pairs(line)] == read
+
+
+def test_msexp_metrics_names_the_echo_it_leaves_out_and_a_missing_log(tmp_path) -> None:
+    """Mutations (issue 53): the echo not passed to the table (`None`), the missing file's
+    name left out of its line (`str(None)`)."""
+    log = tmp_path / "train.log"
+    log.write_text("batch_size: 32\nhidden: 64\nepoch 1 step 5 loss: 0.5\n"
+                   "epoch 1 step 10 loss: 0.25\n", encoding="utf-8")
+    shown = CliRunner().invoke(app, ["metrics", str(log)], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0, shown.output
+    assert "not recorded (printed before the first training line): batch_size, hidden" \
+        in shown.output.splitlines()
+    missing = CliRunner().invoke(app, ["metrics", str(tmp_path / "nowhere.log")])
+    assert (missing.exit_code, missing.output) == (
+        2, f"{tmp_path / 'nowhere.log'}: file not found\n")

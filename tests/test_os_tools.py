@@ -50,3 +50,15 @@ def test_a_file_lock_excludes_another_holder_until_its_block_ends(tmp_path: Path
         assert lock_file(other, blocking=False), "released at the block's end"
     with flock(path, shared=True) as first, flock(path, shared=True, blocking=False) as second:
         assert first and second, "shared holders coexist"
+
+
+def test_a_free_port_is_one_a_server_can_listen_on() -> None:
+    """`execution.ports.free_port`. Mutation (issue 53): the address's third item."""
+    import socket
+
+    from msexp.execution.ports import free_port
+
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", port))
+        assert server.getsockname()[1] == port > 0

@@ -174,3 +174,45 @@ def test_plan_shows_only_the_sweeps_values_where_the_source_could_mean_otherwise
         "fixed: epochs=3", "note: other.py does not write its DEFAULTS and PARAMS as literals, "
         "so only the values the sweep file sets are shown; `msexp plan --check` imports it"]
     assert not (workdir / "imported").exists()
+
+
+def _cells(output: str) -> list[list[str]]:
+    rows = [line for line in output.splitlines() if line.startswith(("│", "┃"))]
+    return [[c.strip() for c in row.strip("│┃").split("│" if "│" in row else "┃")]
+            for row in rows]
+
+
+def test_plan_shows_a_conditional_param_as_a_dash_where_it_does_not_apply_and_its_when(
+        tmp_path) -> None:
+    """A grid's cell of a param a trial does not get is `-`; a sampler's table names each
+    param's condition under `when`. Mutations (issue 53): the dash (`None`, no default), the
+    column's name, the param's name or its condition left out of the row."""
+    grid = write(tmp_path / "g.yaml", """
+        name: g
+        experiment: mlp_digits
+        params:
+          loss_scale: [none, dynamic]
+          loss_scale_window: {values: [2], when: {loss_scale: dynamic}}
+    """)
+    shown = CliRunner().invoke(app, ["plan", str(grid)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert _cells(shown.output)[:3] == [
+        ["#", "loss_scale", "loss_scale_window", "loss_scale_value", "loss_scale_factor",
+         "micro_batch", "effective_batch"],
+        ["0", "none", "-", "-", "-", "64", "64"],
+        ["1", "dynamic", "2", "6.554e+04", "2", "64", "64"]]
+    sampled = write(tmp_path / "t.yaml", """
+        name: t
+        experiment: mlp_digits
+        method: tpe
+        budget: {trials: 7}
+        params:
+          loss_scale: [none, dynamic]
+          loss_scale_window: {values: [2, 20], when: {loss_scale: dynamic}}
+    """)
+    shown = CliRunner().invoke(app, ["plan", str(sampled)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert _cells(shown.output) == [
+        ["param", "distribution", "when"],
+        ["loss_scale", "none, dynamic", ""],
+        ["loss_scale_window", "2, 20", "loss_scale in ['dynamic']"]]

@@ -327,3 +327,21 @@ def test_only_the_knobs_beyond_the_seed_spread_are_ranked() -> None:
     share = report.importances["micro_size"]
     assert report.findings()[-2:] == [f"importance: micro_size={share:.2f}",
                                       report.importance_note]
+
+
+def test_the_page_lists_the_best_trial_and_color_by_names_what_is_swept(
+        tmp_path: Path) -> None:
+    """Mutations (issue 53): the page's title line `BEST TRIAL`, its list items joined
+    with text between them, `swept: NONE`."""
+    import re
+
+    from msexp.tracking import report_files
+
+    study = study_of(trial(0.5, 0.1), trial(0.6, 0.1))
+    page = (build_report(study, tmp_path).folder / "report.html").read_text()
+    assert re.findall(r"<ul>.*?</ul>", page, re.S) == [
+        "<ul><li>best trial: #1 value0=0.6 (lr=0.1)</li></ul>"]
+    assert "<ul><li>a</li><li>b &amp; c</li></ul>" in report_files.page("t", ["a", "b & c"], [])
+    with pytest.raises(MsexpError) as refused:
+        build_report(study, color_by="lr")
+    assert str(refused.value).endswith("; swept: none")

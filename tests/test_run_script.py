@@ -51,3 +51,12 @@ def test_a_file_with_build_is_an_experiment_and_imports_with_its_own_argv(
     seen = sys.modules[loaded.build.__module__].SEEN
     assert seen == [str(experiment)]
     assert sys.argv == before
+
+
+def test_a_set_without_a_value_is_refused_in_one_line_naming_it() -> None:
+    """Mutations (issue 53): the knob's name left out of `--set`'s refusal, the option's
+    name or the rule's words changed."""
+    refused = invoke("run", "mlp_digits", "--set", "lr")
+    assert refused.exit_code == 2
+    line, = refused.output.splitlines()
+    assert line.startswith("--set: lr: must be ") and line.endswith("=value, got lr"), line

@@ -295,3 +295,17 @@ def test_each_scheduler_takes_only_its_own_options(sweep: Path, scheduler: str,
     assert result.exit_code != 0 and f"No such option: {foreign}" in result.output, \
         result.output
     assert not (sweep.parent / "mlruns" / "slurm").exists(), "nothing was written"
+
+
+def test_k8s_job_defaults_to_the_msexp_image_and_the_msexp_db_secret(sweep: Path) -> None:
+    """Mutations (issue 53): `k8s-job`'s default image, its --secret not passed on."""
+    _, job = k8s_objects("k8s-job", str(sweep), *SHARED)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "msexp:latest"
+    secret = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]
+              if "valueFrom" in e}
+    assert secret["PGPASSWORD"] == {"name": "msexp-db", "key": "pgpassword"}
+    _, job = k8s_objects("k8s-job", str(sweep), "--secret", "team-db", *SHARED)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "team-db", "key": "pgpassword"} in [
+        e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e]

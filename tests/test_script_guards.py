@@ -207,3 +207,26 @@ def test_a_script_that_echoes_its_arguments_lists_no_flags() -> None:
     assert Listed.of("got --api_token=*** --help\nworld: 2\n") == Listed()
     page = Listed.of("usage: train.py [-h] [--lr LR] [--amp]\n\noptions:\n  --lr LR\n")
     assert page.flags == {"lr": True, "amp": False}
+
+
+def test_devices_passes_as_msruns_and_experiment_check_is_named_in_a_refusal(
+        workdir: Path) -> None:
+    """`devices` is msrun's, never a flag the script must list; a name in experiment.check
+    that the script does not list is refused under that name. Mutations (issue 53): the
+    devices exception dropped, the section's name changed."""
+    write(workdir / "train.py", "print('x')\n")
+    sweep = write(workdir / "sweep.yaml", """
+        name: flagged
+        experiment:
+          command: python train.py
+          check: {epochs: 1}
+        objective: {metric: acc, direction: maximize}
+        fixed: {devices: 1, lr: 0.1}
+        params: {hidden: [8]}
+    """)
+    listed = Listed.of("usage: train.py [-h] [--lr LR] [--hidden HIDDEN]\n\n"
+                       "options:\n  --lr LR\n  --hidden HIDDEN\n")
+    with pytest.raises(SpecError) as refused:
+        check_flags(load_spec(sweep), listed)
+    assert str(refused.value) == (f"{sweep}: experiment.check.epochs: is not a flag of the "
+                                  "script: its --help lists no --epochs, got epochs")

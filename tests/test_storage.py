@@ -171,3 +171,44 @@ def test_an_error_reads_as_its_first_line_with_the_file_it_names() -> None:
 def test_the_storage_label_is_the_journal_or_the_redacted_url() -> None:
     assert storage_label(None) == "mlruns/optuna.journal"
     assert storage_label("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
+
+
+def test_a_cut_off_write_is_found_only_where_it_landed() -> None:
+    """`patience._landed`, the look before a write is tried again: a queued trial equal to
+    the template, its arguments passed by position or keyword; a tell landed only with the
+    values and the state told. Mutations (issue 53): a keyword's name, the keywords not
+    read, `values is not None`, the state not compared."""
+    from datetime import datetime
+
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from msexp.search.patience import _landed
+
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage)
+    since = datetime.now()
+    template = create_trial(state=TrialState.WAITING, params={"x": 1.0},
+                            distributions={"x": FloatDistribution(0, 2)},
+                            user_attrs={"mark": "a"})
+    made = storage.create_new_trial(study._study_id, template_trial=template)
+    assert _landed(storage, "create_new_trial", (study._study_id,),
+                   {"template_trial": template}, since) == made
+    assert _landed(storage, "create_new_trial", (),
+                   {"study_id": study._study_id, "template_trial": template}, since) == made
+    other = create_trial(state=TrialState.WAITING, params={"x": 1.0},
+                         distributions={"x": FloatDistribution(0, 2)}, user_attrs={"mark": "b"})
+    assert _landed(storage, "create_new_trial", (study._study_id,),
+                   {"template_trial": other}, since) is None
+    told = study.ask()
+    study.tell(told, 1.0)
+    assert _landed(storage, "set_trial_state_values",
+                   (told._trial_id, TrialState.COMPLETE, [1.0]), {}, since) is True
+    assert _landed(storage, "set_trial_state_values",
+                   (told._trial_id, TrialState.COMPLETE, [2.0]), {}, since) is None
+    assert _landed(storage, "set_trial_state_values", (), {
+        "trial_id": told._trial_id, "state": TrialState.COMPLETE, "values": [2.0]},
+        since) is None
+    assert _landed(storage, "set_trial_state_values",
+                   (told._trial_id, TrialState.FAIL, None), {}, since) is None

@@ -91,3 +91,17 @@ def test_a_narrow_terminal_keeps_knobs_objective_and_status_whole(monkeypatch) -
                   "COMPLETE", "dynamic", "adamw", "0.9722"):
         assert whole in text, (whole, text)
     assert "not shown at 80 columns: " in text and "wall_s" in text.split("not shown")[1]
+
+
+def test_an_objective_missing_in_two_trials_is_counted_in_the_plural() -> None:
+    """Mutation (issue 53): `trial` for 2 (`n > 2`)."""
+    from msexp.cli.render import missing_objectives
+
+    study = optuna.create_study()
+    for missing in (["acc"], ["acc", "loss"]):
+        trial = study.ask()
+        trial.set_user_attr(TrialKey.MISSING, missing)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    assert missing_objectives(study) == (
+        "objective not reported by trials that ran to the end: acc (missing in 2 trials), "
+        "loss (missing in 1 trial); Optuna failed those trials, so none of them can be best")

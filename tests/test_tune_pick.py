@@ -52,3 +52,11 @@ def test_the_pick_line_says_not_distinguishable_on_speed_where_they_disagree(
     assert agreed["pick"]["speed_distinguishable"] is True
     assert any(line.startswith("  throughput 1.24x ± 2.0% the baseline's (micro_size=1; ")
                for line in lines(agreed))
+
+
+def test_a_pick_whose_memory_was_not_measured_shows_a_dash(tmp_path: Path) -> None:
+    """Mutation (issue 53): the dash written `XX-XX`."""
+    document = summary(outcome_of(verdict(2, (1.2, 0.05), (1.24, 0.02)), tmp_path))
+    document["pick"]["memory_ratio"] = None
+    (line,) = [line for line in lines(document) if line.startswith("  throughput")]
+    assert ", memory -, objective " in line, line
