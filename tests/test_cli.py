@@ -245,3 +245,13 @@ def test_status_names_each_running_trial(sweep: Path) -> None:
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == ["cli: 0 finished of 2; RUNNING 1, WAITING 1",
                                           "  running #0 on ?: "], result.output
+
+
+def test_a_study_missing_from_a_given_store_is_refused_naming_that_store(
+        workdir: Path) -> None:
+    """Mutation (issue 53): the default journal named instead of the `--storage` given."""
+    url = f"sqlite:///{workdir / 'o.db'}"
+    optuna.create_study(study_name="other", storage=url)
+    result = invoke("status", "--study", "none", "--storage", url)
+    assert result.exit_code == 1
+    assert one_line(result) == f"no study named 'none' in {url}"

@@ -133,3 +133,11 @@ def test_a_crash_still_needs_budget_fail_fast_alike_and_off_is_off(budget: str) 
     absent = judge(spec(), trial(0), TrialResult(Status.COMPLETE, metrics={"acc": 0.5}))
     assert off.on_trial_end(trial(0), absent.result) is None
     assert off.stopped is None
+
+
+def test_a_tracebacks_own_line_is_the_error_whatever_its_exceptions_name() -> None:
+    """An exception whose name ends in no Error, Exception, Exit or Interrupt is still the
+    line a traceback ends with. Mutation (issue 53): the traceback not followed."""
+    text = ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+            "    raise Oops(\"bad shape\")\nmymodel.Oops: bad shape\nsaving the log\n")
+    assert error_line(text) == "mymodel.Oops: bad shape"

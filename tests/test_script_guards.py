@@ -230,3 +230,17 @@ def test_devices_passes_as_msruns_and_experiment_check_is_named_in_a_refusal(
         check_flags(load_spec(sweep), listed)
     assert str(refused.value) == (f"{sweep}: experiment.check.epochs: is not a flag of the "
                                   "script: its --help lists no --epochs, got epochs")
+
+
+def test_a_program_by_relative_path_runs_from_the_sweeps_folder_and_a_dashed_long_key_is_named(
+        tmp_path: Path) -> None:
+    """A command's program given by a relative path is made absolute from the sweep
+    file's folder; a key written with its dashes is refused naming itself when it has no
+    short form. Mutations (issue 53): the program's folder not passed, `long.get(bare)`
+    without its default (`did you mean None?`)."""
+    write(tmp_path / "scripts" / "run.sh", "#!/bin/sh\n")
+    assert command_argv(["scripts/run.sh", "--lr=0.1"], tmp_path)[0] == \
+        str(tmp_path / "scripts" / "run.sh")
+    listed = Listed.of("usage: train.py [-h] [--mode MODE]\n\noptions:\n  --mode MODE\n")
+    assert listed.refusal("--mode") == ("is written with dashes: a key is the flag's name "
+                                        "without them (did you mean mode?)")
