@@ -232,6 +232,14 @@ def test_tune_says_a_candidate_moved_by_dropout() -> None:
     assert split_cause(BatchStatistics(0, 64, 64, 2), BatchStatistics(0, 64, 64, 2)) == ""
 
 
+def test_tune_says_both_causes_of_a_network_with_batch_norm_and_dropout() -> None:
+    """Mutation (issue 53): the two causes joined by `XX; XX`."""
+    assert split_cause(BatchStatistics(1, 16, 64, 2), BatchStatistics(1, 64, 64, 2)) == (
+        " (batch statistics: its 1 BatchNorm layer(s) normalise micro-batches of 16, the "
+        "baseline's 64; dropout: its 2 Dropout layer(s) draw a mask per micro-batch of 16, "
+        "the baseline's 64; not an accumulation defect)")
+
+
 @pytest.mark.slow  # two trials in host processes
 def test_a_sweep_tells_dropout_on_its_console_in_mlflow_and_the_report(
         workdir: Path) -> None:

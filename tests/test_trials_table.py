@@ -105,3 +105,31 @@ def test_an_objective_missing_in_two_trials_is_counted_in_the_plural() -> None:
     assert missing_objectives(study) == (
         "objective not reported by trials that ran to the end: acc (missing in 2 trials), "
         "loss (missing in 1 trial); Optuna failed those trials, so none of them can be best")
+
+
+def test_a_study_with_constraints_shows_each_trials_feasibility() -> None:
+    """Mutation (issue 53): the feasible column's cells left out."""
+    study = optuna.create_study(study_name="t", directions=["maximize"])
+    study.set_user_attr(StudyKey.OBJECTIVES, ["acc"])
+    for i, feasible in enumerate((True, False)):
+        study.add_trial(optuna.trial.create_trial(
+            params={"lr": 0.1 * (i + 1)},
+            distributions={"lr": optuna.distributions.FloatDistribution(0.01, 1)},
+            values=[0.5], user_attrs={TrialKey.STATUS: "COMPLETE", TrialKey.FEASIBLE: feasible,
+                                      TrialKey.METRICS: {"acc": 0.5}}))
+    with console.capture() as captured:
+        trials_table(study)
+    rows = [[c.strip() for c in line.strip("┃│").split("┃" if "┃" in line else "│")]
+            for line in captured.get().splitlines() if line.startswith(("┃", "│"))]
+    assert rows[0][-1] == "feasible" and [row[-1] for row in rows[1:]] == ["yes", "no"], rows
+
+
+def test_the_link_lines_serve_the_store_only_where_a_command_serves_it() -> None:
+    """A server's store needs no serving command. Mutation (issue 53): the serve line
+    always (`serve the store:  None`)."""
+    from msexp.cli.render import link_lines
+
+    assert link_lines("http://mlflow:5000/#/runs", None) == [
+        "compare trials:   http://mlflow:5000/#/runs"]
+    assert link_lines("http://127.0.0.1:5000/#/runs", "msexp ui") == [
+        "serve the store:  msexp ui", "compare trials:   http://127.0.0.1:5000/#/runs"]
