@@ -171,6 +171,9 @@ def test_a_report_logs_its_files_under_report_on_the_parent_run(
     assert log_report(report, tracker=tracker) == parent
     logged = {a.path for a in tracker.client.list_artifacts(parent, "report")}
     assert logged == {f"report/{p.name}" for p in report.plots}
+    # its manifest says where it went (mutation, issue 53: the run's id left out of it)
+    from msexp.tracking import report_files
+    assert report_files.logged_where(report.folder, report.fingerprint)["run"] == parent
 
 
 def assert_offline(paths: list[Path]) -> None:
