@@ -432,6 +432,17 @@ def test_a_command_that_fails_or_reports_nothing_fails_its_trial(workdir: Path) 
     assert str(quiet).startswith("the command reported no metric")
 
 
+def test_a_command_that_fails_saying_nothing_is_refused_by_its_exit_alone(
+        workdir: Path) -> None:
+    """Mutation `command.run_command` 72: filler after the exit where no error line was seen."""
+    folder = workdir / "silent"
+    folder.mkdir()
+    silent = Command([sys.executable, "-c", "raise SystemExit(4)"], str(folder))
+    failed, _, _ = run_script(folder, command=silent)
+    assert isinstance(failed, CommandFailed)
+    assert str(failed) == "the command exited with code 4"
+
+
 # mutation: process_tree.subreaper leaves the flag set. CI saw it: a test process that had run
 # a command trial adopted the PostgreSQL it started after, and the next trial's
 # kill_descendants killed the database's workers (crash recovery, "in recovery mode").

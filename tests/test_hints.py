@@ -164,3 +164,31 @@ def test_after_the_python_api_and_the_cli_routed_the_logs_a_warning_is_written_o
         "kept; by: %s", Suggestion(("sync",), tracking_uri="sqlite:///elsewhere.db"))
     assert capsys.readouterr().err.splitlines() == [
         "kept; by: msexp sync --tracking-uri sqlite:///elsewhere.db"]
+
+
+def test_the_python_apis_routing_alone_shows_msexp_warnings_and_logs_a_librarys_in_utf8(
+        workdir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notebook that never ran the CLI: msexp's warning on stderr, a library's in
+    mlruns/msexp.log, non-ASCII text in both. Mutations (issue 53, made where the code is
+    now, `console/own_log.py`): `quiet.route_library_logs` 19 (msexp's handler set up on
+    another logger: the warning shows nowhere) and `quiet.LibraryLog.__init__` 7 (the log's
+    encoding misspelt: the library's call raises)."""
+    from msexp.api.quiet import route_library_logs
+
+    own, library = logging.getLogger("msexp"), logging.getLogger("optuna")
+    level = own.level
+    monkeypatch.setattr(own, "handlers", [])
+    monkeypatch.setattr(library, "handlers", [])
+    monkeypatch.setattr(library, "propagate", library.propagate)
+    monkeypatch.setenv("MLFLOW_CONFIGURE_LOGGING", "false")  # routing sets it
+    try:
+        route_library_logs()
+        own.getChild("api").warning("über die Grenze")
+        library.warning("Trial 0 finished: naïve")
+    finally:
+        for handler in library.handlers:
+            handler.close()
+        own.setLevel(level)
+    assert capsys.readouterr().err.splitlines() == ["über die Grenze"]
+    last = LOG_FILE.read_text(encoding="utf-8").splitlines()[-1]
+    assert last.endswith(" WARNING optuna: Trial 0 finished: naïve"), last

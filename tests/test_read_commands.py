@@ -134,3 +134,30 @@ def test_an_export_after_the_sweep_file_changed_rebuilds_the_trial_as_it_ran(
     changed = load_spec(sweep)
     assert changed.space.resolve(changed.space.assigned({"micro_size": 2})) != ran
     assert ran_request(changed, trial, workdir / "t").params == ran, "as it ran"
+
+
+def test_an_export_without_a_mindir_says_why_and_one_with_it_says_nothing(monkeypatch,
+                                                                          tmp_path: Path) -> None:
+    """Mutation `studies._export_from` 39: the reason no MindIR was written dropped (what
+    `msexp best --export` prints as `no MindIR: ...`)."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    from msexp.cli import studies
+    from msexp.search import requests
+
+    reasons = iter(["the network takes no sample input", ""])
+    export = ModuleType("msexp.execution.export")
+    export.export_model = lambda request, checkpoint, folder, record: (  # type: ignore[attr-defined]
+        [folder / "params.json"], next(reasons))
+    monkeypatch.setitem(sys.modules, "msexp.execution.export", export)
+    monkeypatch.setattr(requests, "ran_request",
+                        lambda spec, chosen, folder: SimpleNamespace(params={"lr": 0.1}))
+    spec = SimpleNamespace(experiment=SimpleNamespace(ref="mlp_digits"))
+    loaded = SimpleNamespace(study_name="s")
+    chosen = SimpleNamespace(number=2, user_attrs={})
+    without = studies._export_from(spec, loaded, chosen, tmp_path, tmp_path / "c.ckpt")
+    assert without == {"written": [str(tmp_path / "params.json")],
+                       "no_mindir": "the network takes no sample input"}
+    assert studies._export_from(spec, loaded, chosen, tmp_path, tmp_path / "c.ckpt")[
+        "no_mindir"] is None

@@ -466,3 +466,15 @@ def test_a_held_trial_another_process_took_is_dropped_and_told_one_the_storage_l
     assert lost == [second.number]
     assert list(source.held) == [first.number]
     source.close()
+
+
+def test_a_trials_name_is_its_number_and_each_assigned_value() -> None:
+    """Mutation `prepare._described` 7: the name's values all `None`."""
+    from msexp.search.prepare import _described
+    from msexp.spec import parse_spec
+
+    spec = parse_spec("name: k\nexperiment: lenet_digits\nparams:\n  amp_level: [O1, O2, O3]\n"
+                      "  lr: [0.1, 0.01]\n", "k.yaml")
+    trial = _described(spec, 3, {"amp_level": "O2", "lr": 0.01}, 0.0)
+    assert trial.name == "#3 amp_level=O2 lr=0.01"
+    assert trial.logged["experiment"] == "lenet_digits" and trial.params["lr"] == 0.01

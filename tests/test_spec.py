@@ -428,3 +428,17 @@ def test_each_rule_of_params_and_objectives_is_one_exact_line(text: str, line: s
     with pytest.raises(SpecError) as caught:
         parse_spec("name: s\nexperiment: mlp_digits\n" + text, "s.yaml")
     assert str(caught.value) == f"s.yaml: {line}"
+
+
+def test_the_micro_batch_warning_says_what_a_dropout_layer_does_to_the_update() -> None:
+    """Mutation `checks.batch_statistics_warning` 78: the dropout sentence's words changed."""
+    from msexp.spec.checks import batch_statistics_warning
+
+    spec = parse_spec("name: k\nexperiment: lenet_digits\nparams:\n  micro_size: [1, 2]\n",
+                      "k.yaml")
+    assert batch_statistics_warning("net.py", 0, spec.space, dropout=2) == (
+        "net.py: dropout: the network has 2 Dropout layer(s), which draw a mask per "
+        "micro-batch, so the update equals the full-batch one only in distribution "
+        "(micro-batches: 16 of 32): where the batch is split, the update is not the "
+        "full-batch one, and loss and accuracy move with micro_size "
+        "(docs/how-a-trial-runs.md#dropout)")

@@ -133,3 +133,37 @@ def test_the_link_lines_serve_the_store_only_where_a_command_serves_it() -> None
         "compare trials:   http://mlflow:5000/#/runs"]
     assert link_lines("http://127.0.0.1:5000/#/runs", "msexp ui") == [
         "serve the store:  msexp ui", "compare trials:   http://127.0.0.1:5000/#/runs"]
+
+
+def test_a_sweeps_summary_ends_with_its_links_and_none_where_mlflow_did_not_open() -> None:
+    """Mutation `render.summary` 20: each link line printed as `None`."""
+    from types import SimpleNamespace
+
+    from msexp.cli.render import summary
+
+    study = optuna.create_study(study_name="t", directions=["maximize"])
+    study.set_user_attr(StudyKey.OBJECTIVES, ["acc"])
+
+    class Recorder:
+        def __init__(self, ready: bool) -> None:
+            self._ready = ready
+
+        def ready(self) -> bool:
+            return self._ready
+
+        def failure(self) -> None:
+            return None
+
+        def ui_links(self) -> tuple[str, str, str]:
+            return ("http://127.0.0.1:5000/#/runs", "http://127.0.0.1:5000/#/runs/p",
+                    "msexp ui")
+
+    def ending(ready: bool) -> list[str]:
+        with console.capture() as captured:
+            summary(SimpleNamespace(study=study, recorder=Recorder(ready)))
+        return captured.get().splitlines()
+
+    assert ending(True)[-3:] == ["serve the store:  msexp ui",
+                                 "compare trials:   http://127.0.0.1:5000/#/runs",
+                                 "sweep run:        http://127.0.0.1:5000/#/runs/p"]
+    assert not any("5000" in line for line in ending(False))
