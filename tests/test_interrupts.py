@@ -89,3 +89,42 @@ def test_an_error_a_library_made_of_a_stop_ends_as_the_stop_not_as_an_error(
     result = CliRunner().invoke(app, ["plan", str(sweep), "--check"])
     assert result.exit_code == 128 + signal.SIGINT, result.output
     assert result.output == ""
+
+
+def test_a_command_that_does_not_hold_stops_acts_on_the_first_at_once_saying_nothing(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """`install()` as plan, run and the read commands call it. Mutation (issue 53):
+    `interrupts.install` 1 (held by default: the first Ctrl-C or SIGTERM did nothing)."""
+    interrupts.install()
+    with pytest.raises(SystemExit) as stopped:
+        signal.raise_signal(signal.SIGTERM)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert capfd.readouterr().out == ""
+
+
+@pytest.mark.parametrize(("stops", "code"), [([signal.SIGTERM, signal.SIGINT], 143),
+                                             ([signal.SIGINT], 130)])
+def test_a_stopped_sweeps_end_names_its_failed_trials_rerun_and_exits_by_the_first_stop(
+        capsys: pytest.CaptureFixture[str], stops: list[int], code: int) -> None:
+    """`msexp sweep`'s end after a SIGTERM and then a Ctrl-C while its table printed: exit
+    143, the first's. Mutations (issue 53): `sweeps._finish` 22 (the rerun command's word),
+    34 (exit 0), 37 (the second stop's code)."""
+    from types import SimpleNamespace
+
+    import optuna
+    import typer
+
+    from msexp.cli.sweeps import _finish
+
+    study = optuna.create_study(study_name="s")
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL))
+    study.add_trial(optuna.trial.create_trial(value=0.5))
+    interrupts.received[:] = stops
+    with pytest.raises(typer.Exit) as ended:
+        _finish(SimpleNamespace(study=study, fail_fast=None), Path("s.yaml"),
+                {"study": None, "storage": None})
+    assert ended.value.exit_code == code
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == ("1 trial(s) failed or timed out; after fixing the experiment: "
+                        "msexp sweep s.yaml --retry-failed")
+    assert lines[1].startswith("interrupted: ")
