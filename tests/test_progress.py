@@ -51,3 +51,77 @@ def test_a_fresh_sweep_says_nothing_of_resuming(capsys) -> None:
     assert capsys.readouterr().out.splitlines() == [
         "accum: 0/8 trials done",
         "resuming accum: 5 of 8 trials already finished; best eval_accuracy=0.5 (#1)"]
+
+
+def test_the_bar_shows_each_trials_epoch_and_loss_and_its_end_says_what_split_the_batch() -> None:
+    """A trial's row: its epoch and last loss (the loss only where the trial reports one),
+    the time left from this run's trials; its end: its line and, the first time a trial
+    reports BatchNorm layers in a split batch, the warning. Mutations (issue 53):
+    `SweepProgress.__init__` 23 (the info column's text wrapped), 31 (no notice: the end
+    raises), `on_sweep_start` 20 (`done_before` None: the time left raises),
+    `on_trial_epoch` 9, 12 (the loss's text), `on_trial_end` 31 (the warning printed as an
+    empty line)."""
+    import io
+    from pathlib import Path
+
+    from msexp.execution import Epoch, Status, TrialInfo, TrialResult
+    from msexp.spec import parse_spec
+    from msexp.training.records import BatchStatistics
+
+    spec = parse_spec("name: k\nexperiment: lenet_digits\nparams:\n  micro_size: [1, 2]\n",
+                      "k.yaml", Path("k.yaml"))
+    metric = spec.objectives[0].metric
+    screen = Console(file=io.StringIO(), width=200, force_terminal=False)
+    progress = SweepProgress(spec, screen)
+    progress.on_sweep_start(4, 1, "-")
+    trial = TrialInfo(2, "#2 micro_size=2", {"epochs": 3, "micro_size": 2}, {}, 0.0)
+    progress.on_trial_start(trial)
+
+    def shown() -> list[str]:
+        table = Console(file=io.StringIO(), width=200, force_terminal=False)
+        with table.capture() as captured:
+            table.print(progress.bar.make_tasks_table(progress.bar.tasks))
+        return [" ".join(line.split()) for line in captured.get().splitlines()]
+
+    progress.on_trial_epoch(trial, Epoch(1, 10, 1.0, {"train_loss": 0.123456}))
+    assert shown()[1].startswith("#2 micro_size=2") and " 1/3 epoch 1, loss 0.1235 " in shown()[1]
+    assert shown()[0].split()[-1] == "-:--:--"
+    progress.on_trial_epoch(trial, Epoch(2, 20, 2.0, {}))
+    assert " 2/3 epoch 2 " in shown()[1]
+    split = BatchStatistics(layers=1, micro_batch=16, batch=32)
+    with screen.capture() as captured:
+        progress.on_trial_end(trial, TrialResult(Status.COMPLETE, metrics={metric: 0.5},
+                                                 wall_s=3.0, batch_statistics=split))
+        progress.on_trial_end(TrialInfo(3, "#3", {}, {}, 0.0),
+                              TrialResult(Status.COMPLETE, metrics={metric: 0.25},
+                                          batch_statistics=split))
+    ended = captured.get().splitlines()
+    assert ended[0] == f"trial 2: COMPLETE {metric}=0.5 (3.0 s)"
+    assert ended[1].startswith("k.yaml: batch statistics: the network has 1 BatchNorm layer(s)")
+    assert ended[2:] == [f"trial 3: COMPLETE {metric}=0.25 (0.0 s)"], "said once"
+    assert shown()[0].split()[-1] != "-:--:--"
+
+
+def test_the_mlflow_links_are_printed_as_plain_text_on_a_color_terminal(monkeypatch) -> None:
+    """A terminal shows the links as they are, copyable, with no color codes inside.
+    Mutations (issue 53): `SweepProgress.on_mlflow_open` 6 and `LineProgress.on_mlflow_open`
+    11 (Rich's highlighting on: escape codes around the URL's parts)."""
+    import io
+
+    from msexp.cli import progress
+
+    def terminal() -> Console:
+        return Console(file=io.StringIO(), width=200, force_terminal=True,
+                       color_system="truecolor")
+
+    links = ["serve the store:  msexp ui --port 5001",
+             "compare trials:   http://127.0.0.1:5001/#/experiments/1/runs"]
+    screen = terminal()
+    SweepProgress(SPEC, screen).on_mlflow_open(
+        "http://127.0.0.1:5001/#/experiments/1/runs", "p", "msexp ui --port 5001")
+    assert screen.file.getvalue().splitlines() == links
+    lines = terminal()
+    monkeypatch.setattr(progress, "console", lines)
+    LineProgress(SPEC).on_mlflow_open("http://127.0.0.1:5001/#/experiments/1/runs", "p",
+                                      "msexp ui --port 5001")
+    assert lines.file.getvalue().splitlines() == links
