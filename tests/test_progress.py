@@ -125,3 +125,24 @@ def test_the_mlflow_links_are_printed_as_plain_text_on_a_color_terminal(monkeypa
     LineProgress(SPEC).on_mlflow_open("http://127.0.0.1:5001/#/experiments/1/runs", "p",
                                       "msexp ui --port 5001")
     assert lines.file.getvalue().splitlines() == links
+
+
+def test_a_sweeps_warnings_are_printed_as_plain_text_on_a_color_terminal(monkeypatch) -> None:
+    """What the sweep warns of while it runs (a path, a number, a URL) on stderr as it is.
+    Mutation (issue 53): `sweeps._run` 25 (Rich's highlighting on)."""
+    import io
+
+    from msexp.cli import sweeps
+
+    screen = Console(file=io.StringIO(), width=200, force_terminal=True,
+                     color_system="truecolor")
+    monkeypatch.setattr(sweeps, "err_console", screen)
+    line = "trial 3: MLflow at http://127.0.0.1:5001 unreachable; kept in mlruns/spool (2 runs)"
+
+    def run_in_slots(*args):
+        args[-1](line)
+        return "outcome"
+
+    monkeypatch.setattr(sweeps, "run_in_slots", run_in_slots)
+    assert sweeps._run(SPEC, 1, LineProgress(SPEC), None, None, None) == "outcome"
+    assert screen.file.getvalue() == line + "\n"
