@@ -216,3 +216,20 @@ def test_plan_shows_a_conditional_param_as_a_dash_where_it_does_not_apply_and_it
         ["param", "distribution", "when"],
         ["loss_scale", "none, dynamic", ""],
         ["loss_scale_window", "2, 20", "loss_scale in ['dynamic']"]]
+
+
+def test_a_check_runs_the_first_grid_point_or_each_params_first_value_or_low_end() -> None:
+    """The params `plan --check` and `validate --check` try. Mutations (issue 53):
+    `scripts.first_trial` 3 (no grid iterated), 9 (values and ranges swapped)."""
+    from msexp.cli.scripts import first_trial
+
+    searched = parse_spec("name: k\nexperiment: lenet_digits\nmethod: random\nparams:\n"
+                          "  micro_size: [2, 4]\n  lr: {low: 0.001, high: 0.1, log: true}\n"
+                          "  epochs: {low: 3, high: 9}\n", "k.yaml")
+    first = first_trial(searched)
+    assert (first["micro_size"], first["lr"], first["epochs"]) == (2, 0.001, 3)
+    assert isinstance(first["epochs"], int)
+    grid = parse_spec("name: k\nexperiment: lenet_digits\nparams:\n  micro_size: [2, 4]\n"
+                      "  batch_size: [64, 16]\n", "k.yaml")
+    first = first_trial(grid)
+    assert (first["micro_size"], first["batch_size"]) == (2, 64)
