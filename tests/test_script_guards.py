@@ -244,3 +244,41 @@ def test_a_program_by_relative_path_runs_from_the_sweeps_folder_and_a_dashed_lon
     listed = Listed.of("usage: train.py [-h] [--mode MODE]\n\noptions:\n  --mode MODE\n")
     assert listed.refusal("--mode") == ("is written with dashes: a key is the flag's name "
                                         "without them (did you mean mode?)")
+
+
+def test_a_check_run_says_what_it_runs_and_a_missing_objective_names_it(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """`experiment.check` runs the first trial with its overrides; a run that did not
+    report the objective is refused naming it. Mutations (issue 53): `scripts._check_run`
+    32 (the run without its params), 41 (its first line `None`), 116 (the refusal without
+    the objective's name)."""
+    from types import SimpleNamespace
+
+    from msexp.cli import scripts
+
+    write(workdir / "train.py", "print('loss: 0.5')\n")
+    sweep = write(workdir / "sweep.yaml", """
+        name: checked
+        experiment: {command: python train.py}
+        objective: {metric: acc, direction: maximize}
+        params: {lr: [0.01, 0.1]}
+    """)
+    spec = load_spec(sweep)
+    ran = []
+
+    def check_run(request, timeout):
+        ran.append(request.params)
+        return SimpleNamespace(metrics={"loss": 0.5}, echoed=[], batch_statistics=None,
+                               checkpoint=None, log=workdir / "check.log")
+
+    monkeypatch.setattr(scripts, "check_run", check_run)
+    monkeypatch.setattr(scripts.tempfile, "mkdtemp", lambda prefix: str(workdir / "c"))
+    with pytest.raises(SpecError) as refused:
+        scripts._check_run(spec, {"epochs": 1}, [])
+    assert ran == [{"lr": 0.01, "epochs": 1}]
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (f"{sweep}: a check run with epochs=1 (log: "
+                     f"{workdir / 'c' / 'trial-0000' / 'trial.log'})"), first
+    assert str(refused.value) == (
+        f"{sweep}: objective.0.metric: the check run did not report it (it reported loss; "
+        f"`msexp metrics {workdir / 'check.log'}` shows why), got acc")
