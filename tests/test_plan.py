@@ -233,3 +233,33 @@ def test_a_check_runs_the_first_grid_point_or_each_params_first_value_or_low_end
                       "  batch_size: [64, 16]\n", "k.yaml")
     first = first_trial(grid)
     assert (first["micro_size"], first["batch_size"]) == (2, 64)
+
+
+def test_plan_check_builds_the_first_grid_points_workload_and_warns_of_its_split_batch(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """`plan --check` on a built-in experiment builds the first trial's workload (here a
+    fake: no MindSpore) and says what its BatchNorm layers do to a split batch. Mutations
+    (issue 53): `sweeps._check_workload` 4 (no grid iterated), 12 (the workload built
+    without the trial's params)."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    from msexp.cli.sweeps import _check_workload
+
+    built = []
+
+    def fake(name: str, **functions) -> None:
+        module = ModuleType(name)
+        module.__dict__.update(functions)
+        monkeypatch.setitem(sys.modules, name, module)
+
+    fake("msexp.execution.local", build_workload=lambda request: (
+        built.append(request.params) or SimpleNamespace(network="net")))
+    fake("msexp.training.check", first_step_problem=lambda workload, micro_batch: None)
+    fake("msexp.training.batch_stats", batch_statistic_layers=lambda network: ["bn"],
+         random_mask_layers=lambda network: [], seeded_dropout_layers=lambda network: [])
+    spec = parse_spec("name: k\nexperiment: lenet_digits\nparams:\n  micro_size: [2, 1]\n"
+                      "  batch_size: [64, 16]\n", "k.yaml")
+    _check_workload(spec)
+    assert [(p["micro_size"], p["batch_size"]) for p in built] == [(2, 64)]
+    assert capsys.readouterr().out.startswith("k.yaml: batch statistics: the network has 1 ")
