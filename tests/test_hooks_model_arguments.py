@@ -244,3 +244,20 @@ def test_a_scripts_namespace_names_the_knobs_it_sets_with_values_msexp_takes() -
     args = argparse.Namespace(lr=0.05, batch_size=32, micro_size=0, data_dir="/data")
     assert named(args) == {"lr": 0.05, "batch_size": 32}  # micro_size 0 breaks its rule
     assert named(vars(args)) == named(args)
+
+
+@pytest.mark.parametrize(("sweep", "amp_level", "want"), [
+    ({"loss_scale": "none"}, "O3", {"amp_level": "O3", "keep_batchnorm_fp32": False,
+                                    "loss_scale": "none"}),
+    ({"amp_level": "O2"}, "O2", {"amp_level": "O2", "keep_batchnorm_fp32": True,
+                                 "loss_scale": "none"}),
+])
+def test_the_scripts_amp_level_brings_its_defaults_only_where_the_sweep_leaves_the_level_alone(
+        swept, sweep: dict, amp_level: str, want: dict) -> None:
+    """O3's fp16 BatchNorm applies beside the sweep's loss scaling (another group of
+    knobs); a script's amp_level equal to the sweep's brings nothing of Model's (no O2
+    dynamic scaling over the sweep's none). Mutations (issue 53): `model_arguments._group`
+    2 (every knob in loss scaling's group), `knob_values` 21 (the sweep's level not seen)."""
+    swept(**sweep)
+    values = knob_values(sweep, amp_level, None, None)
+    assert {k: values[k] for k in want} == want
