@@ -119,3 +119,29 @@ def test_an_outage_past_the_patience_stops_in_one_line_with_its_cause(
         storage.get_all_trials(study._study_id)
     assert str(stopped.value) == (f"the study storage {storage.url} did not answer for 1 s "
                                   f"({CUT})")
+
+
+def test_a_grpc_proxy_that_cannot_be_reached_is_an_outage_named_by_its_details() -> None:
+    """The gRPC proxy's UNAVAILABLE, however deep in the causes, is an outage in one line;
+    another status is an error. Mutation (issue 53): `patience._rpc_unavailable` 1 (no
+    gRPC error seen: a proxy's outage failed at once)."""
+    import grpc
+
+    class CallError(grpc.RpcError):
+        def __init__(self, status: grpc.StatusCode, details: str) -> None:
+            self.status, self.text = status, details
+
+        def code(self) -> grpc.StatusCode:
+            return self.status
+
+        def details(self) -> str:
+            return self.text
+
+    down = CallError(grpc.StatusCode.UNAVAILABLE,
+                     "failed to connect to all addresses")
+    try:
+        raise RuntimeError("the storage call failed") from down
+    except RuntimeError as wrapped:
+        assert patience_module.unreachable(wrapped) == "gRPC failed to connect to all addresses"
+    refused = CallError(grpc.StatusCode.INVALID_ARGUMENT, "no such study")
+    assert patience_module.unreachable(refused) is None
