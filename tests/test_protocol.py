@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -205,3 +206,24 @@ def test_a_zombie_or_a_reaped_process_is_not_alive() -> None:
     assert not alive(handle), "exited, not yet reaped"
     child.wait()
     assert not alive(handle), "reaped"
+
+
+def test_what_a_finished_trial_left_running_in_this_processs_tree_is_killed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process a trial left behind (not kept) is killed and reaped, in a process that
+    does not adopt orphans too (the look for marked strays finds none here). Mutations
+    (issue 53): `process_tree.kill_descendants` 5 (the strays' kill called without them:
+    it raises), 15 (each leftover's liveness asked of `None`: it raises)."""
+    from msexp.execution import process_tree
+    from msexp.keys import TrialEnv
+
+    monkeypatch.delenv(TrialEnv.MARKER, raising=False)
+    kept = process_tree.descendants(os.getpid())  # what this test process ran before
+    left = subprocess.Popen(["sleep", "600"])
+    leftover = psutil.Process(left.pid)
+    try:
+        process_tree.kill_descendants(kept, wait_s=5.0)
+        assert not alive(leftover), "killed and reaped"
+    finally:
+        left.kill()
+        left.wait()
