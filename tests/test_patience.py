@@ -145,3 +145,34 @@ def test_a_grpc_proxy_that_cannot_be_reached_is_an_outage_named_by_its_details()
         assert patience_module.unreachable(wrapped) == "gRPC failed to connect to all addresses"
     refused = CallError(grpc.StatusCode.INVALID_ARGUMENT, "no such study")
     assert patience_module.unreachable(refused) is None
+
+
+class _CutInside(optuna.storages.RDBStorage):
+    """An RDB storage whose next new trial's commit lands, then loses its answer inside
+    Optuna's own retried creation (which would make the trial again)."""
+
+    cut = False
+
+    def _get_prepared_new_trial(self, study_id, template_trial, session):  # type: ignore[no-untyped-def]
+        made = super()._get_prepared_new_trial(study_id, template_trial, session)
+        if self.cut:
+            self.cut = False
+            session.commit()
+            raise sqlalchemy.exc.OperationalError("COMMIT", {}, Exception(f"{CUT}\n"))
+        return made
+
+
+def test_a_trial_whose_commit_lost_its_answer_inside_optunas_retry_is_made_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optuna retries a creation whose commit failed; msexp stops that retry (the first
+    try may have landed) and finds the trial the cut-off commit made. Mutation (issue 53):
+    `patience.patient` 33 (Optuna's retry not stopped: two trials)."""
+    from optuna.storages._rdb import storage as rdb
+
+    monkeypatch.setattr(rdb.random, "random", lambda: 0.0)  # Optuna's wait before its retry
+    storage = patient(_CutInside)(f"sqlite:///{tmp_path / 'study.db'}")
+    storage.msexp_patience = Patience(storage.url)
+    study = optuna.create_study(storage=storage, study_name="s")
+    storage.cut = True
+    made = storage.create_new_trial(study._study_id)
+    assert [t._trial_id for t in study.get_trials(deepcopy=False)] == [made], "one trial"
