@@ -460,3 +460,15 @@ def test_a_record_that_changed_between_a_listings_open_and_its_lock_is_passed_by
         later[0].release()
         ((_, record),) = spool.pending(uri)
         assert (record.started, record.trial_result.status) == (2.0, Status.COMPLETE)
+
+
+def test_a_tracking_servers_links_name_the_sweeps_run_and_no_command() -> None:
+    """A tracking server's UI serves itself: no command; the parent run's own link.
+    Mutation (issue 53): `Tracker.ui_links` 14 (the runs table for the parent run)."""
+    from types import SimpleNamespace
+
+    server = SimpleNamespace(uri="http://mlflow:5000")  # Tracker() would connect to it
+    runs, parent, command = Tracker.ui_links(server, "1", "abc")  # type: ignore[arg-type]
+    assert parent == "http://mlflow:5000/#/experiments/1/runs/abc?workflowType=machine_learning"
+    assert runs == "http://mlflow:5000/#/experiments/1/runs?workflowType=machine_learning"
+    assert command is None

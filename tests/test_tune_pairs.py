@@ -485,3 +485,13 @@ def test_max_batch_grows_a_commands_micro_batch_to_its_peak_mem_mb_budget(
     assert found.micro_batch == 5
     assert [(size, memory) for size, memory, _ in found.tried if size in (5, 6)] == [
         (6, 600.0), (5, 500.0)]
+
+
+def test_a_speedup_over_one_seed_has_no_spread_and_over_two_their_relative_deviation() -> None:
+    """Mutation (issue 53): `rules.over_seeds` 8 (the spread of one ratio asked of
+    `statistics.stdev`, which raises)."""
+    import math
+
+    assert rules.over_seeds({1: 200.0}, {1: 100.0}) == (2.0, math.inf)
+    mean, spread = rules.over_seeds({1: 200.0, 2: 300.0, 3: 50.0}, {1: 100.0, 2: 100.0})
+    assert mean == 2.5 and spread == pytest.approx(0.7071 / 2.5, rel=1e-3)
