@@ -478,3 +478,23 @@ def test_a_trials_name_is_its_number_and_each_assigned_value() -> None:
     trial = _described(spec, 3, {"amp_level": "O2", "lr": 0.01}, 0.0)
     assert trial.name == "#3 amp_level=O2 lr=0.01"
     assert trial.logged["experiment"] == "lenet_digits" and trial.params["lr"] == 0.01
+
+
+def test_a_told_trial_keeps_the_batch_norm_layers_its_network_split() -> None:
+    """What `msexp report` reads to say why micro_size moved the loss. Mutation (issue 53):
+    `tell.tell` 13 (the statistics asked of `None`: the tell raises)."""
+    from msexp.spec import parse_spec
+    from msexp.training.records import BatchStatistics
+
+    spec = parse_spec("name: k\nexperiment: lenet_digits\nparams:\n  micro_size: [1, 2]\n",
+                      "k.yaml")
+    study = optuna.create_study(study_name="k", direction="maximize")
+    handle = study.ask()
+    split = BatchStatistics(layers=2, micro_batch=16, batch=32, dropout=1)
+    tell.tell(study, spec, handle, TrialInfo(0, "#0 micro_size=2", {"micro_size": 2}, {}, 0.0),
+              TrialResult(Status.COMPLETE, metrics={spec.objectives[0].metric: 0.5},
+                          batch_statistics=split))
+    (told,) = study.get_trials(deepcopy=False)
+    assert told.value == 0.5
+    assert told.user_attrs[TrialKey.BATCH_STATISTICS] == {
+        "layers": 2, "micro_batch": 16, "batch": 32, "dropout": 1, "seeded": 0}
