@@ -312,3 +312,12 @@ def test_load_model_says_in_one_line_why_it_cannot_build_the_model(workdir: Path
     assert str(refused.value) == ("study 'tiny' was opened by name: give the sweep (its file "
                                   "or dict) to load_sweep to build its model")
     assert repr(by_name) == "<SweepResults tiny: 2 complete>"
+
+
+def test_a_sweeps_dict_is_named_without_validating_the_rest() -> None:
+    """`load_sweep(dict)` finds its study by the dict's name even where the rest no longer
+    loads (an experiment since removed). Mutation (issue 53): `sources.sweep_name` 1 (the
+    dict loaded whole: refused)."""
+    from msexp.api.sources import sweep_name
+
+    assert sweep_name({"name": "mine", "params": {"lr": [0.1]}}) == "mine"
