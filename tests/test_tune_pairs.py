@@ -495,3 +495,35 @@ def test_a_speedup_over_one_seed_has_no_spread_and_over_two_their_relative_devia
     assert rules.over_seeds({1: 200.0}, {1: 100.0}) == (2.0, math.inf)
     mean, spread = rules.over_seeds({1: 200.0, 2: 300.0, 3: 50.0}, {1: 100.0, 2: 100.0})
     assert mean == 2.5 and spread == pytest.approx(0.7071 / 2.5, rel=1e-3)
+
+
+def test_a_confirm_verdict_averages_its_seeds_and_keeps_what_its_network_split() -> None:
+    """A candidate's verdict from its confirm trainings: the objective of each, their mean
+    samples/s (nan where one did not measure it), memory, and the BatchNorm layers its
+    network split. Mutations (issue 53): `phases._verdict` 23 (no nan default: a seed
+    without samples/s raises), 25 (the samples/s key misspelt: nan), 58 (the batch
+    statistics dropped)."""
+    import math
+    from types import SimpleNamespace
+
+    from msexp.training.records import BatchStatistics
+    from msexp.tune.measure import Budget
+    from msexp.tune.phases import _verdict
+
+    split = BatchStatistics(layers=2, micro_batch=8, batch=32)
+
+    def ran(seed: int, **metrics: float) -> SimpleNamespace:
+        return SimpleNamespace(job=SimpleNamespace(key=(1, seed), name=f"confirm-seed{seed}"),
+                               result=TrialResult(Status.COMPLETE, metrics=metrics,
+                                                  batch_statistics=split))
+
+    profile = SimpleNamespace(candidate="micro_size=4")
+    budget = Budget([], None)
+    both = _verdict(profile, [ran(1, acc=0.9, samples_per_s=100.0, train_mem_mb=5.0),  # type: ignore[arg-type]
+                              ran(2, acc=0.8, samples_per_s=300.0, train_mem_mb=7.0)],
+                    "acc", budget)
+    assert (both.objective, both.samples_per_s, both.memory_mb) == ([0.9, 0.8], 200.0, 6.0)
+    assert both.batch_statistics == split and both.rejected is None
+    one = _verdict(profile, [ran(1, acc=0.9, samples_per_s=100.0),  # type: ignore[arg-type]
+                             ran(2, acc=0.8)], "acc", budget)
+    assert math.isnan(one.samples_per_s)
