@@ -498,3 +498,43 @@ def test_a_told_trial_keeps_the_batch_norm_layers_its_network_split() -> None:
     assert told.value == 0.5
     assert told.user_attrs[TrialKey.BATCH_STATISTICS] == {
         "layers": 2, "micro_batch": 16, "batch": 32, "dropout": 1, "seeded": 0}
+
+
+def test_only_a_built_in_experiments_hosts_import_mindspore_ahead(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command experiment's trials run a script: their hosts import no MindSpore ahead
+    (seconds and a device's memory each). Mutations (issue 53): `sweep.run_sweep` 7, 8 and
+    `slots.run_in_slots` 18 (preload by default, or the other way round)."""
+    from msexp.search import slots, sweep
+
+    preloads = []
+
+    class Pool:
+        def __init__(self, count: int, preload: bool = True) -> None:
+            preloads.append(preload)
+
+        def __enter__(self) -> Pool:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(sweep, "HostPool", Pool)
+    monkeypatch.setattr(slots, "HostPool", Pool)
+    monkeypatch.setattr(sweep, "_run", lambda *args: "outcome")
+    write(workdir / "train.py", "print('acc: 1')\n")
+    command = load_spec(write(workdir / "c.yaml", """
+        name: scripted
+        experiment: {command: python train.py}
+        objective: {metric: acc, direction: maximize}
+        params: {lr: [0.01]}
+    """))
+    built_in = load_spec(write(workdir / "b.yaml", """
+        name: built-in
+        experiment: mlp_digits
+        params: {lr: [0.01]}
+    """))
+    for spec in (command, built_in):
+        assert sweep.run_sweep(spec, []) == "outcome"
+        assert slots.run_in_slots(spec, 1, [], None, None, None) == "outcome"
+    assert preloads == [False, False, True, True]
