@@ -538,3 +538,22 @@ def test_only_a_built_in_experiments_hosts_import_mindspore_ahead(
         assert sweep.run_sweep(spec, []) == "outcome"
         assert slots.run_in_slots(spec, 1, [], None, None, None) == "outcome"
     assert preloads == [False, False, True, True]
+
+
+@pytest.mark.parametrize(("outage", "stale"), [(False, [0]), (True, [])])
+def test_after_a_storage_outage_a_missed_heartbeat_says_nothing_of_its_owner(
+        monkeypatch: pytest.MonkeyPatch, outage: bool, stale: list[int]) -> None:
+    """Another host's trial whose heartbeat is an hour old is stale; not where this process
+    found the storage down lately (its heartbeats could not land). Mutation (issue 53):
+    `claims.TrialHeartbeat._silent` 7 (after an outage every other owner's trial stale)."""
+    import time
+
+    from msexp.search import claims
+
+    monkeypatch.setattr(claims, "outage_within", lambda storage, seconds: outage)
+    study = optuna.create_study(study_name="beats")
+    for beat in (time.time() - 3600, time.time()):
+        trial = study.ask()
+        trial.set_user_attr(TrialKey.OWNER, "elsewhere:4242")
+        trial.set_user_attr(TrialKey.HEARTBEAT, beat)
+    assert [t.number for t in claims.TrialHeartbeat(study).stale_trials()] == stale
