@@ -557,3 +557,28 @@ def test_after_a_storage_outage_a_missed_heartbeat_says_nothing_of_its_owner(
         trial.set_user_attr(TrialKey.OWNER, "elsewhere:4242")
         trial.set_user_attr(TrialKey.HEARTBEAT, beat)
     assert [t.number for t in claims.TrialHeartbeat(study).stale_trials()] == stale
+
+
+def test_a_stale_trial_out_of_retries_fails_recorded_by_the_callers_on_fail() -> None:
+    """An orphan past `budget.retries` (0 here) is failed once the caller recorded it (its
+    MLflow run, in a sweep). Mutation (issue 53): `claims.requeue_stale_trials` 31 (the
+    caller's `on_fail` not passed on: the failure recorded nowhere)."""
+    import time
+
+    from msexp.search import claims
+
+    study = optuna.create_study(study_name="orphans")
+    trial = study.ask()
+    trial.set_user_attr(TrialKey.OWNER, "elsewhere:4242")
+    trial.set_user_attr(TrialKey.HEARTBEAT, time.time() - 3600)
+    recorded = []
+
+    def on_fail(frozen, error: str) -> dict:
+        recorded.append((frozen.number, error))
+        return {"recorded": "run-0"}
+
+    assert claims.requeue_stale_trials(study, lambda owner: None, on_fail=on_fail) == [0]
+    (failed,) = study.get_trials(deepcopy=False)
+    assert failed.state is TrialState.FAIL and failed.user_attrs["recorded"] == "run-0"
+    assert recorded == [(0, failed.user_attrs[TrialKey.ERROR])]
+    assert recorded[0][1].startswith("orchestrator elsewhere:4242 went silent")
