@@ -249,3 +249,15 @@ def test_lock_waiters_leave_the_holders_storage_calls_their_threads(shared_servi
             call.cancel()
         channel.close()
         server.stop(0)
+
+
+def test_the_proxy_process_judges_a_cut_off_claim_by_the_claims_heartbeat() -> None:
+    """The proxy's patient storage takes a cut-off claim as landed only where no heartbeat
+    came since: in its own process (`python -m msexp.search.grpc_proxy`, which imports no
+    sweep) it must read heartbeats as the claims module does, not count none as none."""
+    done = subprocess.run([sys.executable, "-c", (
+        "import msexp.search.grpc_proxy\n"
+        "from msexp.search import patience\n"
+        "assert patience._last_beat[0].__qualname__ == 'last_heartbeat'")],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 
 from msexp.errors import MsexpError
+from msexp.search import claims  # noqa: F401 (gives patience its heartbeat reader)
 from msexp.search.lock import GRANTED, HOLD_METHOD, advisory_lock
 from msexp.search.optuna_private import make_grpc_server
 from msexp.search.storage import open_storage

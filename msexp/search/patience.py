@@ -280,8 +280,8 @@ def _created(storage: Any, study: int, template: FrozenTrial | None, since: date
     return None
 
 
-# a trial's last heartbeat: a claim mark, read by search/claims.py alone (it gives its reader)
-_last_beat: list[Callable[[FrozenTrial], float | None]] = [lambda frozen: None]
+# claims.py's heartbeat reader; until given, claimed since: no cut-off claim counts as landed
+_last_beat: list[Callable[[FrozenTrial], float | None]] = [lambda frozen: float("inf")]
 
 
 def read_beats_with(last_beat: Callable[[FrozenTrial], float | None]) -> None:
