@@ -102,8 +102,8 @@ def test_an_objective_absent_from_a_completed_trial_stops_the_sweep_after_it() -
     decision = watch.on_trial_end(trial(0), result)
     assert watch.stopped is not None and watch.stopped.count == 1
     assert decision is not None and decision.line(2) == (
-        "fail fast: a trial ran without reporting its objective, which the next run the same "
-        "code to miss, and none completed (objective not available: eval_accuracy (it "
+        "fail fast: a trial ran without reporting its objective, which the other trials run "
+        "the same code to miss, and none completed (objective not available: eval_accuracy (it "
         "reported acc; did you mean acc?)); 2 trials not started (budget.fail_fast: 3)")
 
 

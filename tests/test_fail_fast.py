@@ -284,8 +284,8 @@ def test_a_misspelt_objective_fails_at_the_first_epoch(workdir: Path) -> None:
             "objective eval_acuracy not in epoch 1's report (it reported eval_accuracy, "
             "eval_loss; did you mean eval_accuracy?); the trial was stopped there")
     assert {r.data.tags["status"] for r in child_runs("objective-typo")} == {"FAILED"}
-    line = ("fail fast: a trial ran without reporting its objective, which the next run "
-            "the same code to miss, and none completed (objective eval_acuracy not in epoch "
+    line = ("fail fast: a trial ran without reporting its objective, which the other trials "
+            "run the same code to miss, and none completed (objective eval_acuracy not in epoch "
             "1's report (it reported eval_accuracy, eval_loss; did you mean eval_accuracy?); "
             "the trial was stopped there); 2 trials not started (budget.fail_fast: 2)")
     assert line in result.output.splitlines(), result.output

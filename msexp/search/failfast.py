@@ -107,7 +107,7 @@ class FailFast(Subscriber):
     @staticmethod
     def _why(stopped: Stopped) -> str:
         """Why the sweep stopped, the start of its line (`Decision.line`)."""
-        failed = ("a trial ran without reporting its objective, which the next run the same "
-                  "code to miss," if stopped.absent else
+        failed = ("a trial ran without reporting its objective, which the other trials run "
+                  "the same code to miss," if stopped.absent else
                   f"{stopped.count} trials failed with the same error")
         return f"fail fast: {failed} and none completed ({stopped.example[:300]})"
