@@ -255,3 +255,38 @@ def test_a_study_missing_from_a_given_store_is_refused_naming_that_store(
     result = invoke("status", "--study", "none", "--storage", url)
     assert result.exit_code == 1
     assert one_line(result) == f"no study named 'none' in {url}"
+
+
+@pytest.mark.parametrize("proxy", [False, True])
+def test_services_up_prints_the_storage_workers_give_unwrapped_and_the_proxy_only_if_started(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, proxy: bool) -> None:
+    """The services themselves start in the slow test_cluster; here, what `services up`
+    prints of them at a terminal narrower than its lines: each line whole, to copy.
+    (issue 53 survivors: cli.cluster.services_up 6, 11, 19, 23)"""
+    from msexp.cli import options
+    from msexp.cluster import services
+
+    monkeypatch.setattr(options.console, "_force_terminal", True)
+    monkeypatch.setattr(options.console, "_width", 40)
+
+    asked: dict[str, object] = {}
+
+    def up(**ports: object) -> services.Services:
+        asked.update(ports)
+        started = services.Services(workdir / "services", 15432, 15000)
+        started.root.mkdir()
+        (started.root / "proxy.port").write_text("13007\n")
+        return started
+
+    monkeypatch.setattr(services, "up", up)
+    args = ["services", "up", "--pg-port", "15432", "--mlflow-port", "15000",
+            "--proxy-port", "13007", *(["--proxy"] if proxy else [])]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert asked == {"pg_port": 15432, "mlflow_port": 15000, "proxy": proxy,
+                     "proxy_port": 13007}
+    storage = "grpc://127.0.0.1:13007" if proxy else "postgresql://msexp@127.0.0.1:15432/optuna"
+    lines = result.output.splitlines()
+    assert (f"msexp sweep FILE --storage {storage} --tracking-uri http://127.0.0.1:15000"
+            in lines), result.output
+    assert ("gRPC proxy:    grpc://127.0.0.1:13007 (of database optuna)" in lines) is proxy

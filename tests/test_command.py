@@ -561,3 +561,21 @@ def test_a_trial_runs_in_its_own_folder_with_booleans_as_its_parser_takes_them(
     except CommandFailed as exc:
         failed = str(exc)
     assert failed is not None and "argument --amp: ignored explicit argument 'True'" in failed
+
+
+def test_a_data_parallel_command_runs_as_msrun_ranks_logging_into_the_trials_ranks_folder(
+        workdir: Path) -> None:
+    """`devices: 2` runs the script as two msrun ranks whose logs land in the trial's
+    `ranks/` folder (logged to MLflow as `ranks/`, docs/your-code.md). (issue 53 survivor:
+    command._launch_plan 90)"""
+    from msexp.execution.command import _launch_plan
+
+    folder = workdir / "trials" / "trial-0000"
+    command = Command([sys.executable, "train.py"], str(workdir))
+    argv, _, outputs = _launch_plan(TrialRequest("train.py", {"devices": 2, "lr": 0.1}, folder,
+                                                 command=command))
+    assert outputs == folder / "outputs"
+    assert "msrun" in " ".join(argv[:3]) and "--worker_num=2" in argv, argv
+    assert f"--log_dir={folder / 'ranks'}" in argv, argv
+    wrapper = folder / "ranks" / "redacted.py"
+    assert wrapper.is_file() and argv[argv.index(str(wrapper)) + 1:] == ["train.py", "--lr=0.1"]

@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -246,3 +247,54 @@ def test_the_parent_run_shows_the_objective_against_training_memory(tracker) -> 
     assert drawn == [(2.0, 0.8), (2.9, 0.9), (4.6, 0.9)]
     assert [t.get_text() for t in axes.get_legend().get_texts()] == [
         "micro_size=1", "micro_size=2", "micro_size=4"]
+
+
+def test_serve_says_once_its_server_answers_how_long_it_took_and_stops_it_on_a_signal(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`serve` around a stand-in server (Python's http.server answering /health; MLflow's
+    own is the slow tests'): its ready line, whole on a narrow terminal, with the seconds it
+    waited; then the links; a stop signal ends it and its server. (issue 53 survivors:
+    cli.ui.serve 60, 63, 68)"""
+    from msexp.cli import options, ui
+
+    (workdir / "health").write_text("OK")
+    port = free_port()
+    monkeypatch.setattr(ui, "server_argv", lambda uri, port: [
+        sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+        "--directory", str(workdir)])
+    servers: list[int] = []
+    shown = ui.show_links
+
+    def show_then_stop(*args: str | None) -> None:
+        shown(*args)
+        servers.extend(int(p) for p in subprocess.run(
+            ["pgrep", "-f", f"http.server {port}"], capture_output=True, text=True).stdout.split())
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C once the links are out
+
+    monkeypatch.setattr(ui, "show_links", show_then_stop)
+    monkeypatch.setattr(options.console, "_force_terminal", True)
+    monkeypatch.setattr(options.console, "_width", 40)
+    started = time.monotonic()
+    ui.serve("sqlite:///mlruns/mlflow.db", port, workdir / "mlruns" / "mlflow.db", ("3", "abc"))
+    took = time.monotonic() - started
+    out = capsys.readouterr()
+    ready = re.search(r"^MLflow UI of sqlite:///mlruns/mlflow\.db ready in (\d+\.\d) s "
+                      r"\(Ctrl-C stops it\)$", out.out, re.M)
+    assert ready and 0 <= float(ready[1]) <= took, out.out
+    assert re.search(rf"^compare trials: +http://127\.0\.0\.1:{port}/#/experiments/3/runs", out.out,
+                     re.M), out.out
+    assert "MLflow UI stopped" in out.err and len(servers) == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(servers[0], 0)
+
+
+def test_a_port_that_takes_the_call_but_never_answers_is_not_ready() -> None:
+    """A server that accepts and hangs is polled again, not waited on forever (5 s each).
+    (issue 53 survivor: cli.ui._answers 7)"""
+    from msexp.cli import ui
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        assert ui._answers(silent.getsockname()[1], "/health") is False
