@@ -82,14 +82,14 @@ def fate(outcome: Outcome, profile: Profile) -> str:
     if profile.dropped:
         return f"dropped: {profile.dropped}"
     confirmed = next((v for v in outcome.verdicts if v.profile is profile), None)
-    if confirmed is not None:
-        chosen = outcome.pick is confirmed
-        return "the pick" if chosen else (f"not kept: {confirmed.rejected}" if confirmed.rejected
-                                          else _short_of(outcome, confirmed))
     if outcome.baseline is not None and outcome.baseline.profile is profile:
         return ("the pick: the baseline, as nothing that kept the objective trained faster "
                 "beyond its noise"
                 if outcome.pick is outcome.baseline else "the baseline: trained as the reference")
+    if confirmed is not None:
+        chosen = outcome.pick is confirmed
+        return "the pick" if chosen else (f"not kept: {confirmed.rejected}" if confirmed.rejected
+                                          else _short_of(outcome, confirmed))
     rank = outcome.standing.index(profile) + 1
     return (f"ranked {rank} of {len(outcome.standing)} by probes: not among the "
             f"{len(outcome.verdicts)} confirmed")
