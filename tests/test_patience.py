@@ -7,6 +7,8 @@ reaches only by restarting a real PostgreSQL, where the cut's moment is left to 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
+from msexp.os_tools.waiting import wait_until
 from msexp.search import patience as patience_module
 from msexp.search.patience import Patience, patient
 
@@ -29,6 +32,7 @@ class _Cut(optuna.storages.RDBStorage):
 
     cut: frozenset[str] = frozenset()
     down = False
+    stall_s = 0.0
 
     def _lost(self, name: str) -> None:
         if name in self.cut:
@@ -46,6 +50,7 @@ class _Cut(optuna.storages.RDBStorage):
         return done
 
     def get_all_trials(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(self.stall_s)  # the server waits out an outage of its own first
         if self.down:  # the server is gone: every read fails
             raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception(f"{CUT}\n"))
         return super().get_all_trials(*args, **kwargs)
@@ -176,3 +181,34 @@ def test_a_trial_whose_commit_lost_its_answer_inside_optunas_retry_is_made_once(
     storage.cut = True
     made = storage.create_new_trial(study._study_id)
     assert [t._trial_id for t in study.get_trials(deepcopy=False)] == [made], "one trial"
+
+
+def test_a_call_its_server_leaves_unanswered_says_once_what_it_waits_for(
+        storage: optuna.storages.RDBStorage, said: Callable[[], list[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """msexp's gRPC proxy holds its clients' calls while the PostgreSQL behind it restarts:
+    a call unanswered for STALL_S says, once for all the calls waiting, that the sweep
+    waits for its storage. A call the proxy answers meanwhile (from its cache) does not
+    end that outage; the next call answered once none waits does."""
+    monkeypatch.setattr(patience_module, "STALL_S", 0.4)
+    study = optuna.create_study(storage=storage, study_name="s")
+    storage.stall_s = 3.0
+
+    def stalled_call(after_s: float) -> threading.Thread:
+        caller = threading.Timer(after_s, storage.get_all_trials, args=(study._study_id,))
+        caller.start()
+        return caller
+
+    callers = [stalled_call(0.0), stalled_call(0.0)]
+    waiting = f"waiting for the study storage {storage.url}: no answer for 0.4 s"
+    assert wait_until(lambda: said() == [waiting], 20, 0.05), said()
+    assert storage.get_study_id_from_name("s") == study._study_id  # answered meanwhile
+    assert said() == [waiting]  # the outage goes on: two calls wait
+    callers.append(stalled_call(0.0))  # asked after the outage began
+    for caller in callers:
+        caller.join()
+    assert said() == [waiting, f"the study storage {storage.url} answers again"]
+    assert storage.msexp_patience.recovered_within(0.5)  # stale heartbeats say nothing yet
+    storage.stall_s = 0.0
+    storage.get_all_trials(study._study_id)
+    assert len(said()) == 2

@@ -22,6 +22,7 @@ from msexp.errors import MsexpError
 from msexp.search import claims  # noqa: F401 (gives patience its heartbeat reader)
 from msexp.search.lock import GRANTED, HOLD_METHOD, advisory_lock
 from msexp.search.optuna_private import make_grpc_server
+from msexp.search.patience import unreachable
 from msexp.search.storage import open_storage
 
 # threads kept for storage calls: a lock holder's claim must never wait behind the
@@ -41,7 +42,8 @@ class _LockService:
         self.limit = max(1, threads - _RESERVED_THREADS)
 
     def hold(self, request: bytes, context: Any) -> Iterator[bytes]:
-        """Wait for the lock in turn, say GRANTED, and hold it until the call ends."""
+        """Wait for the lock in turn, say GRANTED, and hold it until the call ends; while
+        the database is down, UNAVAILABLE at once (the client waits it out, saying so)."""
         import grpc  # lazy: only the proxy needs it
 
         ticket = object()
@@ -54,10 +56,16 @@ class _LockService:
             context.add_callback(ended.set)
             if not self._first(ticket, context):
                 return
-            with advisory_lock(self.storage_url):
-                if context.is_active():
-                    yield GRANTED
-                    ended.wait()
+            try:
+                with advisory_lock(self.storage_url, patient=False):
+                    if context.is_active():
+                        yield GRANTED
+                        ended.wait()
+            except Exception as exc:  # the client waits out its database's restart, saying so
+                reason = unreachable(exc)
+                if reason is None:
+                    raise
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"the proxy's database: {reason}")
         finally:
             with self.turns:
                 self.queue.remove(ticket)

@@ -79,11 +79,12 @@ def _storage_file(url: str | None) -> Path | None:
 
 
 @contextlib.contextmanager
-def advisory_lock(url: str) -> Iterator[None]:
+def advisory_lock(url: str, patient: bool = True) -> Iterator[None]:
     """The study lock of a PostgreSQL database: an advisory lock, held by one session.
     Waiters queue in PostgreSQL's lock manager, in order (FIFO); a restart of the database
-    is waited out (`search.patience`)."""
-    connection = patience_of(url).call(lambda: _locked_session(url))
+    is waited out (`search.patience`), or, not `patient`, raises at once."""
+    connection = (patience_of(url).call(lambda: _locked_session(url)) if patient
+                  else _locked_session(url))
     try:
         yield
     finally:

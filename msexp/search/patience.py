@@ -8,11 +8,13 @@ a pooled connection that died while idle): the retry is msexp's own, around each
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Callable, TypeVar
 
@@ -103,13 +105,23 @@ class Patience:
 
     def _answered(self, asked: float) -> None:
         """A call asked at `asked` was answered: the outage is over if it was asked after
-        the outage began (one asked before may be answered while the server shuts down)."""
-        if self.began is None or asked < self.began:
+        the outage began (one asked before may be answered while the server shuts down)
+        and no call waits unanswered (a proxy answers some from its cache meanwhile)."""
+        if self.began is None or asked < self.began or _UNANSWERED.late(self):
             return
         with self.lock:
             if self.began is not None and asked >= self.began:
                 self.began, self.ended = None, time.monotonic()
                 _log.info(f"the study storage {self.url} answers again")
+
+    def unanswered(self) -> None:
+        """A call unanswered for STALL_S: its server waits out an outage of its own (msexp's
+        proxy, while the PostgreSQL behind it restarts), said once as this process's."""
+        with self.lock:
+            if self.began is None:
+                self.began = time.monotonic()
+                _log.warning(f"waiting for the study storage {self.url}: no answer for "
+                             f"{STALL_S:g} s")
 
     def stalled(self) -> None:
         """A call was answered only after STALL_S: an outage behind the server just ended."""
@@ -122,6 +134,49 @@ class Patience:
         return self.began is not None or time.monotonic() - self.ended < seconds
 
 
+class _Unanswered:
+    """The storage calls in flight in this process, and one thread that tells each call's
+    `Patience` of a call unanswered for STALL_S (a timer per call costs 0.2 ms)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.asked: dict[object, tuple[Patience, float]] = {}
+        self.watch: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def asking(self, patience: Patience) -> Iterator[None]:
+        """The call inside (one try), watched."""
+        token, asked = object(), time.monotonic()
+        with self.lock:
+            self.asked[token] = (patience, asked)
+            if self.watch is None or not self.watch.is_alive():  # not yet, or a forked child
+                self.watch = threading.Thread(target=self._watch, name="msexp-unanswered",
+                                              daemon=True)
+                self.watch.start()
+        try:
+            yield
+        finally:
+            with self.lock:
+                del self.asked[token]
+
+    def late(self, patience: Patience) -> bool:
+        """Whether a call of `patience` waits unanswered for over STALL_S."""
+        now = time.monotonic()
+        with self.lock:
+            return any(p is patience and now - asked > STALL_S
+                       for p, asked in self.asked.values())
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, STALL_S / 4))
+            now = time.monotonic()
+            with self.lock:
+                late = {p for p, asked in self.asked.values() if now - asked > STALL_S}
+            for patience in late:
+                patience.unanswered()
+
+
+_UNANSWERED = _Unanswered()
 _PATIENCE: dict[str, Patience] = {}
 _PATIENCE_LOCK = threading.Lock()
 
@@ -211,7 +266,8 @@ def _retried(method: Callable[..., Any], name: str) -> Callable[..., Any]:
             tried.append(True)
             if name in _CREATES:
                 _local.prepared = False  # see `_prepared_once`
-            return method(self, *args, **kwargs)
+            with _UNANSWERED.asking(patience):
+                return method(self, *args, **kwargs)
 
         asked = time.monotonic()
         try:
