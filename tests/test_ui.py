@@ -298,3 +298,168 @@ def test_a_port_that_takes_the_call_but_never_answers_is_not_ready() -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         assert ui._answers(silent.getsockname()[1], "/health") is False
+
+
+@dataclass(frozen=True)
+class Store:
+    """A real MLflow store of sweeps' parent runs (MLflow's client, no trials run)."""
+
+    uri: str
+    folder: Path
+    ids: dict[str, str]  # what -> experiment or run id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """tiny: its sweep run `current`, a newer one `replaced` (superseded by another
+    version) and a newer trial run; all-replaced: two superseded sweep runs, `older` and
+    `newer`; empty: no run; later: the newest sweep run of the store."""
+    from mlflow import MlflowClient
+
+    from msexp.keys import RunTag
+
+    folder = tmp_path_factory.mktemp("ui-store")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    ids: dict[str, str] = {}
+
+    def run(experiment: str, what: str, start: int, **tags: str) -> None:
+        ids[what] = client.create_run(ids[experiment], start_time=start,
+                                      tags={RunTag.ROLE: "sweep", **tags}).info.run_id
+
+    for name in ("tiny", "all-replaced", "empty", "later"):
+        ids[name] = client.create_experiment(name)
+    run("tiny", "current", 1000)
+    run("tiny", "replaced", 2000, **{RunTag.SUPERSEDED_BY: "tiny-v3"})
+    run("tiny", "trial", 3000, **{RunTag.ROLE: "trial"})
+    run("all-replaced", "older", 1000, **{RunTag.SUPERSEDED_BY: "v2"})
+    run("all-replaced", "newer", 2000, **{RunTag.SUPERSEDED_BY: "v3"})
+    run("later", "newest", 5000)
+    return Store(uri, folder, ids)
+
+
+def _ui_links(workdir: Path, monkeypatch: pytest.MonkeyPatch, store: Store, *args: str
+              ) -> tuple[int, str, list[Path | None]]:
+    """`msexp ui ARGS --tracking-uri STORE` with its server's run left out (`serve` is the
+    test above's): its exit code, output (the links `serve` prints once the UI answers)
+    and the store it would serve."""
+    from msexp.cli import ui
+
+    served: list[Path | None] = []
+
+    def links_only(uri: str, port: int, folder: Path | None,
+                   found: tuple[str | None, str | None]) -> None:
+        served.append(folder)
+        ui.show_links(*found, ui.ui_base(uri, port))
+
+    monkeypatch.setattr(ui, "serve", links_only)
+    for name in ("tiny", "all-replaced", "empty", "nope"):
+        write(workdir / f"{name}.yaml", f"name: {name}\nexperiment: mlp_digits\n")
+    port = free_port()
+    result = CliRunner().invoke(app, ["ui", *args, "--tracking-uri", store.uri,
+                                      "--port", str(port)], env={"COLUMNS": "200"})
+    return result.exit_code, result.output, served
+
+
+@pytest.mark.parametrize(("args", "experiment", "parent"), [
+    (["tiny.yaml"], "tiny", "current"),
+    (["all-replaced.yaml"], "all-replaced", "newer"),
+    ([], "later", "newest"),
+    (["empty.yaml"], "empty", None),
+], ids=["replaced-not-linked", "all-replaced-the-newest", "no-file-the-newest-sweep",
+        "no-sweep-run"])
+def test_msexp_ui_links_the_sweeps_current_parent_run(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, store: Store, args: list[str],
+        experiment: str, parent: str | None) -> None:
+    """The sweep's runs table and its newest parent run that no newer version replaced
+    (`msexp sweep --restart` tags the one it replaces), not a trial's; the newest of the
+    replaced where all were; without FILE the store's newest sweep; no parent line where
+    the sweep has no parent run. (survivors: cli.ui.ui, sweep_runs, _newest_sweep)"""
+    code, output, served = _ui_links(workdir, monkeypatch, store, *args)
+    assert code == 0, output
+    assert served == [store.folder / "mlflow.db"]
+    runs = LINK.findall(output)
+    assert [(r[2]) for r in runs] == [store.ids[experiment]], output
+    assert PARENT.findall(output) == ([store.ids[parent]] if parent else []), output
+
+
+def test_msexp_ui_of_a_sweep_not_in_the_store_says_to_sweep_it(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
+    """(survivors: cli.ui.sweep_runs' refusal)"""
+    code, output, served = _ui_links(workdir, monkeypatch, store, "nope.yaml")
+    assert code == 1 and served == []
+    assert " ".join(output.split()) == (
+        f"no MLflow experiment named 'nope' in {store.uri}: run `msexp sweep nope.yaml "
+        f"--tracking-uri {store.uri}` first"), output
+
+
+def test_msexp_ui_refuses_a_port_that_answers_and_names_the_next(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
+    """(survivors: cli.ui.ui's port check)"""
+    from msexp.cli import ui
+
+    monkeypatch.setattr(ui, "serve", lambda *args: pytest.fail("served a taken port"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["ui", "--tracking-uri", store.uri, "--port",
+                                          str(port)], env={"COLUMNS": "200"})
+    assert result.exit_code == 1
+    assert " ".join(result.output.split()) == (
+        f"port {port} already answers (another MLflow UI?): stop it, or give --port "
+        f"{port + 1}"), result.output
+
+
+def test_the_ui_server_reads_artifacts_under_mlruns_for_the_default_store_only(
+        workdir: Path) -> None:
+    """MLflow's UI of the embedded store finds the runs' artifacts in mlruns/artifacts;
+    another store keeps its own artifact locations. (survivors: cli.ui.server_argv)"""
+    from msexp.cli import ui
+    from msexp.tracking.runs import tracking_uri
+
+    common = ["--host", "127.0.0.1", "--port", "5071", "--workers", "1",
+              "--no-serve-artifacts"]
+    default = tracking_uri()
+    assert ui.server_argv(default, 5071) == [
+        sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", default, *common,
+        "--default-artifact-root", (workdir / "mlruns" / "artifacts").resolve().as_uri()]
+    other = f"sqlite:///{workdir / 'other.db'}"
+    assert ui.server_argv(other, 5071) == [
+        sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", other, *common]
+
+
+def test_a_ui_server_that_exits_at_once_is_reported_with_its_logs_last_line(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exit code and the last line its log says something on (cut at 300 characters),
+    and where the log is. (survivors: cli.ui._wait_until_ready, _last_line)"""
+    from msexp.cli import ui
+
+    last = "OSError: [Errno 98] Address already in use " + "x" * 400
+    monkeypatch.setattr(ui, "server_argv", lambda uri, port: [
+        sys.executable, "-c", f"print('starting'); print({last!r}); print('   '); print(); "
+        "raise SystemExit(3)"])
+    store = workdir / "mlruns" / "mlflow.db"
+    with pytest.raises(Exception) as failed:
+        ui.serve("sqlite:///mlruns/mlflow.db", free_port(), store, ("3", "abc"))
+    log = workdir / "mlruns" / "mlflow-ui.log"
+    assert str(failed.value) == (f"the MLflow UI did not start (exit code 3): {last[:300]} "
+                                 f"(its log: {log})")
+    assert ui._last_line(workdir / "no-such.log") == ""
+
+
+def test_a_ui_server_that_never_answers_is_given_up_after_its_start_time(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(survivors: cli.ui._wait_until_ready's timeout)"""
+    from msexp.cli import ui
+
+    monkeypatch.setattr(ui, "START_S", 1.0)
+    monkeypatch.setattr(ui, "server_argv", lambda uri, port: [
+        sys.executable, "-c", "import time; time.sleep(10)"])
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(Exception) as failed:
+        ui.serve("sqlite:///mlruns/mlflow.db", port, None, ("3", "abc"))
+    assert time.monotonic() - started < 5
+    assert str(failed.value) == (f"the MLflow UI did not answer on port {port} within 1 s "
+                                 f"(its log: mlruns/mlflow-ui.log)")
