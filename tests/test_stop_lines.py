@@ -174,7 +174,8 @@ def test_a_stopped_sweep_shows_its_studys_table_or_says_none_finished(
     (None, None, ""),
 ])
 def test_a_sweeps_printed_commands_carry_the_study_version_that_ran_only_where_one_was_given(
-        capsys: pytest.CaptureFixture[str], study: str | None, storage: str | None, options: str) -> None:
+        capsys: pytest.CaptureFixture[str], study: str | None, storage: str | None,
+        options: str) -> None:
     """--study NAME ran its newest version, accum-v2: the rerun command names that version;
     without --study the commands find the newest version themselves. (survivors:
     cli.sweeps._where)"""
