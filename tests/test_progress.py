@@ -146,3 +146,16 @@ def test_a_sweeps_warnings_are_printed_as_plain_text_on_a_color_terminal(monkeyp
     monkeypatch.setattr(sweeps, "run_in_slots", run_in_slots)
     assert sweeps._run(SPEC, 1, LineProgress(SPEC), None, None, None) == "outcome"
     assert screen.file.getvalue() == line + "\n"
+
+
+def test_a_trials_end_says_its_status_then_its_error_or_objective_then_its_time() -> None:
+    from msexp.execution.protocol import Epoch
+    from msexp.execution.result import Status, TrialResult
+
+    assert TrialResult(Status.COMPLETE, {"acc": 0.91234}, wall_s=3.04).ended("acc") == (
+        "COMPLETE acc=0.9123 (3.0 s)")
+    pruned = TrialResult(Status.PRUNED, epochs=[Epoch(1, 1, 0.1, {"acc": 0.5})], wall_s=1)
+    assert pruned.ended("acc") == "PRUNED acc=0.5 (1.0 s)"  # its last epoch's
+    assert TrialResult(Status.FAILED, {"acc": 0.5}, error="boom", wall_s=2).ended("acc") == (
+        "FAILED boom (2.0 s)")
+    assert TrialResult(Status.COMPLETE, {}, wall_s=0).ended("acc") == "COMPLETE (0.0 s)"

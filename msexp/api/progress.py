@@ -41,8 +41,5 @@ class Lines(Subscriber):
             interrupts.say(interrupts.stopping_line(running))
 
     def on_trial_end(self, trial: TrialInfo, result: TrialResult) -> None:
-        metric = self.spec.objectives[0].metric
-        value = (result.metrics or result.last_epoch_metrics()).get(metric)
-        shown = result.error if result.error or value is None else f"{metric}={value:.4g}"
-        self.say(f"trial {trial.number}: {result.status.value} {shown} "
-                 f"({result.wall_s:.1f} s); best {trial.best}")
+        self.say(f"trial {trial.number}: {result.ended(self.spec.objectives[0].metric)}; "
+                 f"best {trial.best}")

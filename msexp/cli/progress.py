@@ -128,11 +128,9 @@ class SweepProgress(Subscriber):
         row = self.running.pop(trial.number, None)
         if row is not None:
             self.bar.remove_task(row)
-        metric = self.spec.objectives[0].metric
-        value = (result.metrics or result.last_epoch_metrics()).get(metric)
-        shown = result.error if result.error or value is None else f"{metric}={value:.4g}"
-        self.bar.console.print(f"trial {trial.number}: {result.status.value} {shown} "
-                               f"({result.wall_s:.1f} s)", markup=False, highlight=False)
+        self.bar.console.print(f"trial {trial.number}: "
+                               f"{result.ended(self.spec.objectives[0].metric)}",
+                               markup=False, highlight=False)
         notice = self.notice.line(result)
         if notice:
             self.bar.console.print(notice, markup=False, highlight=False, soft_wrap=True)

@@ -87,6 +87,12 @@ class TrialResult:
         """Per-epoch metrics of the last epoch that finished (for pruned/failed trials)."""
         return dict(self.epochs[-1].metrics) if self.epochs else {}
 
+    def ended(self, metric: str) -> str:
+        """Its end in a progress line: status, then error or `metric`'s value, and time."""
+        value = (self.metrics or self.last_epoch_metrics()).get(metric)
+        shown = self.error if self.error or value is None else f"{metric}={value:.4g}"
+        return " ".join(filter(None, [self.status.value, shown, f"({self.wall_s:.1f} s)"]))
+
     def final_metrics(self) -> dict[str, float]:
         """The trial's final metrics (its last epoch's, if it reported none) and its wall
         time: what Optuna is told (objectives, constraints) and MLflow logs as final."""
