@@ -321,3 +321,78 @@ def test_a_sweeps_dict_is_named_without_validating_the_rest() -> None:
     from msexp.api.sources import sweep_name
 
     assert sweep_name({"name": "mine", "params": {"lr": [0.1]}}) == "mine"
+
+
+def test_library_loggers_write_to_the_log_only_mlflows_info_lines_included(
+        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A library's own stderr handler (set up before msexp's) is dropped: its lines go to
+    mlruns/msexp.log, not into the notebook's cell; MLflow's INFO lines are kept there.
+    (issue 53 fresh: quiet.route_library_logs 7, 15)"""
+    import logging
+
+    from msexp.api.quiet import route_library_logs
+
+    optuna_logger, mlflow_logger = logging.getLogger("optuna"), logging.getLogger("mlflow")
+    saved = optuna_logger.handlers, optuna_logger.propagate
+    optuna_logger.handlers = [logging.StreamHandler(sys.stderr)]  # as Optuna sets its own up
+    mlflow_logger.setLevel(logging.NOTSET)
+    try:
+        route_library_logs()
+        mlflow_logger.info("mlflow says one")
+        optuna_logger.warning("optuna says two")
+    finally:
+        optuna_logger.handlers, optuna_logger.propagate = saved
+    assert "says" not in capsys.readouterr().err
+    log = (workdir / "mlruns" / "msexp.log").read_text()
+    assert "INFO mlflow: mlflow says one" in log and "WARNING optuna: optuna says two" in log
+
+
+def test_a_constrained_sweep_from_python_tags_each_run_and_warns_on_stderr(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A notebook's stdout keeps the results: the warning of more workers than cores goes
+    to stderr, as the CLI's. Each trial's MLflow run says whether it kept the constraints,
+    and the parent run gets the objective-against-cost picture.
+    (issue 53 fresh: running.sweep 34; recorder.MlflowRecorder.on_trial_ending 31,
+    _log_trade_off 7)"""
+    from msexp.tracking.trade_off import KEY
+
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    swept = {**COMMAND_SWEEP, "constraints": [{"metric": "train_loss", "max": 0.15}]}
+    found = msexp.sweep(swept, workers=2, progress=False)
+    assert list(found.trials_dataframe()["status"]) == ["COMPLETE", "COMPLETE"]
+    out, err = capsys.readouterr()
+    warning = ("warning: 2 workers on 1 CPU cores: trials compete for the cores and each gets "
+               "one thread")
+    assert warning in err.splitlines() and "warning" not in out
+    client = mlflow_client()
+    runs = client.search_runs([client.get_experiment_by_name("tiny-command").experiment_id])
+    trials = {r.data.params["lr"]: r.data.tags.get("feasible") for r in runs
+              if r.data.tags.get("msexp.role") == "trial"}
+    assert trials == {"1.0": "true", "2.0": "false"}
+    (parent,) = [r.info.run_id for r in runs if r.data.tags.get("msexp.role") != "trial"]
+    images = [a.path for a in client.list_artifacts(parent, "images")]
+    assert any(p.startswith(f"images/{KEY}+step+2+") for p in images), images
+
+
+COMMAND_SWEEP = {
+    "name": "tiny-command",
+    "experiment": {"command": "python -c \"import sys; print('epoch: 1 step: 1, loss is', "
+                              "0.1 * float(sys.argv[1].split('=')[1]))\""},
+    "objective": {"metric": "train_loss", "direction": "minimize"},
+    "params": {"lr": [1.0, 2.0]}}
+
+
+def test_a_tune_results_spread_is_its_latest_probes(tmp_path: Path) -> None:
+    """`candidates()`'s spread column: the latest probe's spread, none for a candidate
+    never probed. (issue 53 fresh: tuning.TuneResult._row 7, 9)"""
+    from msexp.tune.candidates import Candidate
+    from msexp.tune.measure import Profile
+    from msexp.tune.outcome import Outcome
+
+    probed = Profile(Candidate({"micro_size": 1}, {"micro_size": 1}), ratios=[1.0, 1.0],
+                     spreads=[0.05, 0.02])
+    dropped = Profile(Candidate({"micro_size": 2}, {"micro_size": 2}), dropped="TIMEOUT")
+    outcome = Outcome([probed, dropped], [probed], 0.02, 1, None, [], None)
+    frame = api.tuning.result_of(outcome).candidates()
+    assert frame["spread"][0] == 0.02 and frame["spread"].isna()[1]

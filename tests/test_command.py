@@ -579,3 +579,23 @@ def test_a_data_parallel_command_runs_as_msrun_ranks_logging_into_the_trials_ran
     assert f"--log_dir={folder / 'ranks'}" in argv, argv
     wrapper = folder / "ranks" / "redacted.py"
     assert wrapper.is_file() and argv[argv.index(str(wrapper)) + 1:] == ["train.py", "--lr=0.1"]
+
+
+def test_a_data_parallel_command_run_again_reuses_its_ranks_folder_and_finds_msrun_anyway(
+        workdir: Path) -> None:
+    """A trial run again (a retry, a resumed sweep) finds its `ranks/` folder as the last
+    attempt left it; without `msrun` on PATH, MindSpore's module runs the ranks.
+    (issue 53 fresh: command._launch_plan 94; msrun_command.msrun_argv 12)"""
+    from msexp.execution.command import _launch_plan
+    from msexp.execution.msrun_command import msrun_argv
+
+    folder = workdir / "trials" / "trial-0000"
+    command = Command([sys.executable, "train.py"], str(workdir))
+    request = TrialRequest("train.py", {"devices": 2, "lr": 0.1}, folder, command=command)
+    _launch_plan(request)
+    argv, _, _ = _launch_plan(request)  # the second attempt
+    assert f"--log_dir={folder / 'ranks'}" in argv, argv
+    launcher = msrun_argv(2, folder / "ranks", ["train.py"], str(workdir))  # no msrun there
+    assert launcher[:3] == [sys.executable, "-m", "mindspore.parallel.cluster.run"]
+    assert subprocess.run([*launcher[:2], "json.tool", "--help"], capture_output=True,
+                          timeout=60).returncode == 0, "python takes the launcher's -m"

@@ -377,3 +377,24 @@ def test_a_one_epoch_sweep_draws_its_learning_curves_by_update(tmp_path: Path) -
     before = build_report(one_epoch_study(series=False), tmp_path / "without")
     assert "learning_curves.png" not in {p.name for p in before.plots}, "no dots on an axis"
     assert _curves_figure(grid_study(), None).axes[0].get_xlabel() == "epoch"
+
+
+def test_a_micro_size_effect_on_a_network_with_dropout_is_labelled_so() -> None:
+    """Trials that reported Dropout layers (and no BatchNorm): the micro_size effect is
+    labelled as dropout's, with its note. (issue 53 fresh: batch_statistics.inexact_layers
+    34)"""
+    study = optuna.create_study(study_name="dropout", direction="maximize")
+    study.set_user_attr(StudyKey.OBJECTIVES, ["eval_accuracy"])
+    dists = {"micro_size": CategoricalDistribution([1, 4]),
+             "seed": CategoricalDistribution([0, 1])}
+    for micro, seed, accuracy in ((1, 0, 0.9), (1, 1, 0.8), (4, 0, 0.7), (4, 1, 0.6)):
+        told = {"layers": 0, "dropout": 2, "micro_batch": 16 // micro, "batch": 16}
+        study.add_trial(optuna.trial.create_trial(
+            params={"micro_size": micro, "seed": seed}, distributions=dists, value=accuracy,
+            user_attrs={TrialKey.METRICS: {"eval_accuracy": accuracy},
+                        TrialKey.BATCH_STATISTICS: told}))
+    found = knob_effects(study)
+    (line,) = found.lines()
+    assert line.startswith("micro_size 1 -> 4 (dropout): eval_accuracy -20.0 pp"), line
+    assert any(n.startswith("micro_size: the network has 2 Dropout layer(s)")
+               for n in found.notes), found.notes

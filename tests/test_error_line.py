@@ -141,3 +141,22 @@ def test_a_tracebacks_own_line_is_the_error_whatever_its_exceptions_name() -> No
     text = ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
             "    raise Oops(\"bad shape\")\nmymodel.Oops: bad shape\nsaving the log\n")
     assert error_line(text) == "mymodel.Oops: bad shape"
+
+
+def test_a_command_echoing_a_config_longer_than_a_line_is_read_still_reports_its_loss(
+        tmp_path: Path) -> None:
+    """A configuration echo (`Namespace(`) cut at the line length read for metrics: its
+    brackets may close in the part not read, so the lines after it are still read.
+    (issue 53 fresh: output.ErrorLine.feed 22)"""
+    from msexp.execution.log_lines import LINE_CHARS
+
+    script = tmp_path / "train.py"
+    script.write_text(f"print('Namespace(' + 'x' * {LINE_CHARS + 10} + ')')\n"
+                      "print('loss: 0.25')\n", encoding="utf-8")
+    folder = tmp_path / "trial-0000"
+    folder.mkdir()
+    request = TrialRequest("train.py", {}, folder, command=Command(
+        [sys.executable, str(script)], str(tmp_path), "none"))
+    with open(tmp_path / "trial.log", "w", encoding="utf-8") as log:
+        metrics, _ = run_command(request, lambda event: None, lambda: False, log=log)
+    assert metrics.get("loss") == 0.25, metrics

@@ -128,3 +128,17 @@ def test_a_stopped_sweeps_end_names_its_failed_trials_rerun_and_exits_by_the_fir
     assert lines[0] == ("1 trial(s) failed or timed out; after fixing the experiment: "
                         "msexp sweep s.yaml --retry-failed")
     assert lines[1].startswith("interrupted: ")
+
+
+def test_a_sweeps_first_stop_is_held_for_its_report_not_acted_on(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """`install(held=True)` (msexp sweep, msexp worker): the first Ctrl-C is acknowledged
+    and held, so the sweep goes on to report its trials and the resume line.
+    (issue 53 fresh: interrupts.install 7)"""
+    interrupts.install(held=True)
+    try:
+        signal.raise_signal(signal.SIGINT)
+    except KeyboardInterrupt:
+        pytest.fail("the first Ctrl-C acted at once: the sweep could not report its trials")
+    assert capfd.readouterr().out == "stopping: no trial running\n"
+    assert interrupts.received == [signal.SIGINT]

@@ -212,3 +212,56 @@ def test_a_call_its_server_leaves_unanswered_says_once_what_it_waits_for(
     storage.stall_s = 0.0
     storage.get_all_trials(study._study_id)
     assert len(said()) == 2
+
+
+class _Refused(optuna.storages.RDBStorage):
+    """An RDB storage whose connection the driver finds closed (SQLAlchemy's
+    InterfaceError, as psycopg raises on a connection the server dropped)."""
+
+    def get_all_trials(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise sqlalchemy.exc.InterfaceError("SELECT", {}, Exception("connection already closed"))
+
+
+def test_a_closed_connection_is_an_outage_ridden_out_then_stopped_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, said: Callable[[], list[str]]) -> None:
+    """A public storage call that finds its connection closed waits for the storage, says
+    so, and past the patience stops in one line with the cause.
+    (issue 53 fresh: patience._disconnected 15, patient 17)"""
+    monkeypatch.setenv("MSEXP_STORAGE_PATIENCE_S", "0.3")
+    monkeypatch.setattr(patience_module, "_BACKOFF_S", (0.1,))
+    storage = patient(_Refused)(f"sqlite:///{tmp_path / 'study.db'}")
+    storage.msexp_patience = Patience(storage.url)
+    study = optuna.create_study(storage=storage, study_name="s")
+    with pytest.raises(MsexpError) as stopped:
+        storage.get_all_trials(study._study_id)
+    assert str(stopped.value) == (f"the study storage {storage.url} did not answer for 0 s "
+                                  "(connection already closed)")
+    assert said() == [f"waiting for the study storage {storage.url}: connection already "
+                      "closed (retrying for up to 0 s)"]
+
+
+def test_a_creation_cut_off_inside_optunas_retry_says_why_it_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, said: Callable[[], list[str]]) -> None:
+    """The line said while msexp looks for the trial a cut-off commit made names that cut.
+    (issue 53 fresh: patience.unreachable 11)"""
+    from optuna.storages._rdb import storage as rdb
+
+    monkeypatch.setattr(rdb.random, "random", lambda: 0.0)
+    storage = patient(_CutInside)(f"sqlite:///{tmp_path / 'study.db'}")
+    storage.msexp_patience = Patience(storage.url)
+    study = optuna.create_study(storage=storage, study_name="s")
+    storage.cut = True
+    storage.create_new_trial(study._study_id)
+    assert said()[0].startswith(f"waiting for the study storage {storage.url}: a trial's "
+                                "creation was cut off before its answer"), said()
+
+
+def test_a_storage_and_its_study_lock_share_one_patience(tmp_path: Path) -> None:
+    """One `Patience` per storage URL in a process: an outage the storage saw is the lock's
+    too. (issue 53 fresh: patience.patience_of 3)"""
+    from msexp.search.patience import patience_of
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    patience = patience_of(url)
+    assert patience is patience_of(url) and patience is not patience_of(url + "-other")
+    assert patience.call(lambda: "answered") == "answered"

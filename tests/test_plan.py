@@ -263,3 +263,45 @@ def test_plan_check_builds_the_first_grid_points_workload_and_warns_of_its_split
     _check_workload(spec)
     assert [(p["micro_size"], p["batch_size"]) for p in built] == [(2, 64)]
     assert capsys.readouterr().out.startswith("k.yaml: batch statistics: the network has 1 ")
+
+
+def test_plan_reads_a_modules_defaults_and_types_each_knob_the_sweep_sets(
+        workdir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`experiment: lib.mine` (a module on the path): its DEFAULTS are read from its source;
+    each name the sweep sets that is no knob becomes one, after a knob of msexp's too.
+    (issue 53 fresh: experiment_source._source 24; load.unimported_experiment 23)"""
+    monkeypatch.syspath_prepend(str(workdir))
+    write(workdir / "lib" / "mine.py", EXPERIMENT)
+    path = write(workdir / "mod.yaml", """
+        name: mod
+        experiment: lib.mine
+        fixed: {epochs: 3, layers: 4}
+        params: {micro_size: [1, 2]}
+    """)
+    result = CliRunner().invoke(app, ["plan", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    fixed = json.loads(result.output)["fixed"]
+    assert (fixed["lr"], fixed["epochs"], fixed["layers"]) == (0.05, 3, 4)
+    assert not (workdir / "imported").exists()
+
+
+@pytest.mark.parametrize("experiment", ["lib.package", "sub/mine"])
+def test_plan_shows_only_the_sweeps_values_for_a_package_or_a_path_without_py(
+        workdir, monkeypatch: pytest.MonkeyPatch, experiment: str) -> None:
+    """A package's source (its __init__.py) is not read; `sub/mine` is a file path, not
+    the module sub/mine.py on the path: plan shows what the sweep file sets, and says why.
+    (issue 53 fresh: experiment_source.written_declarations 9, _source 5)"""
+    monkeypatch.syspath_prepend(str(workdir))
+    write(workdir / "lib" / "package" / "__init__.py", EXPERIMENT)
+    write(workdir / "sub" / "mine.py", EXPERIMENT)
+    path = write(workdir / "p.yaml", f"""
+        name: p
+        experiment: {experiment}
+        fixed: {{epochs: 3}}
+        params: {{micro_size: [1, 2]}}
+    """)
+    result = CliRunner().invoke(app, ["plan", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    planned = json.loads(result.output)
+    assert planned["fixed"] == {"epochs": 3}, "not the DEFAULTS of another file"
+    assert planned["note"].startswith(f"{experiment} does not write its DEFAULTS")

@@ -348,3 +348,21 @@ def test_the_page_lists_the_best_trial_and_color_by_names_what_is_swept(
     with pytest.raises(MsexpError) as refused:
         build_report(study, color_by="lr")
     assert str(refused.value).endswith("; swept: none")
+
+
+def test_clearing_a_report_removes_no_file_outside_its_folder(tmp_path: Path) -> None:
+    """A manifest naming a path (edited, or another tool's) removes nothing but the
+    report's own files. (issue 53 fresh: report_files.clear 9)"""
+    import json
+
+    from msexp.tracking import report_files
+
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (tmp_path / "keep.txt").write_text("a user's file")
+    (folder / "old.png").write_text("png")
+    (folder / report_files.MANIFEST).write_text(json.dumps(
+        {"fingerprint": "x", "files": ["old.png", "../keep.txt"]}))
+    report_files.clear(folder)
+    assert (tmp_path / "keep.txt").is_file()
+    assert not (folder / "old.png").exists() and list(folder.iterdir()) == []

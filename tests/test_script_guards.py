@@ -282,3 +282,13 @@ def test_a_check_run_says_what_it_runs_and_a_missing_objective_names_it(
     assert str(refused.value) == (
         f"{sweep}: objective.0.metric: the check run did not report it (it reported loss; "
         f"`msexp metrics {workdir / 'check.log'}` shows why), got acc")
+
+
+def test_a_dashed_key_of_a_capital_short_option_is_named_as_written_with_dashes() -> None:
+    """`-X` (a script's XLA flags, say) written as the key `-X`: the refusal says to drop
+    the dash. (issue 53 fresh: script_help.Listed.refusal 5)"""
+    listed = Listed.of("usage: train.py [-h] [-X XLA]\n\noptions:\n  -h, --help  show this "
+                       "help message and exit\n  -X XLA      XLA flags\n")
+    assert listed.refusal("X") is None
+    assert listed.refusal("-X") == ("is written with dashes: a key is the flag's name "
+                                    "without them (did you mean X?)")

@@ -419,3 +419,42 @@ def test_a_process_output_is_in_its_log_redacted_when_its_redaction_ends(
     log = tmp_path / "trial.log"
     subprocess.run([sys.executable, "-c", REDACTED_OUTPUT, str(log), str(size)], check=True)
     assert log.read_text(encoding="utf-8") == "a" * 10 + "***" + "b" * size + "|after"
+
+
+def test_a_quoted_secret_ending_in_an_escape_leaves_what_follows_its_quote() -> None:
+    """`'...\\x'`: the escaped character is the last before the closing quote, and the
+    metrics after it stay readable. (issue 53 fresh: keywords.quoted_end 26)"""
+    assert redact("password='s3cr\\x' epoch=3 loss=0.5") == "password=*** epoch=3 loss=0.5"
+
+
+def test_a_double_quoted_value_continued_on_the_next_line_ends_at_its_own_quote() -> None:
+    """The continued line's value ends at the `"` that opened it, not at a `'`: what
+    follows it on that line is kept in the log. (issue 53 fresh: LineRedactor.feed 15)"""
+    copied = io.StringIO()
+    copy_redacted(io.StringIO('a password="S3\\\nCRET" after\nnext\n'), copied, [])
+    assert copied.getvalue() == 'a password="***\n after\nnext\n'
+
+
+def test_a_quoted_secret_ending_a_long_lines_piece_leaves_the_next_piece_whole() -> None:
+    """A line longer than a piece, whose quoted secret closes at the piece's last
+    character: the next piece starts after the value, and its text is kept.
+    (issue 53 fresh: LineRedactor.feed 49)"""
+    head = "password='" + "S" * (PIECE_CHARS - 11) + "'"
+    assert len(head) == PIECE_CHARS
+    copied = io.StringIO()
+    copy_redacted(io.StringIO(head + ",lr=0.1\nnext\n"), copied, [])
+    assert copied.getvalue() == "password=***,lr=0.1\nnext\n"
+
+
+def test_a_failed_trials_error_hides_its_secret_params() -> None:
+    """The error a trial ends with (Optuna's attribute, MLflow's tag, the sweep's line)
+    holds no secret param's value. (issue 53 fresh: tell.judge 12)"""
+    from msexp.execution import TrialInfo
+    from msexp.search.tell import judge
+    from msexp.spec import parse_spec
+
+    spec = parse_spec("name: f\nexperiment: mlp_digits\nparams: {lr: [0.1, 0.2]}\n", "f.yaml")
+    trial = TrialInfo(0, "#0", {"hub_token": "hf-0123456789abcdef"}, {}, 0.0)
+    raw = TrialResult(Status.FAILED, error="401: hf-0123456789abcdef refused")
+    judged = judge(spec, trial, raw).result
+    assert judged.error is not None and "0123456789" not in judged.error

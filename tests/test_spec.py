@@ -442,3 +442,27 @@ def test_the_micro_batch_warning_says_what_a_dropout_layer_does_to_the_update() 
         "(micro-batches: 16 of 32): where the batch is split, the update is not the "
         "full-batch one, and loss and accuracy move with micro_size "
         "(docs/how-a-trial-runs.md#dropout)")
+
+
+def test_the_micro_batch_warning_counts_devices_and_a_commands_unknown_batch(
+        tmp_path: Path) -> None:
+    """Devices split the batch as micro-batches do; a command's batch msexp does not know
+    is shown as the part of it each micro-batch gets.
+    (issue 53 fresh: checks.batch_statistics_warning 22, 47)"""
+    from msexp.spec import load_spec
+    from msexp.spec.checks import batch_statistics_warning
+    from tests.conftest import write
+
+    ranks = parse_spec("name: k\nexperiment: lenet_digits\nparams:\n  devices: [1, 2]\n",
+                       "k.yaml")
+    warned = batch_statistics_warning("k.yaml", 3, ranks.space)
+    assert warned is not None and "(micro-batches: 16 of 32)" in warned
+    (tmp_path / "train.py").write_text("print('loss: 0.5')\n")
+    command = load_spec(write(tmp_path / "c.yaml", """
+        name: c
+        experiment: {command: python train.py}
+        objective: {metric: loss, direction: minimize}
+        params: {micro_size: [1, 2]}
+    """))
+    warned = batch_statistics_warning("c.yaml", 3, command.space)
+    assert warned is not None and "(micro-batches: 1/2 of the batch)" in warned

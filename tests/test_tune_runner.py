@@ -236,3 +236,57 @@ def test_tune_sweep_says_a_line_per_probe_and_phase_on_stderr(
     assert "    1 profile-baseline1-micro_size1: 4 updates, " in said[1]
     assert said[-1] == "confirm: the pick is micro_size=2" and "None" not in said
     assert out == ""
+
+
+def test_a_tune_whose_candidates_are_close_halves_in_rounds_recorded_with_their_phase(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, store: str) -> None:
+    """micro_size 2 and 4 probe within the noise of each other: halving probes them again
+    (for the profile's updates, then twice as many), and each run it made is an MLflow
+    child of the halve run tagged with its phase.
+    (issue 53 fresh: tuner.tune 41; record.PhaseRuns.children 26)"""
+    table = Measured({1: 100.0, 2: 80.0, 4: 82.0},
+                     {1: (0.90, 0.92), 2: (0.91, 0.91), 4: (0.91, 0.91)})
+    answer = table.answer
+
+    def noisy(job: Job) -> TrialResult:  # step times 10% apart: a spread of about 0.1
+        result = answer(job)
+        for epoch in result.epochs:
+            steps = epoch.series["step_ms"]
+            epoch.series["step_ms"] = steps[:1] + [t * (1 + 0.1 * (i % 3 - 1)) / (
+                1 + 0.02 * (i % 3 - 1)) for i, t in enumerate(steps[1:], 1)]
+        return result
+
+    table.answer = noisy  # type: ignore[method-assign]
+    measured(monkeypatch, table)
+    spec = load_spec(sweep(workdir, "close"))
+    outcome, said = tuned(spec, Settings(updates=6, top=1), store)
+    (halved,) = [line for line in said if line.startswith("halve: ")]
+    assert outcome.rounds >= 1, halved
+    halve = children(store, "close", outcome.parents["halve"])
+    assert halve and all(r.data.tags["msexp.tune.phase"] == "halve" for r in halve)
+
+
+def test_a_tune_ends_killed_what_a_killed_tune_of_this_host_left_running(
+        workdir: Path, store: str) -> None:
+    """The phase run of a tune process that is gone, and its child, end KILLED; a live
+    tune's run is left running. (issue 53 fresh: record.gone 3)"""
+    import socket
+    import subprocess
+    import sys
+
+    from msexp.keys import RunTag
+    from msexp.tracking.runs import Tracker
+    from msexp.tune.record import PhaseRuns
+
+    tracker = Tracker(store)
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    dead = f"{socket.gethostname()}:{ended.stdout.strip()}"
+    runs = PhaseRuns(tracker, "left", "left", Path("left.yaml"))
+    live = runs.parent("profile")
+    left = tracker.parent_run(runs.experiment_id, "left-halve", {RunTag.OWNER: dead},
+                              Path("left.yaml"))
+    child = tracker.client.create_run(runs.experiment_id, tags={"mlflow.parentRunId": left})
+    assert runs.end_left() == [child.info.run_id, left]
+    status = {r: tracker.client.get_run(r).info.status for r in (live, left, child.info.run_id)}
+    assert status == {live: "RUNNING", left: "KILLED", child.info.run_id: "KILLED"}
