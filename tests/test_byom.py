@@ -231,3 +231,27 @@ def test_status_and_report_look_up_the_study_without_building(workdir: Path) -> 
         assert result.exit_code == 1, result.output
         assert result.output.strip() == ("no study named 'counted' in mlruns/optuna.journal: "
                                          f"run `msexp sweep {sweep}` first")
+
+
+def test_knobs_of_an_experiment_is_titled_with_its_name() -> None:
+    """The table of `msexp knobs --experiment X` says whose defaults it shows. (issue 53
+    fresh fcli: cli.scaffold.knobs 12, the title without the experiment)"""
+    result = run("knobs", "--experiment", "mlp_digits")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].strip() == "knobs of mlp_digits", result.output[:300]
+
+
+def test_writing_a_sweep_file_never_overwrites_one_unless_told(workdir: Path) -> None:
+    """`templates.new_sweep` (what `msexp new sweep` writes with) leaves an existing file as
+    it is unless forced. (issue 53 fresh fcli: cli.templates.new_sweep 3, force by default)"""
+    from msexp.cli import templates
+    from msexp.errors import MsexpError
+
+    path = templates.new_sweep("mlp_digits")
+    assert path == Path("sweeps/mlp_digits.yaml")
+    path.write_text("name: edited\n")
+    with pytest.raises(MsexpError, match="exists already; pass --force to overwrite"):
+        templates.new_sweep("mlp_digits", "tpe")
+    assert path.read_text() == "name: edited\n"
+    templates.new_sweep("mlp_digits", "tpe", force=True)
+    assert yaml.safe_load(path.read_text())["name"] == "mlp_digits"

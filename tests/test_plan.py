@@ -305,3 +305,60 @@ def test_plan_shows_only_the_sweeps_values_for_a_package_or_a_path_without_py(
     planned = json.loads(result.output)
     assert planned["fixed"] == {"epochs": 3}, "not the DEFAULTS of another file"
     assert planned["note"].startswith(f"{experiment} does not write its DEFAULTS")
+
+
+def _fake_workload_modules(monkeypatch: pytest.MonkeyPatch, problem: str | None) -> None:
+    """MindSpore's side of `plan --check` faked: a built workload whose first step has
+    `problem` (None: it trains), with one BatchNorm layer."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    def fake(name: str, **functions) -> None:
+        module = ModuleType(name)
+        module.__dict__.update(functions)
+        monkeypatch.setitem(sys.modules, name, module)
+
+    fake("msexp.execution.local", build_workload=lambda request: SimpleNamespace(network="net"))
+    fake("msexp.training.check", first_step_problem=lambda workload, micro_batch: problem)
+    fake("msexp.training.batch_stats", batch_statistic_layers=lambda network: ["bn"],
+         random_mask_layers=lambda network: [], seeded_dropout_layers=lambda network: [])
+
+
+def test_plan_check_refuses_a_first_step_that_fails_naming_the_experiment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first micro-batch that does not train refuses the sweep in one line, under the
+    experiment's key. (issue 53 fresh fcli: cli.sweeps._check_workload 17 (the problem
+    ignored), 38 (the key renamed))"""
+    from msexp.cli.sweeps import _check_workload
+    from msexp.errors import SpecError
+
+    _fake_workload_modules(monkeypatch, "the loss is nan after the first step")
+    spec = parse_spec("name: k\nexperiment: lenet_digits\nparams:\n  micro_size: [2, 1]\n",
+                      "k.yaml")
+    with pytest.raises(SpecError) as refused:
+        _check_workload(spec)
+    assert str(refused.value) == ("k.yaml: experiment: the loss is nan after the first step, "
+                                  "got lenet_digits")
+
+
+def test_plan_checks_batch_statistics_warning_is_plain_text_on_a_color_terminal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warning of a split batch's BatchNorm shows as it is (numbers, a path), with no
+    color codes inside. (issue 53 fresh fcli: cli.sweeps._check_workload 59, Rich's
+    highlighting on)"""
+    import io
+
+    from rich.console import Console
+
+    from msexp.cli import sweeps
+
+    _fake_workload_modules(monkeypatch, None)
+    screen = Console(file=io.StringIO(), width=200, force_terminal=True,
+                     color_system="truecolor")
+    monkeypatch.setattr(sweeps, "console", screen)
+    spec = parse_spec("name: k\nexperiment: lenet_digits\nparams:\n  micro_size: [2, 1]\n",
+                      "k.yaml")
+    sweeps._check_workload(spec)
+    shown = screen.file.getvalue()
+    assert shown.startswith("k.yaml: batch statistics: the network has 1 BatchNorm"), shown
+    assert "\x1b" not in shown, shown

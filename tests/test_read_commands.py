@@ -161,3 +161,81 @@ def test_an_export_without_a_mindir_says_why_and_one_with_it_says_nothing(monkey
                        "no_mindir": "the network takes no sample input"}
     assert studies._export_from(spec, loaded, chosen, tmp_path, tmp_path / "c.ckpt")[
         "no_mindir"] is None
+
+
+def test_best_export_of_a_command_trial_writes_its_checkpoint_and_its_params_and_metrics(
+        workdir: Path) -> None:
+    """`msexp best --export` of a command's trial: its checkpoint copied, params.json with
+    the trial's params and the metrics it recorded, and why no MindIR; as lines, not JSON,
+    without --json. (issue 53 fresh fcli: cli.studies._export_from 19 (the metrics under
+    another key), studies.best 1 (--json by default))"""
+    import json
+
+    write(workdir / "train.py", "print('epoch: 1 step: 1, loss is 0.5')\n")
+    sweep = write(workdir / "exported.yaml", """
+        name: exported
+        experiment: {command: python train.py}
+        objective: {metric: train_loss, direction: minimize}
+        params: {lr: [0.01, 0.1]}
+    """)
+    kept = workdir / "kept.ckpt"
+    kept.write_bytes(b"weights")
+    metrics = {"train_loss": 0.5, "wall_s": 2.0}
+    study = optuna.create_study(study_name="exported", storage=open_storage(None))
+    study.add_trial(optuna.trial.create_trial(
+        params={"lr": 0.1}, value=0.5, user_attrs={
+            "params": {"lr": 0.1}, "metrics": metrics, "checkpoint": str(kept),
+            "mlflow_run_id": "spooled"},
+        distributions={"lr": optuna.distributions.CategoricalDistribution([0.01, 0.1])}))
+    out = workdir / "best-model"
+    result = cli("best", str(sweep), "--export", str(out))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "trial 0: train_loss=0.5", "  params: lr=0.1", "  MLflow run: spooled",
+        f"  checkpoint: {kept}", f"wrote {out / 'model.ckpt'}", f"wrote {out / 'params.json'}",
+        "no MindIR: a command's network is its own: msexp cannot build it"]
+    assert (out / "model.ckpt").read_bytes() == b"weights"
+    record = json.loads((out / "params.json").read_text())
+    assert (record["trial"], record["params"]["lr"], record["metrics"]) == (0, 0.1, metrics)
+
+
+@pytest.fixture(scope="module")
+def left_by_a_killed_tune(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """An embedded MLflow store (its tables take seconds: one for the module) holding the
+    RUNNING parent run of sweep `tuned`'s tune phase, its tune process gone: the store's
+    path, the run's id and its maker (host:pid)."""
+    import socket
+
+    from mlflow import MlflowClient
+
+    from msexp.keys import RunTag
+    from msexp.tracking.store import create_sqlite_store
+
+    path = tmp_path_factory.mktemp("tuned") / "mlflow.db"
+    create_sqlite_store(path)
+    client = MlflowClient(f"sqlite:///{path}")
+    maker = f"{socket.gethostname()}:4194305"  # above any pid_max: no such process
+    run = client.create_run(client.create_experiment("tuned"), run_name="tune-profile",
+                            tags={RunTag.OWNER: maker})
+    return path, run.info.run_id, maker
+
+
+def test_status_of_a_file_only_tuned_names_the_runs_a_killed_tune_left_and_the_file_to_tune(
+        workdir: Path, left_by_a_killed_tune: tuple[Path, str, str]) -> None:
+    """A sweep file never swept but tuned by a tune that was killed: `msexp status FILE`
+    has no study to show, but lists the MLflow runs left RUNNING and the command, with
+    this file, that ends them. (issue 53 fresh fcli: cli.studies.status 20, the file not
+    passed on: `msexp tune FILE`)"""
+    import shutil
+
+    store, run_id, maker = left_by_a_killed_tune
+    (workdir / "mlruns").mkdir()
+    shutil.copyfile(store, workdir / "mlruns" / "mlflow.db")
+    sweep = write(workdir / "tuned.yaml", SWEEP.replace("name: never", "name: tuned"))
+    result = cli("status", str(sweep))
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        "MLflow runs RUNNING: 1",
+        f"  tune-profile ({run_id}): left by msexp tune {maker}, which is gone; the next "
+        f"`msexp tune {sweep}` ends it KILLED",
+        f"no study named 'tuned' in mlruns/optuna.journal: run `msexp sweep {sweep}` first"]

@@ -60,3 +60,41 @@ def test_a_set_without_a_value_is_refused_in_one_line_naming_it() -> None:
     assert refused.exit_code == 2
     line, = refused.output.splitlines()
     assert line.startswith("--set: lr: must be ") and line.endswith("=value, got lr"), line
+
+
+def test_a_script_run_from_a_checkpoint_is_refused_in_one_line_naming_why(
+        workdir: Path) -> None:
+    """A script has no build() for msexp to load a checkpoint into: `--from-checkpoint` is
+    refused before it runs. (issue 53 fresh fcli: cli.run._foreground_request 13, the
+    rule's words changed)"""
+    script = write(workdir / "train.py", "print('train_loss: 1')\n")
+    (workdir / "model.ckpt").write_bytes(b"weights")
+    refused = invoke("run", str(script), "--from-checkpoint", "model.ckpt")
+    assert refused.exit_code == 2, refused.output
+    assert refused.output.splitlines() == [
+        f"--from-checkpoint: needs an experiment with build(); {script} is a script, got "
+        "model.ckpt"], refused.output
+
+
+def test_an_experiment_run_from_a_checkpoint_starts_from_that_file(
+        workdir: Path, monkeypatch) -> None:
+    """`msexp run mlp_digits --from-checkpoint model.ckpt` hands the trial the experiment and
+    the checkpoint's absolute path to start from (the training itself, MindSpore's, is
+    faked here). (issue 53 fresh fcli: cli.run._foreground_request 73 (no experiment),
+    75 and 78 (no checkpoint: trained from scratch))"""
+    from msexp.execution.host import running
+
+    (workdir / "model.ckpt").write_bytes(b"weights")
+    asked = []
+
+    def run(request, emit):
+        asked.append(request)
+        return {"eval_accuracy": 0.5}
+
+    monkeypatch.setattr(running, "run", run)
+    ran = invoke("run", "mlp_digits", "--from-checkpoint", "model.ckpt", "--set", "epochs=0")
+    assert ran.exit_code == 0, ran.output
+    assert ran.output.splitlines()[-1] == "eval_accuracy=0.5"
+    (request,) = asked
+    assert (request.experiment, request.params["epochs"], request.init_from) == (
+        "mlp_digits", 0, str((workdir / "model.ckpt").resolve()))

@@ -309,3 +309,37 @@ def test_k8s_job_defaults_to_the_msexp_image_and_the_msexp_db_secret(sweep: Path
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "team-db", "key": "pgpassword"} in [
         e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e]
+
+
+def test_cron_uninstall_names_its_entry_as_plain_text_on_a_color_terminal(
+        sweep: Path, saved_crontab: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `--uninstall` says names the entry's marker as it is in the crontab (a path, a
+    study), copyable, with no color codes inside, whether it removed one or found none.
+    (issue 53 fresh fcli: cli.cluster.cron 19, Rich's highlighting on)"""
+    import io
+
+    from rich.console import Console
+
+    from msexp.cli import cluster
+
+    marker = f"# msexp schedule: study nightly, {sweep.resolve()}"
+    assert run("schedule", "cron", str(sweep), "--install", *SHARED).exit_code == 0
+    for said in (f"removed: {marker}", f"no crontab entry has: {marker}"):
+        screen = Console(file=io.StringIO(), width=300, force_terminal=True,
+                         color_system="truecolor")
+        monkeypatch.setattr(cluster, "console", screen)
+        result = run("schedule", "cron", str(sweep), "--uninstall")
+        assert result.exit_code == 0, result.output
+        assert screen.file.getvalue() == said + "\n"
+
+
+def test_a_k8s_cronjob_ends_with_one_newline_as_kubectl_and_a_file_take_it(sweep: Path) -> None:
+    """The manifest printed is the YAML documents as they are: no blank line added at its
+    end (`msexp schedule k8s-cronjob ... > cronjob.yaml`). (issue 53 fresh fcli:
+    cli.cluster.k8s_cronjob 18, typer.echo's newline added)"""
+    for scheduler in ("k8s-cronjob", "k8s-job"):
+        result = run("schedule", scheduler, str(sweep), *SHARED)
+        assert result.exit_code == 0, result.output
+        assert result.output.endswith("\n") and not result.output.endswith("\n\n"), \
+            result.output[-80:]
+        assert len(list(yaml.safe_load_all(result.output))) == 2

@@ -284,6 +284,32 @@ def test_a_check_run_says_what_it_runs_and_a_missing_objective_names_it(
         f"`msexp metrics {workdir / 'check.log'}` shows why), got acc")
 
 
+@pytest.mark.parametrize("check", [True, False], ids=["check-run", "no-check"])
+def test_plan_check_of_a_command_says_the_objective_it_found_or_how_to_get_a_check_run(
+        workdir: Path, check: bool) -> None:
+    """`plan --check` of a command: with experiment.check, one real run of the first trial
+    and the objective's value it recorded; without, a line saying how to have that run.
+    (issue 53 fresh fcli: cli.scripts._check_run 121 (the found line printed as `None`),
+    check_command_experiment 44 (the hint printed as an empty line))"""
+    write(workdir / "train.py", "print('epoch: 1 step: 1, loss is 0.5')\n")
+    sweep = write(workdir / "sweep.yaml", f"""
+        name: checked
+        experiment: {{command: python train.py{", check: {epochs: 1}" if check else ""}}}
+        objective: {{metric: train_loss, direction: minimize}}
+        params: {{lr: [0.01, 0.1]}}
+    """)
+    result = invoke("plan", str(sweep), "--check")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"{sweep}: `python train.py --help` ok", lines
+    if check:
+        assert f"{sweep}: objective train_loss found: 0.5" in lines, lines
+    else:
+        assert lines[1] == (f"{sweep}: to see what a trial records, name a tiny budget in "
+                            "experiment.check (e.g. {epoch_size: 1}): --check then runs it "
+                            "for real"), lines
+
+
 def test_a_dashed_key_of_a_capital_short_option_is_named_as_written_with_dashes() -> None:
     """`-X` (a script's XLA flags, say) written as the key `-X`: the refusal says to drop
     the dash. (issue 53 fresh: script_help.Listed.refusal 5)"""

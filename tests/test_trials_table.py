@@ -167,3 +167,57 @@ def test_a_sweeps_summary_ends_with_its_links_and_none_where_mlflow_did_not_open
                                  "compare trials:   http://127.0.0.1:5000/#/runs",
                                  "sweep run:        http://127.0.0.1:5000/#/runs/p"]
     assert not any("5000" in line for line in ending(False))
+
+
+def test_a_trial_that_failed_before_reporting_any_metric_keeps_its_row() -> None:
+    """A trial that failed at once (no metrics recorded) is a row with its status and a
+    dash for each metric, beside one that completed. (issue 53 fresh fcli:
+    cli.render.finished_trials 16, a missing metrics record read as None: TypeError)"""
+    study = optuna.create_study(study_name="t", directions=["maximize"])
+    study.set_user_attr(StudyKey.OBJECTIVES, ["acc"])
+    lr = {"lr": optuna.distributions.FloatDistribution(0.01, 1)}
+    study.add_trial(optuna.trial.create_trial(
+        params={"lr": 0.1}, distributions=lr, values=[0.5],
+        user_attrs={TrialKey.STATUS: "COMPLETE", TrialKey.METRICS: {"acc": 0.5}}))
+    study.add_trial(optuna.trial.create_trial(
+        params={"lr": 0.2}, distributions=lr, state=optuna.trial.TrialState.FAIL,
+        user_attrs={TrialKey.STATUS: "FAILED"}))
+    with console.capture() as captured:
+        trials_table(study)
+    rows = [[c.strip() for c in line.strip("│").split("│")]
+            for line in captured.get().splitlines() if line.startswith("│")]
+    assert rows == [["0", "COMPLETE", "0.1", "0.5"], ["1", "FAILED", "0.2", "-"]], rows
+
+
+def test_a_sweeps_links_are_printed_as_plain_text_on_a_color_terminal(monkeypatch) -> None:
+    """The links that end a sweep show as they are, copyable, with no color codes inside.
+    (issue 53 fresh fcli: cli.render.summary 21, Rich's highlighting on for the link lines)"""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from msexp.cli import render
+
+    screen = Console(file=io.StringIO(), width=200, force_terminal=True,
+                     color_system="truecolor")
+    monkeypatch.setattr(render, "console", screen)
+    monkeypatch.setattr(render, "trials_table", lambda study: None)
+    study = optuna.create_study(study_name="t", directions=["maximize"])
+
+    class Recorder:
+        def ready(self) -> bool:
+            return True
+
+        def failure(self) -> None:
+            return None
+
+        def ui_links(self) -> tuple[str, str, str]:
+            return ("http://127.0.0.1:5001/#/experiments/1/runs",
+                    "http://127.0.0.1:5001/#/experiments/1/runs/p", "msexp ui --port 5001")
+
+    render.summary(SimpleNamespace(study=study, recorder=Recorder()))
+    assert screen.file.getvalue().splitlines() == [
+        "serve the store:  msexp ui --port 5001",
+        "compare trials:   http://127.0.0.1:5001/#/experiments/1/runs",
+        "sweep run:        http://127.0.0.1:5001/#/experiments/1/runs/p"]

@@ -60,3 +60,28 @@ def test_a_pick_whose_memory_was_not_measured_shows_a_dash(tmp_path: Path) -> No
     document["pick"]["memory_ratio"] = None
     (line,) = [line for line in lines(document) if line.startswith("  throughput")]
     assert ", memory -, objective " in line, line
+
+
+def test_a_pick_without_its_memory_measured_beside_a_measured_baseline_shows_a_dash(
+        tmp_path: Path) -> None:
+    """A pick whose trainings reported no train_mem_mb has no memory ratio to the
+    baseline's (which did): `memory -`, no crash. (issue 53 fresh fcli: cli.tune.summary
+    50, `and` -> `or`: None / 10.0, TypeError)"""
+    pick = verdict(2, (1.2, 0.05), (1.24, 0.02))
+    pick.memory_mb = None
+    document = summary(outcome_of(pick, tmp_path))
+    assert document["pick"]["memory_ratio"] is None
+    (line,) = [line for line in lines(document) if line.startswith("  throughput")]
+    assert ", memory -, objective " in line, line
+    measured = summary(outcome_of(verdict(2, (1.2, 0.05), (1.24, 0.02)), tmp_path))
+    assert measured["pick"]["memory_ratio"] == 0.5  # 5 MB against the baseline's 10 MB
+
+
+def test_a_tune_run_whose_spread_was_not_measured_says_so(tmp_path: Path) -> None:
+    """Halving that never measured the ratio's spread says `not measured` (no percentage).
+    (issue 53 fresh fcli: cli.tune.lines 54, the words changed)"""
+    outcome = outcome_of(verdict(2, (1.2, 0.05), (1.24, 0.02)), tmp_path)
+    outcome.spread = None
+    halving = [line for line in lines(summary(outcome)) if line.startswith("halving: ")]
+    assert halving == ["halving: 1 round(s); spread of the ratio (the leaders' median notches, "
+                       "or the change between rounds where larger): not measured"], halving

@@ -290,3 +290,29 @@ def test_a_tune_ends_killed_what_a_killed_tune_of_this_host_left_running(
     assert runs.end_left() == [child.info.run_id, left]
     status = {r: tracker.client.get_run(r).info.status for r in (live, left, child.info.run_id)}
     assert status == {live: "RUNNING", left: "KILLED", child.info.run_id: "KILLED"}
+
+
+def test_max_batch_stops_at_its_cap_and_records_in_the_given_store(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, store: str) -> None:
+    """`msexp tune --max-batch` where every size fits: it doubles up to micro-batch 65536
+    (1 << 16) and stops there; its probes' MLflow runs go to the --tracking-uri given, no
+    store made here. (issue 53 fresh fcli: cli.tune.tune_command 67 (the runs in the
+    default store), 92 (the cap 1 << 17))"""
+    from mlflow import MlflowClient
+
+    table = measured(monkeypatch, Measured({1: 100.0}, {}))
+    table.answer = lambda job: TrialResult(Status.COMPLETE, {  # type: ignore[method-assign]
+        "train_mem_mb": 1e-3 * job.params["batch_size"], "samples_per_s": 1.0})
+    path = sweep(workdir, "capped")
+    result = CliRunner().invoke(app, ["tune", str(path), "--max-batch", "--memory", "100000",
+                                      "--tracking-uri", store, "--json"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    assert (found["micro_batch"], found["batch_size"]) == (1 << 16, 1 << 16)
+    assert [t["micro_batch"] for t in found["tried"]] == [1 << i for i in range(17)]
+    client = MlflowClient(store)
+    known = client.get_experiment_by_name("capped")
+    assert known is not None, "the probes' runs are in the store given"
+    runs = client.search_runs([known.experiment_id])
+    assert len(runs) >= 17, [r.info.run_name for r in runs]
+    assert not (workdir / "mlruns" / "mlflow.db").exists()
