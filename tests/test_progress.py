@@ -159,3 +159,26 @@ def test_a_trials_end_says_its_status_then_its_error_or_objective_then_its_time(
     assert TrialResult(Status.FAILED, {"acc": 0.5}, error="boom", wall_s=2).ended("acc") == (
         "FAILED boom (2.0 s)")
     assert TrialResult(Status.COMPLETE, {}, wall_s=0).ended("acc") == "COMPLETE (0.0 s)"
+
+
+def test_the_time_left_reads_hours_minutes_seconds_and_waits_for_time_to_pass() -> None:
+    """A trial finished in no measured time gives no estimate (not 0:00:00); 100 trials
+    left at 37.25 s each read 1:02:05. (issue 53 fresh: Remaining.render 18, 43)"""
+    now = [0.0]
+    bar = Progress(Remaining(), get_time=lambda: now[0], console=Console(file=None))
+    task = bar.add_task("accum", total=101, completed=0, done_before=0)
+    bar.update(task, advance=1)
+    column = bar.columns[0]
+    assert column.render(bar.tasks[task]).plain == "-:--:--"
+    now[0] = 37.25
+    assert column.render(bar.tasks[task]).plain == "1:02:05"
+
+
+def test_the_bar_counts_the_trials_done_of_the_sweeps_total() -> None:
+    """(issue 53 fresh: SweepProgress.on_sweep_start 22)"""
+    screen = Console(width=160, force_terminal=False)
+    progress = SweepProgress(SPEC, screen)
+    progress.on_sweep_start(8, 2, "eval_accuracy=0.9 (#1)")
+    with screen.capture() as captured:
+        screen.print(progress.bar.get_renderable())
+    assert "2/8 best eval_accuracy=0.9 (#1)" in captured.get(), captured.get()

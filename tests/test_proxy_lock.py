@@ -291,3 +291,14 @@ def test_a_grpc_storage_opens_through_a_proxy_that_answers(
         assert [s.study_name for s in storage.get_all_studies()] == ["through"]
         behind = open_storage(str(tmp_path / "optuna.journal"))
         assert [s.study_name for s in behind.get_all_studies()] == ["through"]
+
+
+def test_a_grpc_storage_without_grpcio_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """(issue 53 fresh: storage._open_proxy 4)"""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "grpc", None)  # `import grpc` raises ImportError
+    with pytest.raises(MsexpError) as refused:
+        _open_proxy("grpc://127.0.0.1:1")
+    assert str(refused.value) == "a grpc:// storage needs grpcio: pip install grpcio"

@@ -463,3 +463,39 @@ def test_a_ui_server_that_never_answers_is_given_up_after_its_start_time(
     assert time.monotonic() - started < 5
     assert str(failed.value) == (f"the MLflow UI did not answer on port {port} within 1 s "
                                  f"(its log: mlruns/mlflow-ui.log)")
+
+
+def test_msexp_ui_of_a_tracking_server_links_the_files_sweep_and_starts_no_server(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
+    """A tracking server serves itself: the links of FILE's sweep, found on it (here the
+    module's store answers for it), and no UI started. (issue 53 fresh: cli.ui.ui 20)"""
+    from msexp.cli import ui
+
+    asked: list[tuple[str, str | None]] = []
+    found = ui.sweep_runs
+
+    def on_the_store(uri: str, name: str | None, file: Path | None
+                     ) -> tuple[str | None, str | None]:
+        asked.append((uri, name))
+        return found(store.uri, name, file)
+
+    monkeypatch.setattr(ui, "sweep_runs", on_the_store)
+    monkeypatch.setattr(ui, "serve", lambda *args: pytest.fail("a server was started"))
+    write(workdir / "tiny.yaml", "name: tiny\nexperiment: mlp_digits\n")
+    result = CliRunner().invoke(app, ["ui", "tiny.yaml", "--tracking-uri",
+                                      "http://127.0.0.1:1"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert asked == [("http://127.0.0.1:1", "tiny")]
+    assert (f"sweep run:        http://127.0.0.1:1/#/experiments/{store.ids['tiny']}/runs/"
+            f"{store.ids['current']}?workflowType=machine_learning") in result.output.splitlines()
+
+
+def test_the_ui_of_a_store_without_sweeps_is_one_unwrapped_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """(issue 53 fresh: cli.ui.show_links 4)"""
+    from msexp.cli import options, ui
+
+    monkeypatch.setattr(options.console, "_force_terminal", True)
+    monkeypatch.setattr(options.console, "_width", 20)
+    ui.show_links(None, None, "http://127.0.0.1:5070")
+    assert capsys.readouterr().out == "MLflow UI:        http://127.0.0.1:5070/\n"
