@@ -29,8 +29,6 @@ from msexp.training.records import Epoch
 from tests.conftest import write
 from tests.fault.conftest import wait_for
 
-pytestmark = pytest.mark.slow  # `.ci/run` runs it once, in its loaded run (tests/README.md: tiers)
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -323,6 +321,7 @@ rerun_failed(study)
 """
 
 
+@pytest.mark.slow  # processes racing: `.ci/run` runs it in its loaded run (tests/README.md)
 def test_processes_that_rerun_failed_trials_at_once_rerun_each_once(workdir: Path) -> None:
     """Three `--retry-failed` at once after a grid whose every point failed (mutation:
     the reruns outside the study lock)."""
