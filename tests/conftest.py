@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -43,6 +44,24 @@ def models_built_by_each_test(monkeypatch: pytest.MonkeyPatch) -> None:
     from msexp.spec import model
     if UNDER_MUTMUT:
         monkeypatch.setattr(model, "_MODELS", {})
+
+
+@pytest.fixture
+def stop_handlers_restored() -> Iterator[None]:
+    """The stop signals' handlers and the stops `msexp.console.interrupts` noted, as they
+    were before the test: the next test starts clean."""
+    import signal
+
+    from msexp.console import interrupts
+
+    saved = {sig: signal.getsignal(sig) for sig in interrupts.STOPS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        interrupts.received.clear()
+        interrupts._acknowledging.clear()
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from msexp.errors import MsexpError
 from msexp.search.lock import _ADVISORY_KEY, grpc_address, study_lock
 from msexp.search.storage import open_storage
 from tests.conftest import write
+from tests.test_proxy_lock import assert_refused_as_not_msexps_proxy
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -161,16 +162,9 @@ def test_optunas_bare_proxy_is_refused_in_one_line(shared_services) -> None:
     server = make_server(optuna.storages.get_storage(shared_services.storage_url),
                          "127.0.0.1", port)
     server.start()
-    try:
-        url = f"grpc://127.0.0.1:{port}"
-        open_storage(url)  # the storage itself answers
-        with pytest.raises(MsexpError) as refused, study_lock(url):
-            pass
-    finally:
-        server.stop(0)
-    assert str(refused.value) == (
-        f"cannot take the study lock through {url} (UNIMPLEMENTED: Method not found!); "
-        "is it msexp's proxy (msexp services proxy)?")
+    url = f"grpc://127.0.0.1:{port}"
+    open_storage(url)  # the storage itself answers
+    assert_refused_as_not_msexps_proxy(server, url)
 
 
 @pytest.mark.slow

@@ -6,7 +6,6 @@ fault suite reaches only in msexp subprocesses, tests/fault/test_stop_moments.py
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,7 @@ from msexp.cli import app
 from msexp.console import interrupts
 from tests.conftest import write
 
-
-@pytest.fixture(autouse=True)
-def own_handlers() -> Iterator[None]:
-    """The test's handlers and remembered stops are undone: the next test starts clean."""
-    saved = {sig: signal.getsignal(sig) for sig in interrupts.STOPS}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        interrupts.received.clear()
-        interrupts._acknowledging.clear()
+pytestmark = pytest.mark.usefixtures("stop_handlers_restored")
 
 
 @pytest.mark.parametrize(("trials", "line"), [

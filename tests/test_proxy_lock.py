@@ -220,7 +220,12 @@ def test_a_grpc_server_that_is_not_msexps_proxy_is_refused_in_one_line() -> None
     server = grpc.server(ThreadPoolExecutor(max_workers=2))
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
-    url = f"grpc://127.0.0.1:{port}"
+    assert_refused_as_not_msexps_proxy(server, f"grpc://127.0.0.1:{port}")
+
+
+def assert_refused_as_not_msexps_proxy(server: Any, url: str) -> None:
+    """The study lock through `server` (a started gRPC server at `url`, stopped here)
+    refused in one line: it serves no lock."""
     try:
         with pytest.raises(MsexpError) as refused, study_lock(url):
             pass

@@ -107,19 +107,11 @@ def trained(workdir: Path) -> Path:
 
 
 @pytest.fixture
-def stops() -> Iterator[None]:
+def stops(stop_handlers_restored: None) -> None:
     """The stop signals a test sends reach only the sweep's handlers: any other is dropped
     (never pytest's KeyboardInterrupt); the handlers and the stops noted are undone after."""
-    saved = {sig: signal.getsignal(sig) for sig in interrupts.STOPS}
     for sig in interrupts.STOPS:  # a handler, not SIG_IGN: the trials must not inherit it
         signal.signal(sig, lambda signum, frame: None)
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        interrupts.received.clear()
-        interrupts._acknowledging.clear()
 
 
 def trial_runs(uri: str, experiment: str) -> dict[int, Run]:
