@@ -218,3 +218,32 @@ def test_a_data_parallel_trials_rank_logs_are_logged_under_their_folders_name(
     assert [a.path for a in tracker.client.list_artifacts(run_id)] == ["trial.ranks"]
     assert [a.path for a in tracker.client.list_artifacts(run_id, "trial.ranks")] == [
         "trial.ranks/rank-0.log", "trial.ranks/rank-1.log"]
+
+
+class Links(Subscriber):
+    def __init__(self) -> None:
+        self.shown: list[tuple[str, str, str | None]] = []
+
+    def on_mlflow_open(self, runs: str, parent: str, serve: str | None) -> None:
+        self.shown.append((runs, parent, serve))
+
+
+def test_the_links_shown_as_mlflow_opens_serve_the_store_for_the_sweep_file(
+        swept: SweepResults) -> None:
+    """The sweep's first lines (a worker's log, the bar) name the file in the command that
+    serves the store, `msexp ui FILE`, which opens that sweep's runs (issue 53 fresh late:
+    recorder.MlflowRecorder._open 24)."""
+    import yaml
+
+    path = Path("linked sweep.yaml")
+    path.write_text(yaml.safe_dump({**SWEEP, "name": "linked"}))
+    spec = api.sources.load(path)
+    study, created = open_study(spec, None)
+    links = Links()
+    made = MlflowRecorder(spec, study, created, None, storage_label(None),
+                          Suggestion(("report",), study="linked"), [links])
+    made.opened.result(timeout=60)
+    ((runs, parent, serve),) = links.shown
+    assert serve == "msexp ui 'linked sweep.yaml'"
+    assert (runs, parent, serve) == made.ui_links()
+    made.close("FINISHED")

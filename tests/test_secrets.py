@@ -458,3 +458,25 @@ def test_a_failed_trials_error_hides_its_secret_params() -> None:
     raw = TrialResult(Status.FAILED, error="401: hf-0123456789abcdef refused")
     judged = judge(spec, trial, raw).result
     assert judged.error is not None and "0123456789" not in judged.error
+
+
+def test_a_long_lines_piece_holds_back_only_its_end_after_a_secret_that_ended() -> None:
+    """A secret's value that ended early in a long line's piece leaves nothing open: the
+    piece is given back (redacted) but for its last HOLD_CHARS, where a later secret may
+    go on, as the trial's log is written while the line still comes (issue 53 fresh late:
+    keywords._value 72)."""
+    from msexp.secrets.redaction import LineRedactor
+
+    piece = "password=abc " + "x" * (3 * HOLD_CHARS)
+    redactor = LineRedactor([])
+    given = redactor.feed(piece)
+    assert (given[:13], len(given) - 13) == ("password=*** ", 2 * HOLD_CHARS)
+    assert given == "password=*** " + "x" * (2 * HOLD_CHARS)
+    assert given + redactor.flush() == "password=*** " + "x" * (3 * HOLD_CHARS)
+
+
+def test_a_secrets_name_right_after_a_quoted_value_hides_its_own_value() -> None:
+    """A quoted value whose text ends in a secret's name, then `=` or `:` at once: the
+    value under that name is hidden too (issue 53 fresh late: keywords.keyword_values 15)."""
+    assert redact("password='hf_token'=S3CRET x") == "password=***=*** x"
+    assert redact('{"password":"client_secret":"S3CRET"}') == '{"password":"***":"***"}'

@@ -466,3 +466,15 @@ def test_the_micro_batch_warning_counts_devices_and_a_commands_unknown_batch(
     """))
     warned = batch_statistics_warning("c.yaml", 3, command.space)
     assert warned is not None and "(micro-batches: 1/2 of the batch)" in warned
+
+
+def test_an_unknown_built_in_experiment_is_refused_ending_with_the_name_given() -> None:
+    """The one line of a misspelt built-in ends `got NAME`, the name as written, after
+    the built-ins to pick from (issue 53 fresh late: experiment_source.builtin_file 11)."""
+    from msexp.experiment_source import builtin_names
+
+    with pytest.raises(SpecError) as refused:
+        parse_spec("name: k\nexperiment: mlp_digit\nparams: {lr: [0.1]}\n", "k.yaml")
+    assert str(refused.value) == (
+        "k.yaml: experiment: no built-in experiment named mlp_digit (built-ins: "
+        f"{', '.join(builtin_names())}), got mlp_digit")

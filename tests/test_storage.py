@@ -212,3 +212,19 @@ def test_a_cut_off_write_is_found_only_where_it_landed() -> None:
         since) is None
     assert _landed(storage, "set_trial_state_values",
                    (told._trial_id, TrialState.FAIL, None), {}, since) is None
+
+
+def test_a_storage_that_fails_as_the_study_is_made_is_named_in_the_line(
+        workdir: Path) -> None:
+    """A journal that opens but cannot be written (its lock file cannot be made): the
+    line names that journal, not msexp's default one (issue 53 fresh late:
+    study.open_study 2)."""
+    from msexp.search.study import open_study
+    from msexp.spec import parse_spec
+
+    spec = parse_spec("name: s\nexperiment: mlp_digits\nparams: {lr: [0.1]}\n", "s.yaml")
+    (workdir / "stores" / "s.journal.flock").mkdir(parents=True)  # where its lock goes
+    with pytest.raises(MsexpError) as refused:
+        open_study(spec, "stores/s.journal")
+    assert str(refused.value).startswith("cannot use the Optuna storage stores/s.journal "
+                                         "(IsADirectoryError: "), str(refused.value)

@@ -316,3 +316,41 @@ def test_the_request_of_a_trial_that_ran_has_its_params_as_it_ran(
     assert (request.params, request.folder) == ({"epochs": 2, "scale": 3, "lr": 2.0}, folder)
     changed = ran_request(load(sweep_of("rebuilt", (2.0,), scale=5)), frozen, folder)
     assert changed.params == {"epochs": 2, "scale": 3, "lr": 2.0}
+
+
+def test_a_sweep_stopped_by_a_storage_error_queues_its_trial_again_saying_why(
+        trained: Path, uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optuna cannot be told of trial 0's end (its storage fails): the sweep stops with one
+    line, trial 0 goes back to the queue with the reason on it (as `msexp status` shows),
+    and the sweep's MLflow parent run ends FAILED (issue 53 fresh late:
+    driver.Sweep._close_sweep 2, 11)."""
+    from msexp.search import driver
+
+    def storage_gone(*args: object) -> None:
+        raise OSError("the storage is gone")
+
+    monkeypatch.setattr(driver, "tell", storage_gone)
+    with pytest.raises(msexp.MsexpError) as stopped:
+        msexp.sweep(sweep_of("untold", (1.0,)), tracking_uri=uri, progress=False)
+    assert str(stopped.value) == ("sweep untold stopped: OSError: the storage is gone "
+                                  "(finished trials are kept; run the same command to resume)")
+    study = optuna.load_study(study_name="untold", storage=open_storage(None))
+    (trial,) = study.get_trials(deepcopy=False)
+    assert trial.state is TrialState.WAITING
+    assert trial.user_attrs[TrialKey.ERROR] == "sweep stopped: OSError: the storage is gone"
+    parent = MlflowClient(uri).get_run(study.user_attrs["mlflow_parent_run_id"])
+    assert parent.info.status == "FAILED"
+
+
+def test_a_sweep_whose_first_trials_fail_alike_says_why_it_started_no_more(
+        trained: Path, uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`budget.fail_fast: 2`: trials 0 and 1 fail with the same error, trial 2 is never
+    started, and the sweep's last word on stderr says why (issue 53 fresh late:
+    driver.Sweep._run_trials 12, _close_sweep 25)."""
+    swept = {**sweep_of("alike", (1.0, 2.0, 3.0), scale="x"), "budget": {"fail_fast": 2}}
+    msexp.sweep(swept, tracking_uri=uri, progress=False)
+    assert states("alike") == ["FAIL", "FAIL", "WAITING"]
+    assert capsys.readouterr().err.splitlines() == [
+        "fail fast: 2 trials failed with the same error and none completed (the command "
+        "exited with code 1: ValueError: could not convert string to float: 'x'); 1 trial "
+        "not started (budget.fail_fast: 2)"]
