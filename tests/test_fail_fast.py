@@ -148,6 +148,10 @@ def test_the_sweep_stops_after_its_first_identical_failures() -> None:
         f"({missing.format(0)}); 5 trials not started (budget.fail_fast: 2)")
     assert decision.line(1).endswith("; 1 trial not started (budget.fail_fast: 2)")
     assert watch.on_trial_end(trial(3), failed(missing.format(3))) is None, "decided once"
+    first = FailFast(spec_with("{fail_fast: 1}")).on_trial_end(trial(0), failed("boom"))
+    assert first is not None and first.line(2) == (
+        "fail fast: a trial failed and none completed (boom); 2 trials not started "
+        "(budget.fail_fast: 1)")
 
 
 @pytest.mark.parametrize("budget", ["{fail_fast: 0}", "{fail_fast: false}"])

@@ -109,5 +109,6 @@ class FailFast(Subscriber):
         """Why the sweep stopped, the start of its line (`Decision.line`)."""
         failed = ("a trial ran without reporting its objective, which the other trials run "
                   "the same code to miss," if stopped.absent else
+                  "a trial failed" if stopped.count == 1 else
                   f"{stopped.count} trials failed with the same error")
         return f"fail fast: {failed} and none completed ({stopped.example[:300]})"
