@@ -71,7 +71,11 @@ def format_value(value: Any) -> str:
     else:
         text = repr(value) if not isinstance(value, (dict, list)) else _compact(value)
     text = " ".join(text.split())
-    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+    if len(text) <= _SHOWN:
+        return text
+    if isinstance(value, str):  # a path's end names what is missing: its start and its end
+        return text[:_SHOWN // 2 - 2] + "..." + text[-(_SHOWN - _SHOWN // 2 - 1):]
+    return text[:_SHOWN - 3] + "..."
 
 
 def _compact(value: Any) -> str:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from msexp.cli import app
 from msexp.datasets import CIFAR_RECORD, CIFAR_RECORDS_PER_FILE, CIFAR_STATS, MNIST_STATS, load
-from msexp.errors import SpecError
+from msexp.errors import SpecError, format_value
 from msexp.execution.host import running
 from msexp.execution.protocol import Start, TrialRequest
 from msexp.spec import parse_spec
@@ -152,7 +152,8 @@ def test_missing_folder_fails_validate_with_exit_code_2(tmp_path: Path) -> None:
         result = CliRunner().invoke(app, [command, str(sweep)])
         assert result.exit_code == 2, result.output
         assert result.output.strip() == f"{sweep}: data.path: mnist data folder not found, " \
-                                        f"got {missing}"
+                                        f"got {format_value(str(missing))}"
+        assert result.output.strip().endswith("/nowhere"), "a long path keeps its end"
 
 
 def test_format_the_experiment_cannot_read_is_refused(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 from msexp.errors import MsexpError
 from msexp.os_tools.waiting import wait_until
+from msexp.search import outages, unanswered
 from msexp.search import patience as patience_module
 from msexp.search.patience import Patience, patient
 
@@ -147,9 +148,9 @@ def test_a_grpc_proxy_that_cannot_be_reached_is_an_outage_named_by_its_details()
     try:
         raise RuntimeError("the storage call failed") from down
     except RuntimeError as wrapped:
-        assert patience_module.unreachable(wrapped) == "gRPC failed to connect to all addresses"
+        assert outages.unreachable(wrapped) == "gRPC failed to connect to all addresses"
     refused = CallError(grpc.StatusCode.INVALID_ARGUMENT, "no such study")
-    assert patience_module.unreachable(refused) is None
+    assert outages.unreachable(refused) is None
 
 
 class _CutInside(optuna.storages.RDBStorage):
@@ -190,7 +191,7 @@ def test_a_call_its_server_leaves_unanswered_says_once_what_it_waits_for(
     a call unanswered for STALL_S says, once for all the calls waiting, that the sweep
     waits for its storage. A call the proxy answers meanwhile (from its cache) does not
     end that outage; the next call answered once none waits does."""
-    monkeypatch.setattr(patience_module, "STALL_S", 0.4)
+    monkeypatch.setattr(unanswered, "STALL_S", 0.4)
     study = optuna.create_study(storage=storage, study_name="s")
     storage.stall_s = 3.0
 

@@ -22,7 +22,7 @@ from msexp.errors import MsexpError
 from msexp.search import claims  # noqa: F401 (gives patience its heartbeat reader)
 from msexp.search.lock import GRANTED, HOLD_METHOD, advisory_lock
 from msexp.search.optuna_private import make_grpc_server
-from msexp.search.patience import unreachable
+from msexp.search.outages import unreachable
 from msexp.search.storage import open_storage
 
 # threads kept for storage calls: a lock holder's claim must never wait behind the

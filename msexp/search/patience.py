@@ -8,13 +8,11 @@ a pooled connection that died while idle): the retry is msexp's own, around each
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Callable, TypeVar
 
@@ -22,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from msexp.errors import MsexpError
+from msexp.search import unanswered
 from msexp.search.optuna_private import (
     CACHED_BACKEND_CALLS,
     PREPARE_NEW_TRIAL,
@@ -30,13 +29,11 @@ from msexp.search.optuna_private import (
     reconnect,
     trial_id,
 )
+from msexp.search.outages import AnswerLost, unreachable
 from msexp.secrets.redaction import redact
 
 PATIENCE_S = 90.0  # a restart of up to a minute, with room; MSEXP_STORAGE_PATIENCE_S sets it
 _BACKOFF_S = (0.25, 0.5, 1.0, 2.0)  # then every 2 s: back within 2 s of the server
-# a storage call unanswered this long: its server waited out an outage of its own (msexp's
-# proxy, while the PostgreSQL behind it restarts), which this process counts as one
-STALL_S = 15.0
 _log = logging.getLogger("msexp")
 _local = threading.local()  # a call inside a retried call is retried by the outer one only
 T = TypeVar("T")
@@ -107,7 +104,7 @@ class Patience:
         """A call asked at `asked` was answered: the outage is over if it was asked after
         the outage began (one asked before may be answered while the server shuts down)
         and no call waits unanswered (a proxy answers some from its cache meanwhile)."""
-        if self.began is None or asked < self.began or _UNANSWERED.late(self):
+        if self.began is None or asked < self.began or unanswered.CALLS.late(self):
             return
         with self.lock:
             if self.began is not None and asked >= self.began:
@@ -121,7 +118,7 @@ class Patience:
             if self.began is None:
                 self.began = time.monotonic()
                 _log.warning(f"waiting for the study storage {self.url}: no answer for "
-                             f"{STALL_S:g} s")
+                             f"{unanswered.STALL_S:g} s")
 
     def stalled(self) -> None:
         """A call was answered only after STALL_S: an outage behind the server just ended."""
@@ -134,49 +131,6 @@ class Patience:
         return self.began is not None or time.monotonic() - self.ended < seconds
 
 
-class _Unanswered:
-    """The storage calls in flight in this process, and one thread that tells each call's
-    `Patience` of a call unanswered for STALL_S (a timer per call costs 0.2 ms)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.asked: dict[object, tuple[Patience, float]] = {}
-        self.watch: threading.Thread | None = None
-
-    @contextlib.contextmanager
-    def asking(self, patience: Patience) -> Iterator[None]:
-        """The call inside (one try), watched."""
-        token, asked = object(), time.monotonic()
-        with self.lock:
-            self.asked[token] = (patience, asked)
-            if self.watch is None or not self.watch.is_alive():  # not yet, or a forked child
-                self.watch = threading.Thread(target=self._watch, name="msexp-unanswered",
-                                              daemon=True)
-                self.watch.start()
-        try:
-            yield
-        finally:
-            with self.lock:
-                del self.asked[token]
-
-    def late(self, patience: Patience) -> bool:
-        """Whether a call of `patience` waits unanswered for over STALL_S."""
-        now = time.monotonic()
-        with self.lock:
-            return any(p is patience and now - asked > STALL_S
-                       for p, asked in self.asked.values())
-
-    def _watch(self) -> None:
-        while True:
-            time.sleep(min(1.0, STALL_S / 4))
-            now = time.monotonic()
-            with self.lock:
-                late = {p for p, asked in self.asked.values() if now - asked > STALL_S}
-            for patience in late:
-                patience.unanswered()
-
-
-_UNANSWERED = _Unanswered()
 _PATIENCE: dict[str, Patience] = {}
 _PATIENCE_LOCK = threading.Lock()
 
@@ -191,48 +145,6 @@ def outage_within(storage: optuna.storages.BaseStorage, seconds: float) -> bool:
     """Whether this process found `storage` down within the last `seconds` (or now)."""
     patience = getattr(backend_of(storage), "msexp_patience", None)
     return patience is not None and patience.recovered_within(seconds)
-
-
-def unreachable(exc: BaseException) -> str | None:
-    """Why the storage did not answer, in one line, if `exc` (or what caused it) says the
-    server cannot be reached or cut the connection; None for any other error."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        reason = str(exc) if isinstance(exc, AnswerLost) else \
-            _rpc_unavailable(exc) or _disconnected(exc)
-        if reason:
-            return reason
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return None
-
-
-def _rpc_unavailable(exc: BaseException) -> str | None:
-    code = getattr(exc, "code", None)
-    if not callable(code) or not hasattr(exc, "details"):
-        return None
-    try:
-        unavailable = code().name == "UNAVAILABLE"
-    except Exception:  # not a gRPC call's error
-        return None
-    return _line(f"gRPC {exc.details()}") if unavailable else None
-
-
-def _disconnected(exc: BaseException) -> str | None:
-    """A lost or refused database connection (SQLAlchemy's or psycopg's own error)."""
-    kinds = {t.__module__.split(".")[0] + "." + t.__name__ for t in type(exc).__mro__}
-    if not kinds & {"sqlalchemy.OperationalError", "sqlalchemy.InterfaceError",
-                    "psycopg.OperationalError", "psycopg.InterfaceError"} \
-            and not getattr(exc, "connection_invalidated", False):
-        return None
-    cause = getattr(exc, "orig", None) or exc
-    return _line(str(cause) or type(cause).__name__)
-
-
-def _line(text: str) -> str:
-    """The last line that says something: psycopg's and gRPC's own words, cut short."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return redact(lines[-1] if lines else text)[:200]
 
 
 def patient(cls: type[T]) -> type[T]:
@@ -266,7 +178,7 @@ def _retried(method: Callable[..., Any], name: str) -> Callable[..., Any]:
             tried.append(True)
             if name in _CREATES:
                 _local.prepared = False  # see `_prepared_once`
-            with _UNANSWERED.asking(patience):
+            with unanswered.CALLS.asking(patience):
                 return method(self, *args, **kwargs)
 
         asked = time.monotonic()
@@ -274,15 +186,10 @@ def _retried(method: Callable[..., Any], name: str) -> Callable[..., Any]:
             return patience.call(once, lambda: reconnect(self) if isinstance(
                 self, optuna.storages.GrpcStorageProxy) else None)
         finally:
-            if time.monotonic() - asked > STALL_S:
+            if time.monotonic() - asked > unanswered.STALL_S:
                 patience.stalled()
 
     return call
-
-
-class AnswerLost(Exception):
-    """Optuna's own retry of a trial's creation, stopped before it creates the trial again:
-    the first try may have landed, which `_landed` looks for first."""
 
 
 def _prepared_once(method: Callable[..., Any]) -> Callable[..., Any]:
