@@ -112,6 +112,7 @@ def _train(micro_size: int | None, rate: float, noise: float = 0.0) -> list[floa
     return losses.values
 
 
+@pytest.mark.slow  # 17 s: the fast tier stays under 5 min
 def test_seeded_dropout_keeps_accumulation_exact_and_other_noise_does_not(capsys) -> None:
     """Measured: with msexp's seeded masks micro_size 4 equals micro_size 1 at rate 0.5 in
     all 8 losses (each micro-batch draws its rows of the batch's mask); a noise layer of the

@@ -29,6 +29,7 @@ from msexp.tracking.runs import tracking_uri as resolve_uri
 
 START_S = 300.0  # the first answer: seconds at a load of 16 on 2 cores
 STOP_S = 10.0  # SIGTERM to SIGKILL
+ANSWER_S = 5.0  # one health check: a server that takes the call and hangs is asked again
 SQLITE = "sqlite:///"
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -185,7 +186,7 @@ def _answers(port: int, path: str | None = None) -> bool:
         with socket.socket() as probe:
             return probe.connect_ex(("127.0.0.1", port)) == 0
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=ANSWER_S) as answer:
             return bool(answer.status == 200)
     except OSError:
         return False
