@@ -46,18 +46,18 @@ class Unanswered:
 
     def late(self, patience: Watcher) -> bool:
         """Whether a call of `patience` waits unanswered for over STALL_S."""
+        return patience in self._late()
+
+    def _late(self) -> set[Watcher]:
+        """The watchers of the calls unanswered for over STALL_S."""
         now = time.monotonic()
         with self.lock:
-            return any(p is patience and now - asked > STALL_S
-                       for p, asked in self.asked.values())
+            return {p for p, asked in self.asked.values() if now - asked > STALL_S}
 
     def _watch(self) -> None:
         while True:
             time.sleep(min(1.0, STALL_S / 4))
-            now = time.monotonic()
-            with self.lock:
-                late = {p for p, asked in self.asked.values() if now - asked > STALL_S}
-            for patience in late:
+            for patience in self._late():
                 patience.unanswered()
 
 
