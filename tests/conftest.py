@@ -77,6 +77,17 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(scope="module")
+def mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedded MLflow store of the test module's own, its SQLite file (creating its
+    tables takes seconds, so a module shares one)."""
+    from msexp.tracking.store import create_sqlite_store
+
+    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    create_sqlite_store(path)
+    return path
+
+
+@pytest.fixture(scope="module")
 def tracker(tmp_path_factory):
     """An embedded MLflow store of the test module's own, in a current directory of its own
     (creating its tables takes seconds, so a module shares one)."""

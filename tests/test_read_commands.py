@@ -200,24 +200,21 @@ def test_best_export_of_a_command_trial_writes_its_checkpoint_and_its_params_and
 
 
 @pytest.fixture(scope="module")
-def left_by_a_killed_tune(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
-    """An embedded MLflow store (its tables take seconds: one for the module) holding the
-    RUNNING parent run of sweep `tuned`'s tune phase, its tune process gone: the store's
-    path, the run's id and its maker (host:pid)."""
+def left_by_a_killed_tune(mlflow_db: Path) -> tuple[Path, str, str]:
+    """The module's embedded MLflow store holding the RUNNING parent run of sweep `tuned`'s
+    tune phase, its tune process gone: the store's path, the run's id and its maker
+    (host:pid)."""
     import socket
 
     from mlflow import MlflowClient
 
     from msexp.keys import RunTag
-    from msexp.tracking.store import create_sqlite_store
 
-    path = tmp_path_factory.mktemp("tuned") / "mlflow.db"
-    create_sqlite_store(path)
-    client = MlflowClient(f"sqlite:///{path}")
+    client = MlflowClient(f"sqlite:///{mlflow_db}")
     maker = f"{socket.gethostname()}:4194305"  # above any pid_max: no such process
     run = client.create_run(client.create_experiment("tuned"), run_name="tune-profile",
                             tags={RunTag.OWNER: maker})
-    return path, run.info.run_id, maker
+    return mlflow_db, run.info.run_id, maker
 
 
 def test_status_of_a_file_only_tuned_names_the_runs_a_killed_tune_left_and_the_file_to_tune(

@@ -35,7 +35,6 @@ from msexp.keys import TrialKey
 from msexp.os_tools.locking import flock
 from msexp.search.requests import ran_request
 from msexp.search.storage import open_storage
-from msexp.tracking.store import create_sqlite_store
 from tests.conftest import write
 
 # A command trial: a line per epoch (loss lr * scale / epoch), each epoch reported as
@@ -86,17 +85,9 @@ def sweep_of(name: str, lrs: tuple[float, ...] = (1.0, 2.0, 3.0), **fixed: objec
             "fixed": {"epochs": 2, **fixed}, "params": {"lr": list(lrs)}}
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The module's MLflow store (an embedded one): its path."""
-    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    create_sqlite_store(path)
-    return path
-
-
 @pytest.fixture
-def uri(store: Path) -> str:
-    return f"sqlite:///{store}"
+def uri(mlflow_db: Path) -> str:
+    return f"sqlite:///{mlflow_db}"
 
 
 @pytest.fixture
@@ -201,12 +192,12 @@ def test_a_trial_that_cannot_start_fails_alone_naming_why(
 
 
 def test_a_named_study_in_another_storage_whose_record_cannot_end_suggests_its_report(
-        trained: Path, store: Path, uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+        trained: Path, mlflow_db: Path, uri: str, capsys: pytest.CaptureFixture[str]) -> None:
     """`study=` and `storage=` name where the study is; when MLflow cannot end the sweep's
     record (its parent run went), the warning's `msexp report` reaches that study in that
     storage (issue 53 survivors: sweep._run 8, 17)."""
     swept = write(trained / "elsewhere.yaml", yaml.safe_dump(
-        sweep_of("elsewhere", (2.0,), drop_parent=str(store), sweep="elsewhere")))
+        sweep_of("elsewhere", (2.0,), drop_parent=str(mlflow_db), sweep="elsewhere")))
     results = msexp.sweep(swept, tracking_uri=uri, storage="mlruns/other.journal",
                           study="other")
     assert results.study_name == "other"
@@ -268,7 +259,7 @@ def test_a_workers_stop_names_the_trial_that_resumes_and_queues_it_again(
 
 
 def test_a_second_stop_while_the_sweeps_mlflow_record_closes_leaves_at_once(
-        trained: Path, store: Path, uri: str, stops: None) -> None:
+        trained: Path, mlflow_db: Path, uri: str, stops: None) -> None:
     """A Ctrl-C while trial 0 runs puts it back; MLflow's writes wait meanwhile (another
     process holds the store's writer lock), so the sweep's end waits for them. A second
     Ctrl-C then leaves at once: a bare KeyboardInterrupt, not the sweep's end (issue 53
@@ -276,7 +267,7 @@ def test_a_second_stop_while_the_sweeps_mlflow_record_closes_leaves_at_once(
     leave = threading.Event()
 
     def trial_0_recorded() -> bool:  # its run is made once MLflow has opened
-        with contextlib.closing(sqlite3.connect(store, timeout=30)) as db:
+        with contextlib.closing(sqlite3.connect(mlflow_db, timeout=30)) as db:
             return db.execute(
                 "select 1 from runs r join experiments e using (experiment_id) join tags t "
                 "using (run_uuid) where e.name = 'closing' and t.key = 'msexp.trial' and "
@@ -286,7 +277,7 @@ def test_a_second_stop_while_the_sweeps_mlflow_record_closes_leaves_at_once(
         wait_for((trained / "mlruns" / "trials" / "closing" / "trial-0000").exists,
                  "trial 0 started")
         wait_for(trial_0_recorded, "MLflow opened")
-        with flock(store.with_suffix(".lock")):  # as `tracking.runs.Tracker.writing` takes it
+        with flock(mlflow_db.with_suffix(".lock")):  # as `tracking.runs.Tracker.writing` takes it
             interrupt()
             wait_for(lambda: states("closing")[0] == "WAITING", "trial 0 put back")
             time.sleep(0.5)  # the sweep is past its trials, ending its MLflow record

@@ -67,14 +67,10 @@ class Measured:
         return ran
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """An embedded MLflow store for the module (creating its tables takes seconds)."""
-    from msexp.tracking.runs import Tracker
-
-    uri = f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
-    Tracker(uri)
-    return uri
+@pytest.fixture
+def store(mlflow_db: Path) -> str:
+    """The module's embedded MLflow store: its URI."""
+    return f"sqlite:///{mlflow_db}"
 
 
 def measured(monkeypatch: pytest.MonkeyPatch, table: Measured) -> Measured:
